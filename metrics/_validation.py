@@ -1,0 +1,181 @@
+# SPDX-License-Identifier: MIT
+"""Input checks shared by every public metric (and by the archive reader).
+
+A public function validates once and then calls a private kernel that trusts its input. The checks here never
+fix anything: they raise ``TypeError`` for a wrong dtype and ``ValueError`` for a wrong shape or value, and the
+message names the argument, the expectation, what was found and where.
+
+Tolerance for probability rows (the one rule ubench uses everywhere, archive reader included)::
+
+    |sum_c p_ic - 1| <= 1e-4 + C * 2**-23
+
+i.e. a fixed 1e-4 plus the float32 rounding a softmax over ``C`` classes can accumulate. float64 input gets the
+same tolerance: archives often hold float32 softmax outputs cast to float64.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numpy.typing import ArrayLike, NDArray
+
+__all__ = [
+    "UndefinedMetricError",
+    "simplex_tolerance",
+    "check_probs",
+    "check_member_probs",
+    "check_logits",
+    "check_labels",
+    "check_n_samples",
+    "check_scores",
+    "check_binary_labels",
+    "first_bad_simplex_row",
+]
+
+
+class UndefinedMetricError(ValueError):
+    """A metric is mathematically undefined for this input (e.g. AUROC with one class present)."""
+
+
+_FLOAT32_EPS = float(np.finfo(np.float32).eps)
+
+
+def simplex_tolerance(n_classes: int) -> float:
+    """Absolute tolerance on ``|row sum - 1|`` for probability rows over ``n_classes`` classes."""
+    return 1e-4 + n_classes * _FLOAT32_EPS
+
+
+def _as_float_array(x: ArrayLike, name: str) -> NDArray[np.floating]:
+    arr = np.asarray(x)
+    if arr.dtype not in (np.float32, np.float64):
+        raise TypeError(f"{name} must be float32 or float64; found dtype {arr.dtype}")
+    return arr
+
+
+def _first_index(mask: NDArray[np.bool_]) -> tuple[int, ...]:
+    return tuple(int(i) for i in np.unravel_index(int(np.argmax(mask)), mask.shape))
+
+
+def _fmt_index(idx: tuple[int, ...]) -> str:
+    return str(idx[0]) if len(idx) == 1 else str(idx)
+
+
+def _check_finite(arr: NDArray, name: str) -> None:
+    # Cheap pass first: one reduction; the element-wise scan only runs to build the message.
+    with np.errstate(all="ignore"):
+        total = arr.sum(dtype=np.float64)
+    if np.isfinite(total):
+        return
+    bad = ~np.isfinite(arr)
+    idx = _first_index(bad)
+    raise ValueError(f"{name} must be finite; found {arr[idx]} at index {_fmt_index(idx)}")
+
+
+def first_bad_simplex_row(arr: NDArray[np.floating], tol: float) -> int | None:
+    """Index (along the flattened leading axes) of the first row not summing to 1 within ``tol``, or None."""
+    sums = arr.reshape(-1, arr.shape[-1]).sum(axis=-1, dtype=np.float64)
+    bad = np.abs(sums - 1.0) > tol
+    if not bad.any():
+        return None
+    return int(np.argmax(bad))
+
+
+def _check_simplex(arr: NDArray[np.floating], name: str) -> None:
+    lo, hi = arr.min(), arr.max()
+    if lo < 0 or hi > 1:
+        bad = (arr < 0) | (arr > 1)
+        idx = _first_index(bad)
+        raise ValueError(
+            f"{name} must be probabilities in [0, 1]; found {arr[idx]} at index {_fmt_index(idx)}"
+            " (were logits passed as probabilities?)"
+        )
+    tol = simplex_tolerance(arr.shape[-1])
+    row = first_bad_simplex_row(arr, tol)
+    if row is not None:
+        idx = np.unravel_index(row, arr.shape[:-1])
+        total = float(arr[idx].sum(dtype=np.float64))
+        raise ValueError(
+            f"{name} rows must sum to 1 (tol {tol:.1e}); row {_fmt_index(tuple(int(i) for i in idx))}"
+            f" sums to {total:.6g}"
+        )
+
+
+def check_probs(probs: ArrayLike, name: str = "probs") -> NDArray[np.floating]:
+    """Validate ``probs`` of shape (n_samples, n_classes): float32/64, finite, rows on the simplex."""
+    arr = _as_float_array(probs, name)
+    if arr.ndim != 2:
+        raise ValueError(f"{name} must have shape (n_samples, n_classes); found ndim {arr.ndim}, shape {arr.shape}")
+    if arr.shape[0] == 0:
+        raise ValueError(f"{name} is empty: it has 0 samples")
+    if arr.shape[1] < 2:
+        raise ValueError(f"{name} must have at least 2 classes; found {arr.shape[1]}")
+    _check_finite(arr, name)
+    _check_simplex(arr, name)
+    return arr
+
+
+def check_member_probs(member_probs: ArrayLike, name: str = "member_probs") -> NDArray[np.floating]:
+    """Validate ``member_probs`` of shape (n_members, n_samples, n_classes)."""
+    arr = _as_float_array(member_probs, name)
+    if arr.ndim != 3:
+        raise ValueError(
+            f"{name} must have shape (n_members, n_samples, n_classes); found ndim {arr.ndim}, shape {arr.shape}"
+        )
+    if arr.shape[0] == 0 or arr.shape[1] == 0:
+        raise ValueError(f"{name} is empty: shape {arr.shape}")
+    if arr.shape[2] < 2:
+        raise ValueError(f"{name} must have at least 2 classes; found {arr.shape[2]}")
+    _check_finite(arr, name)
+    _check_simplex(arr, name)
+    return arr
+
+
+def check_logits(logits: ArrayLike, name: str = "logits") -> NDArray[np.floating]:
+    """Validate ``logits`` of shape (n_samples, n_classes): float32/64 and finite."""
+    arr = _as_float_array(logits, name)
+    if arr.ndim != 2:
+        raise ValueError(f"{name} must have shape (n_samples, n_classes); found ndim {arr.ndim}, shape {arr.shape}")
+    if arr.shape[0] == 0:
+        raise ValueError(f"{name} is empty: it has 0 samples")
+    _check_finite(arr, name)
+    return arr
+
+
+def check_labels(labels: ArrayLike, n_classes: int, name: str = "labels") -> NDArray[np.integer]:
+    """Validate ``labels`` of shape (n_samples,): integer dtype, values in ``[0, n_classes)``."""
+    arr = np.asarray(labels)
+    if arr.dtype.kind not in "iu":
+        raise TypeError(f"{name} must have an integer dtype; found dtype {arr.dtype}")
+    if arr.ndim != 1:
+        raise ValueError(f"{name} must have shape (n_samples,); found shape {arr.shape}")
+    if arr.size == 0:
+        raise ValueError(f"{name} is empty: it has 0 samples")
+    bad = (arr < 0) | (arr >= n_classes)
+    if bad.any():
+        i = int(np.argmax(bad))
+        raise ValueError(f"{name} must be in [0, {n_classes}); found {arr[i]} at index {i}")
+    return arr
+
+
+def check_binary_labels(labels: ArrayLike, name: str = "labels") -> NDArray[np.integer]:
+    """Validate 0/1 (or boolean) ``labels`` of shape (n_samples,)."""
+    arr = np.asarray(labels)
+    if arr.dtype == np.bool_:
+        arr = arr.astype(np.int8)
+    return check_labels(arr, 2, name)
+
+
+def check_scores(scores: ArrayLike, name: str = "scores") -> NDArray[np.floating]:
+    """Validate ``scores`` of shape (n_samples,): float and finite."""
+    arr = _as_float_array(scores, name)
+    if arr.ndim != 1:
+        raise ValueError(f"{name} must have shape (n_samples,); found shape {arr.shape}")
+    if arr.size == 0:
+        raise ValueError(f"{name} is empty: it has 0 samples")
+    _check_finite(arr, name)
+    return arr
+
+
+def check_n_samples(a: NDArray, a_name: str, b: NDArray, b_name: str, *, a_axis: int = 0, b_axis: int = 0) -> None:
+    """Raise unless ``a`` and ``b`` have the same number of samples along the given axes."""
+    if a.shape[a_axis] != b.shape[b_axis]:
+        raise ValueError(f"{a_name} has {a.shape[a_axis]} samples but {b_name} has {b.shape[b_axis]}")
