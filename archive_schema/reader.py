@@ -1,0 +1,95 @@
+# SPDX-License-Identifier: MIT
+"""The safe reader: ``open_archive`` (streaming) and ``read_archive`` (everything in memory).
+
+Both validate the whole file first (see ``validator``) and raise ``InvalidArchiveError`` with every finding, or
+``UnreadableArchiveError`` when the file is not an HDF5 archive at all. The file is only ever opened read-only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+
+from .archive import ArchiveHeader, PredictionArchive
+from .errors import Finding, InvalidArchiveError, UnreadableArchiveError
+from .read_v1 import Parsed
+from .safe_h5py import h5py
+from .scan import UNREADABLE_CHECKS
+from .spec import ReadLimits
+from .validator import block_rows, inspect_file, iter_blocks
+
+__all__ = ["ArchiveReader", "open_archive", "read_archive"]
+
+
+def _raise_for(path: str, findings: list[Finding]) -> None:
+    errors = [f for f in findings if f.severity == "error"]
+    if any(f.check in UNREADABLE_CHECKS for f in errors):
+        raise UnreadableArchiveError(f"{path}: {errors[0].message}", findings)
+    raise InvalidArchiveError(path, findings)
+
+
+class ArchiveReader:
+    """An open, validated archive. Use as a context manager; arrays are read on demand."""
+
+    def __init__(self, parsed: Parsed, f: h5py.File, findings: list[Finding], limits: ReadLimits):
+        self._parsed, self._file, self.findings, self.limits = parsed, f, findings, limits
+
+    @property
+    def header(self) -> ArchiveHeader:
+        return self._parsed.header
+
+    def _node(self, split: str, key: str) -> h5py.Dataset | None:
+        if split not in self.header.splits:
+            raise KeyError(f"no split {split!r} in {self.header.path}; splits: {sorted(self.header.splits)}")
+        return self._parsed.nodes.get((split, key))
+
+    def probs(self, split: str) -> np.ndarray:
+        """All of a split's predictions, (M, N, C), in the stored dtype."""
+        return self._node(split, "probs")[()]
+
+    def iter_probs(self, split: str, rows: int | None = None) -> Iterator[tuple[int, np.ndarray]]:
+        """Blocks ``(start, (M, rows, C))`` along samples; ``rows`` defaults to ~``limits.block_bytes``."""
+        ds = self._node(split, "probs")
+        if rows is None:
+            rows = block_rows(ds.shape[0], ds.shape[2], self.limits.block_bytes)
+        return iter_blocks(ds, rows)
+
+    def labels(self, split: str) -> np.ndarray | None:
+        ds = self._node(split, "labels")
+        return None if ds is None else ds[()].astype(np.int64)
+
+    def sample_ids(self, split: str) -> np.ndarray | None:
+        ds = self._node(split, "sample_ids")
+        return None if ds is None else ds[()].astype(np.int64)
+
+    def close(self) -> None:
+        self._file.close()
+
+    def __enter__(self) -> ArchiveReader:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def open_archive(path: str | Path, limits: ReadLimits = ReadLimits(), *, check_values: bool = True
+                 ) -> ArchiveReader:
+    """Validate ``path`` and return an open reader (raises if the archive has any error finding)."""
+    parsed, f, findings = inspect_file(path, limits, check_values=check_values)
+    if parsed is None:
+        _raise_for(str(path), findings)
+    return ArchiveReader(parsed, f, findings, limits)
+
+
+def read_archive(path: str | Path, limits: ReadLimits = ReadLimits()) -> PredictionArchive:
+    """Validate and read a whole archive into memory."""
+    with open_archive(path, limits) as r:
+        names = list(r.header.splits)
+        return PredictionArchive(
+            header=r.header,
+            probs={s: r.probs(s) for s in names},
+            labels={s: r.labels(s) for s in names},
+            sample_ids={s: r.sample_ids(s) for s in names},
+        )

@@ -1,0 +1,107 @@
+# SPDX-License-Identifier: MIT
+"""The prediction archive format, version by version: names, roles, dtypes and shapes.
+
+``SPEC.md`` beside this file is the prose specification; the two change in the same commit.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import numpy as np
+
+__all__ = [
+    "ArchiveSpec",
+    "CURRENT",
+    "FORMAT",
+    "ROLES",
+    "MEMBER_KINDS",
+    "SPLIT_NAME",
+    "ROOT_ATTRS_V1",
+    "PROB_DTYPES",
+    "ALLOWED_FILTERS",
+    "ReadLimits",
+]
+
+FORMAT = "prediction-archive"
+
+
+@dataclass(frozen=True, order=True)
+class ArchiveSpec:
+    """A (format, ``"MAJOR.MINOR"``) pair that names one version of the archive spec."""
+
+    format: str
+    version: str
+
+    @property
+    def major(self) -> int:
+        return int(self.version.split(".")[0])
+
+    @property
+    def minor(self) -> int:
+        return int(self.version.split(".")[1])
+
+
+CURRENT = ArchiveSpec(FORMAT, "1.0")
+
+#: Roles a split can have. ``shift`` splits also carry ``shift_kind`` and ``shift_intensity``.
+ROLES = ("in_domain", "ood", "shift")
+
+#: What one member is. Scorers do not branch on it; it documents how the members were obtained.
+MEMBER_KINDS = ("point", "independent", "snapshot", "posterior_sample", "mc_sample", "augmentation")
+
+#: Split names are path-safe identifiers.
+SPLIT_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,128}$")
+
+#: Root attributes of a v1 archive: name -> (kind, required). kind is "str" or "int".
+ROOT_ATTRS_V1 = {
+    "ubench_format": ("str", True),
+    "ubench_format_version": ("str", True),
+    "ubench_kind": ("str", True),
+    "method": ("str", True),
+    "model": ("str", True),
+    "dataset": ("str", True),
+    "n_classes": ("int", True),
+    "created": ("str", True),
+    "writer": ("str", True),
+    "framework": ("str", False),
+    "framework_version": ("str", False),
+    "config": ("str", False),  # JSON object: the producer's hyperparameters
+    "description": ("str", False),
+}
+
+#: Prediction dtypes. float16 is refused: it rounds probabilities below 6e-8 to 0 and log(0) breaks NLL.
+PROB_DTYPES = (np.dtype("<f4"), np.dtype("<f8"), np.dtype(">f4"), np.dtype(">f8"))
+
+#: HDF5 filter ids a reader accepts: deflate (1), shuffle (2), fletcher32 (3). Everything else is refused
+#: without asking HDF5 whether it is available (that would load plugins).
+ALLOWED_FILTERS = {1: "deflate", 2: "shuffle", 3: "fletcher32"}
+
+
+@dataclass(frozen=True)
+class ReadLimits:
+    """Bounds the safe reader enforces before it reads any data.
+
+    Attributes
+    ----------
+    max_total_bytes : declared (uncompressed) size of all datasets together.
+    max_chunk_bytes : uncompressed size of one chunk; bounds the memory one decompression needs.
+    max_compression_ratio : declared / stored bytes of a compressed dataset (deflate tops out near 1032:1;
+        real softmax output compresses well under 10:1, so a higher ratio means a decompression bomb).
+    max_members, max_samples, max_classes, max_splits : dimension bounds.
+    max_objects : groups, datasets and links walked in the whole file.
+    max_attr_bytes : storage size of one attribute.
+    block_bytes : target size of one block read while checking values.
+    """
+
+    max_total_bytes: int = 32 * 2**30
+    max_chunk_bytes: int = 16 * 2**20
+    max_compression_ratio: float = 200.0
+    max_members: int = 100_000
+    max_samples: int = 10_000_000
+    max_classes: int = 100_000
+    max_splits: int = 1_000
+    max_objects: int = 20_000
+    max_attr_bytes: int = 1 * 2**20
+    block_bytes: int = 64 * 2**20

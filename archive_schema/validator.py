@@ -1,0 +1,156 @@
+# SPDX-License-Identifier: MIT
+"""Validate an untrusted archive: every problem becomes a ``Finding``; nothing raises for a bad file.
+
+Pipeline: container checks (regular file, HDF5 signature, no user block) → read-only open → link and storage walk
+(no link is followed, no data read) → the version's structural reader → value checks in bounded blocks.
+A stage runs only if the stages before it found no error, so no value is read from a dataset that was refused.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+
+from ..metrics._validation import simplex_tolerance
+from . import read_v1  # noqa: F401  (registers the v1.0 reader)
+from .errors import Finding, UnsupportedArchiveError
+from .read_v1 import Parsed
+from .registry import reader_for
+from .safe_h5py import h5py
+from .scan import Scan, check_container, open_readonly, read_attr, walk
+from .spec import ArchiveSpec, ReadLimits
+
+__all__ = ["validate_archive", "inspect_file", "iter_blocks", "block_rows", "is_partial_run"]
+
+
+def is_partial_run(path: str | Path) -> bool:
+    """True for the sidecar directory of an unfinished producer run (``<out>.partial``)."""
+    p = Path(path)
+    return p.is_dir() and p.suffix == ".partial" and (p / "header.h5").is_file()
+
+
+def _partial_findings(path: str) -> list[Finding]:
+    members = sorted((Path(path) / "members").glob("[0-9]*.h5"))
+    return [Finding("<file>", "partial-run", "error",
+                    f"{path} is an unfinished producer run with {len(members)} finished member(s); re-run the "
+                    "producer's command to resume it, or `ubench finalize` it to write the archive")]
+
+
+def block_rows(n_members: int, n_classes: int, block_bytes: int) -> int:
+    """Samples per block so that one (M, rows, C) float64 block stays near ``block_bytes``."""
+    return max(1, block_bytes // (8 * max(1, n_members) * n_classes))
+
+
+def iter_blocks(ds: h5py.Dataset, rows: int) -> Iterator[tuple[int, np.ndarray]]:
+    """Yield ``(start, ds[:, start:start+rows, :])`` over the sample axis."""
+    n = ds.shape[1]
+    for start in range(0, n, rows):
+        yield start, ds[:, start : min(n, start + rows), :]
+
+
+def _check_probs_block(scan: Scan, path: str, start: int, block: np.ndarray) -> bool:
+    with np.errstate(all="ignore"):
+        finite = np.isfinite(block.sum(dtype=np.float64))
+    if not finite:
+        m, i, c = np.unravel_index(int(np.argmax(~np.isfinite(block))), block.shape)
+        scan.add(path, "finite", f"non-finite value {block[m, i, c]} at member {m}, sample {start + i}, class {c}")
+        return False
+    if block.min() < 0 or block.max() > 1:
+        m, i, c = np.unravel_index(int(np.argmax((block < 0) | (block > 1))), block.shape)
+        scan.add(path, "range", f"probability {block[m, i, c]} outside [0, 1] at member {m}, sample {start + i}, "
+                 f"class {c}")
+        return False
+    tol = simplex_tolerance(block.shape[2])
+    sums = block.sum(axis=2, dtype=np.float64)
+    bad = np.abs(sums - 1.0) > tol
+    if bad.any():
+        m, i = np.unravel_index(int(np.argmax(bad)), bad.shape)
+        scan.add(path, "row-sum", f"row of member {m}, sample {start + i} sums to {sums[m, i]:.6g} "
+                 f"(rows must sum to 1 within {tol:.1e})")
+        return False
+    return True
+
+
+def _check_values(scan: Scan, parsed: Parsed) -> None:
+    C = parsed.header.n_classes
+    for (split, key), ds in parsed.nodes.items():
+        path = f"/splits/{split}/{key}"
+        try:
+            if key == "probs":
+                rows = block_rows(ds.shape[0], C, scan.limits.block_bytes)
+                for start, block in iter_blocks(ds, rows):
+                    if not _check_probs_block(scan, path, start, block):
+                        break
+            else:
+                values = ds[()]
+                if key == "labels":
+                    bad = (values < 0) | (values >= C)
+                    if bad.any():
+                        i = int(np.argmax(bad))
+                        scan.add(path, "label-range", f"labels must be in [0, {C}); found {values[i]} at index {i}")
+                else:
+                    order = np.argsort(values, kind="stable")
+                    dup = np.flatnonzero(values[order][1:] == values[order][:-1])
+                    if dup.size:
+                        first = int(np.min(order[dup + 1]))
+                        scan.add(path, "unique", f"sample ids must be unique; {values[first]} repeats at index {first}")
+        except (OSError, RuntimeError, ValueError) as exc:
+            # e.g. a fletcher32 checksum mismatch or a corrupt deflate stream
+            scan.add(path, "hdf5-read", f"reading the data failed: {exc}")
+
+
+def inspect_file(path: str | Path, limits: ReadLimits = ReadLimits(), *, check_values: bool = True
+                 ) -> tuple[Parsed | None, h5py.File | None, list[Finding]]:
+    """Run the whole pipeline; returns the parsed archive (None if any error), the open file, and all findings.
+
+    The caller owns the returned file and must close it. ``UnsupportedArchiveError`` is raised for a version
+    this ubench does not read.
+    """
+    path = str(path)
+    if is_partial_run(path):
+        return None, None, _partial_findings(path)
+    scan = Scan(path, limits)
+    if not check_container(scan):
+        return None, None, scan.findings
+    f = open_readonly(scan)
+    if f is None:
+        return None, None, scan.findings
+    parsed = None
+    try:
+        fmt = read_attr(scan, f, "ubench_format", "/")
+        version = read_attr(scan, f, "ubench_format_version", "/")
+        if not isinstance(fmt, str) or not isinstance(version, str):
+            scan.add("/", "format", "root attributes 'ubench_format' and 'ubench_format_version' must be strings; "
+                     "this is not a ubench prediction archive")
+            f.close()
+            return None, None, scan.findings
+        reader, note = reader_for(ArchiveSpec(fmt, version), path)
+        if note:
+            scan.add("/", "version", note, severity="note")
+        safe = walk(scan, f)
+        parsed = reader(scan, f, safe, version)
+        if parsed is not None and check_values and scan.ok:
+            _check_values(scan, parsed)
+    except UnsupportedArchiveError:
+        f.close()
+        raise
+    except (OSError, RuntimeError, KeyError, ValueError, TypeError) as exc:
+        # libhdf5 reports structural corruption through these; it is a property of the file, not a ubench bug.
+        scan.add("<file>", "hdf5-read", f"HDF5 failed while reading the file's structure: {exc}")
+    if not scan.ok:
+        f.close()
+        return None, None, scan.findings
+    return parsed, f, scan.findings
+
+
+def validate_archive(path: str | Path, limits: ReadLimits = ReadLimits()) -> list[Finding]:
+    """All findings for ``path`` (empty or notes/warnings only when the archive is valid)."""
+    try:
+        _, f, findings = inspect_file(path, limits)
+    except UnsupportedArchiveError as exc:
+        return [Finding("/", "version", "error", str(exc))]
+    if f is not None:
+        f.close()
+    return findings

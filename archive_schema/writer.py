@@ -1,0 +1,380 @@
+# SPDX-License-Identifier: MIT
+"""The one archive writer: members appended one at a time, each durable before ``add_member`` returns.
+
+While a run is in progress its state lives in a sidecar directory ``<out>.partial/``:
+
+``header.h5``
+    root attributes, splits, labels, sample ids and class names (written once, atomically), plus the run's
+    ``fingerprint`` (a hash of everything that defines the run).
+``members/000000.h5``, ``000001.h5``, …
+    one file per finished member, each written under a temporary name, fsync'd and renamed into place.
+``scalability.json``, ``scratch/``
+    optional scalability metadata, and room for the producer's own checkpoints.
+
+A process killed at any moment therefore leaves every finished member intact. Constructing a writer for the same
+output and the same configuration resumes after the last finished member; ``finalize`` assembles ``<out>``
+(temporary name in the same directory, then rename) and removes the sidecar. ``finalize_partial`` does the same for
+a partial run whose producer will not come back (``ubench finalize``).
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import hashlib
+import json
+import shutil
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from numpy.typing import ArrayLike
+
+from .. import __version__
+from ..metrics._validation import check_labels, check_probs
+from .archive import SplitSpec
+from .durable import atomic_path, fsync_dir
+from .errors import ArchiveError
+from .safe_h5py import h5py
+from .spec import CURRENT, MEMBER_KINDS, SPLIT_NAME
+
+__all__ = ["ArchiveWriter", "finalize_partial", "partial_dir_for", "chunk_shape", "DEFAULT_CHUNK_BYTES"]
+
+#: Target uncompressed chunk size of ``probs``; see SPEC.md "Storage layout" for the measurements behind it.
+DEFAULT_CHUNK_BYTES = 1 * 2**20
+#: deflate level of ``probs`` (with the shuffle filter); see SPEC.md "Storage layout".
+DEFAULT_DEFLATE = 1
+
+
+def partial_dir_for(path: str | Path) -> Path:
+    """The sidecar directory that holds an unfinished run of ``path``."""
+    path = Path(path)
+    return path.with_name(path.name + ".partial")
+
+
+def chunk_shape(n_samples: int, n_classes: int, itemsize: int, chunk_bytes: int = DEFAULT_CHUNK_BYTES) -> tuple:
+    """Chunks of one member by a run of whole samples: ``(1, rows, C)`` with ``rows * C * itemsize ~ chunk_bytes``.
+
+    A producer's member is one chunk row; the scorer's block of samples across all members reads M chunks.
+    """
+    rows = max(1, min(n_samples, chunk_bytes // max(1, n_classes * itemsize)))
+    return (1, rows, n_classes)
+
+
+def _json(obj: Any) -> str:
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"), allow_nan=False)
+
+
+def _sha(arr: np.ndarray | None) -> str | None:
+    return None if arr is None else hashlib.sha256(np.ascontiguousarray(arr).tobytes()).hexdigest()
+
+
+class ArchiveWriter:
+    """Write a prediction archive member by member (resuming an unfinished run of the same configuration).
+
+    Parameters
+    ----------
+    path : output archive path; must not exist unless ``overwrite``.
+    method, model, dataset : what produced the predictions (``dataset`` is the benchmark id).
+    n_classes : number of classes C.
+    splits : mapping of split name to ``SplitSpec``; every member gives predictions for every split.
+    class_names : optional C names.
+    config : JSON-serialisable hyperparameters of the run, stored verbatim.
+    framework, framework_version, description : provenance strings.
+    dtype : float32 (default) or float64 storage of the probabilities.
+    compression : ``"deflate"`` (shuffle + deflate, default) or ``None``.
+    overwrite : replace an existing finished archive at ``path``.
+
+    Examples
+    --------
+    >>> w = ArchiveWriter("run.h5", method="sgd", model="mlp", dataset="digits", n_classes=10,
+    ...                   splits={"test": SplitSpec(role="in_domain", dataset="digits", labels=y)})  # doctest: +SKIP
+    >>> for k in range(w.n_members, 5):                                                              # doctest: +SKIP
+    ...     w.add_member({"test": predict(k)}, seed=k)
+    >>> w.finalize()                                                                                 # doctest: +SKIP
+    """
+
+    def __init__(
+        self,
+        path: str | Path,
+        *,
+        method: str,
+        model: str,
+        dataset: str,
+        n_classes: int,
+        splits: Mapping[str, SplitSpec],
+        class_names: list[str] | tuple[str, ...] | None = None,
+        config: Mapping[str, Any] | None = None,
+        framework: str = "",
+        framework_version: str = "",
+        description: str = "",
+        dtype: type | np.dtype = np.float32,
+        compression: str | None = "deflate",
+        overwrite: bool = False,
+    ):
+        self.path = Path(path)
+        self.partial_dir = partial_dir_for(self.path)
+        dtype = np.dtype(dtype)
+        if dtype not in (np.dtype(np.float32), np.dtype(np.float64)):
+            raise ValueError(f"dtype must be float32 or float64; found {dtype} (float16 destroys small probabilities)")
+        if compression not in ("deflate", None):
+            raise ValueError(f"compression must be 'deflate' or None; found {compression!r}")
+        if int(n_classes) < 2:
+            raise ValueError(f"n_classes must be at least 2; found {n_classes}")
+        if not splits:
+            raise ValueError("splits must name at least one split")
+        if class_names is not None and len(class_names) != n_classes:
+            raise ValueError(f"class_names has {len(class_names)} names but n_classes is {n_classes}")
+        self.n_classes = int(n_classes)
+        self.dtype = dtype
+        self.compression = compression
+        self._splits: dict[str, tuple[SplitSpec, int, np.ndarray | None, np.ndarray | None]] = {}
+        for name, spec in splits.items():
+            if not SPLIT_NAME.match(name):
+                raise ValueError(f"split name {name!r} must match {SPLIT_NAME.pattern}")
+            spec.check(name)
+            n = spec.resolved_n_samples(name)
+            labels = None if spec.labels is None else check_labels(spec.labels, self.n_classes, f"labels of split {name!r}").astype(np.int64)
+            ids = None if spec.sample_ids is None else np.asarray(spec.sample_ids)
+            if ids is not None:
+                if ids.dtype.kind not in "iu" or ids.ndim != 1:
+                    raise ValueError(f"sample_ids of split {name!r} must be a 1-d integer array")
+                ids = ids.astype(np.int64)
+                if len(np.unique(ids)) != len(ids):
+                    raise ValueError(f"sample_ids of split {name!r} must be unique")
+            self._splits[name] = (spec, n, labels, ids)
+        self._attrs = {
+            "ubench_format": CURRENT.format,
+            "ubench_format_version": CURRENT.version,
+            "method": str(method),
+            "model": str(model),
+            "dataset": str(dataset),
+            "n_classes": self.n_classes,
+            "writer": f"ubench {__version__}",
+            "framework": str(framework),
+            "framework_version": str(framework_version),
+            "config": _json(dict(config or {})),
+            "description": str(description),
+        }
+        self.class_names = None if class_names is None else [str(c) for c in class_names]
+        self.fingerprint = self._fingerprint()
+        self._finalized = False
+        if self.path.exists() and not overwrite and not self.partial_dir.exists():
+            raise ArchiveError(f"{self.path} already exists; choose another output or pass overwrite=True")
+        if self.partial_dir.exists():
+            self._resume()
+        else:
+            self._start()
+
+    # -- set-up -------------------------------------------------------------------------------------------------
+    def _fingerprint(self) -> str:
+        body = {k: v for k, v in self._attrs.items() if k not in ("writer", "framework_version")}
+        body["dtype"] = self.dtype.str
+        body["class_names"] = self.class_names
+        body["splits"] = {
+            name: {
+                "role": spec.role,
+                "dataset": spec.dataset,
+                "n_samples": n,
+                "shift_kind": spec.shift_kind,
+                "shift_intensity": None if spec.shift_intensity is None else float(spec.shift_intensity),
+                "labels": _sha(labels),
+                "sample_ids": _sha(ids),
+            }
+            for name, (spec, n, labels, ids) in self._splits.items()
+        }
+        return hashlib.sha256(_json(body).encode()).hexdigest()
+
+    def _start(self) -> None:
+        self.partial_dir.mkdir(parents=True)
+        (self.partial_dir / "members").mkdir()
+        (self.partial_dir / "scratch").mkdir()
+        with atomic_path(self.partial_dir / "header.h5") as tmp, h5py.File(tmp, "w") as f:
+            f.attrs["fingerprint"] = self.fingerprint
+            f.attrs["created"] = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+            self._write_header(f)
+        fsync_dir(self.partial_dir.parent)
+        self.n_members = 0
+
+    def _resume(self) -> None:
+        header = self.partial_dir / "header.h5"
+        try:
+            with h5py.File(header, "r") as f:
+                found = f.attrs.get("fingerprint")
+        except (OSError, KeyError) as exc:
+            raise ArchiveError(f"{header} is unreadable ({exc}); remove {self.partial_dir} to start over") from exc
+        if found != self.fingerprint:
+            raise ArchiveError(
+                f"{self.partial_dir} holds an unfinished run with a different configuration "
+                "(method, model, data, splits, labels or hyperparameters differ); remove it to start over, "
+                "or choose another output"
+            )
+        self.n_members = len(_finished_members(self.partial_dir))
+        (self.partial_dir / "scratch").mkdir(exist_ok=True)
+
+    def _write_header(self, f: h5py.File) -> None:
+        for key, value in self._attrs.items():
+            f.attrs[key] = value
+        if self.class_names is not None:
+            f.create_dataset("classes", data=np.array(self.class_names, dtype=h5py.string_dtype()))
+        splits = f.create_group("splits")
+        splits.attrs["ubench_kind"] = "splits"
+        for name, (spec, n, labels, ids) in self._splits.items():
+            g = splits.create_group(name)
+            g.attrs["ubench_kind"] = "split"
+            g.attrs["role"] = spec.role
+            g.attrs["dataset"] = str(spec.dataset)
+            g.attrs["n_samples"] = np.int64(n)
+            if spec.role == "shift":
+                g.attrs["shift_kind"] = str(spec.shift_kind)
+                g.attrs["shift_intensity"] = np.float64(spec.shift_intensity)
+            if labels is not None:
+                g.create_dataset("labels", data=labels)
+            if ids is not None:
+                g.create_dataset("sample_ids", data=ids)
+
+    # -- the member loop ----------------------------------------------------------------------------------------
+    @property
+    def scratch_dir(self) -> Path:
+        """A directory for the producer's own checkpoints; removed by ``finalize``."""
+        return self.partial_dir / "scratch"
+
+    def add_member(
+        self,
+        probs: Mapping[str, ArrayLike],
+        *,
+        seed: int,
+        epoch: int = -1,
+        step: int = -1,
+        kind: str = "independent",
+        info: Mapping[str, Any] | None = None,
+    ) -> int:
+        """Append one member (an (N, C) probability array for every split); returns its index once durable."""
+        if self._finalized:
+            raise ArchiveError("the archive is finalized; no more members can be added")
+        if kind not in MEMBER_KINDS:
+            raise ValueError(f"kind must be one of {MEMBER_KINDS}; found {kind!r}")
+        if set(probs) != set(self._splits):
+            raise ValueError(
+                f"probs must have exactly the splits {sorted(self._splits)}; found {sorted(probs)}"
+            )
+        checked = {}
+        for name, (_, n, _, _) in self._splits.items():
+            arr = check_probs(probs[name], f"probs[{name!r}]")
+            if arr.shape != (n, self.n_classes):
+                raise ValueError(f"probs[{name!r}] must have shape {(n, self.n_classes)}; found {arr.shape}")
+            checked[name] = arr.astype(self.dtype, copy=False)
+        index = self.n_members
+        target = self.partial_dir / "members" / f"{index:06d}.h5"
+        with atomic_path(target) as tmp, h5py.File(tmp, "w") as f:
+            f.attrs.update({"seed": np.int64(seed), "epoch": np.int64(epoch), "step": np.int64(step), "kind": kind})
+            f.attrs["info"] = _json(dict(info or {}))
+            for name, arr in checked.items():
+                f.create_dataset(f"probs/{name}", data=arr)
+        self.n_members = index + 1
+        return index
+
+    def set_scalability(
+        self,
+        *,
+        n_parameters: int | None = None,
+        train_seconds: float | None = None,
+        predict_seconds: float | None = None,
+        device: str | None = None,
+        **extra: float | int | str,
+    ) -> None:
+        """Record scalability metadata (parameter count, training and prediction time, device)."""
+        values = {"n_parameters": n_parameters, "train_seconds": train_seconds,
+                  "predict_seconds": predict_seconds, "device": device, **extra}
+        values = {k: v for k, v in values.items() if v is not None}
+        with atomic_path(self.partial_dir / "scalability.json") as tmp:
+            tmp.write_text(_json(values))
+
+    def finalize(self) -> Path:
+        """Assemble the archive atomically at ``path`` and remove the partial directory."""
+        if self._finalized:
+            return self.path
+        out = finalize_partial(self.partial_dir, compression=self.compression, overwrite=True)
+        self._finalized = True
+        return out
+
+    def __enter__(self) -> ArchiveWriter:
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        # Only a clean exit finalizes; after an error the finished members stay in the partial directory.
+        if exc_type is None:
+            self.finalize()
+
+
+def _finished_members(partial_dir: Path) -> list[Path]:
+    """Member files 000000.h5, 000001.h5, … up to the first gap."""
+    found = []
+    while (p := partial_dir / "members" / f"{len(found):06d}.h5").exists():
+        found.append(p)
+    return found
+
+
+def finalize_partial(partial_dir: str | Path, *, compression: str | None = "deflate", overwrite: bool = False) -> Path:
+    """Assemble the archive from a partial run directory (``<out>.partial``) and remove the directory.
+
+    Returns the archive's path. Raises ``ArchiveError`` when there is no finished member, or when the target
+    exists and ``overwrite`` is false.
+    """
+    partial_dir = Path(partial_dir)
+    if partial_dir.suffix != ".partial" or not (partial_dir / "header.h5").is_file():
+        raise ArchiveError(f"{partial_dir} is not a partial ubench run (no header.h5 in a *.partial directory)")
+    out = partial_dir.with_name(partial_dir.name[: -len(".partial")])
+    if out.exists() and not overwrite:
+        raise ArchiveError(f"{out} already exists; remove it or pass overwrite")
+    members = _finished_members(partial_dir)
+    if not members:
+        raise ArchiveError(f"{partial_dir} holds no finished member yet; nothing to finalize")
+    scal_path = partial_dir / "scalability.json"
+    scalability = json.loads(scal_path.read_text()) if scal_path.exists() else None
+    with atomic_path(out) as tmp, h5py.File(partial_dir / "header.h5", "r") as head, h5py.File(tmp, "w") as f:
+        for key, value in head.attrs.items():
+            if key != "fingerprint":
+                f.attrs[key] = value
+        f.attrs["ubench_kind"] = "archive"
+        if "classes" in head:
+            head.copy("classes", f)
+        head.copy("splits", f)
+        n_classes = int(head.attrs["n_classes"])
+        _write_members_table(f, members)
+        for name in f["splits"]:
+            _write_probs(f["splits"][name], name, members, n_classes, compression)
+        if scalability:
+            g = f.create_group("scalability")
+            g.attrs["ubench_kind"] = "scalability"
+            for key, value in scalability.items():
+                g.attrs[key] = value
+    shutil.rmtree(partial_dir)
+    fsync_dir(out.parent)
+    return out
+
+
+def _write_members_table(f: h5py.File, members: list[Path]) -> None:
+    rows = []
+    for p in members:
+        with h5py.File(p, "r") as m:
+            rows.append({k: m.attrs[k] for k in ("seed", "epoch", "step", "kind", "info")})
+    g = f.create_group("members")
+    g.attrs["ubench_kind"] = "members"
+    for key in ("seed", "epoch", "step"):
+        g.create_dataset(key, data=np.array([int(r[key]) for r in rows], dtype=np.int64))
+    for key in ("kind", "info"):
+        g.create_dataset(key, data=np.array([str(r[key]) for r in rows], dtype=h5py.string_dtype()))
+
+
+def _write_probs(split: h5py.Group, name: str, members: list[Path], n_classes: int, compression: str | None) -> None:
+    n = int(split.attrs["n_samples"])
+    with h5py.File(members[0], "r") as m:
+        dtype = m[f"probs/{name}"].dtype
+    kwargs: dict[str, Any] = {"chunks": chunk_shape(n, n_classes, dtype.itemsize)}
+    if compression == "deflate":
+        kwargs.update(shuffle=True, compression="gzip", compression_opts=DEFAULT_DEFLATE)
+    ds = split.create_dataset("probs", shape=(len(members), n, n_classes), dtype=dtype, **kwargs)
+    for k, p in enumerate(members):
+        with h5py.File(p, "r") as m:
+            ds[k] = m[f"probs/{name}"][()]
