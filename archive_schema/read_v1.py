@@ -55,6 +55,12 @@ def _int(scan: Scan, obj, name: str, where: str) -> int | None:
     return int(value)
 
 
+def _kind(scan: Scan, obj, where: str, expected: str) -> None:
+    found = _str(scan, obj, "ubench_kind", where)
+    if found is not None and found != expected:
+        scan.add(where, "value", f"ubench_kind must be {expected!r}; found {found!r}")
+
+
 def _dataset(scan: Scan, group, name: str, where: str, safe: set[str], ndim: int, kinds: str,
              required: bool = True) -> h5py.Dataset | None:
     path = where.rstrip("/") + "/" + name
@@ -104,6 +110,7 @@ def _members(scan: Scan, f: h5py.File, safe: set[str]) -> tuple[MemberInfo, ...]
         scan.add("/members", "missing-group", "required group is missing")
         return None
     g = f["members"]
+    _kind(scan, g, "/members", "members")
     cols: dict[str, Any] = {}
     for key in ("seed", "epoch", "step"):
         ds = _dataset(scan, g, key, "/members", safe, 1, "iu")
@@ -158,6 +165,7 @@ def read_v1_0(scan: Scan, f: h5py.File, safe: set[str], version: str) -> Parsed 
         scan.add("/splits", "missing-group", "required group is missing")
         return None
     sg = f["splits"]
+    _kind(scan, sg, "/splits", "splits")
     if len(sg) == 0:
         scan.add("/splits", "empty", "an archive needs at least one split")
     if len(sg) > scan.limits.max_splits:
@@ -175,6 +183,7 @@ def read_v1_0(scan: Scan, f: h5py.File, safe: set[str], version: str) -> Parsed 
         if not isinstance(g, h5py.Group):
             scan.add(where, "object-type", "each split must be a group")
             continue
+        _kind(scan, g, where, "split")
         role = _str(scan, g, "role", where)
         if role is not None and role not in ROLES:
             scan.add(where, "value", f"role must be one of {ROLES}; found {role!r}")

@@ -1,0 +1,166 @@
+# SPDX-License-Identifier: MIT
+"""The ``ubench`` command line: parse, call the library, format. No metric code lives here.
+
+Exit codes: 0 success (archive valid); 1 archive invalid or rejected (findings printed); 2 usage error or a file
+that cannot be read as an archive at all.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import click
+
+from . import __version__
+
+EPILOG = (
+    "Exit codes: 0 success (archive valid); 1 archive invalid or rejected (findings printed); "
+    "2 usage error or a file that cannot be read as an archive at all."
+)
+
+_ARCHIVE = click.Path(exists=False, path_type=Path)
+
+
+def _dump_json(obj) -> str:
+    return json.dumps(obj, indent=2, sort_keys=True, allow_nan=False)
+
+
+def _exit_code(findings) -> int:
+    from .archive_schema.scan import UNREADABLE_CHECKS
+
+    errors = [f for f in findings if f.severity == "error"]
+    if not errors:
+        return 0
+    return 2 if any(f.check in UNREADABLE_CHECKS for f in errors) else 1
+
+
+def _echo_findings(findings, *, err: bool = False) -> None:
+    for f in findings:
+        click.echo(str(f), err=err)
+
+
+@click.group(epilog=EPILOG)
+@click.version_option(__version__, prog_name="ubench")
+def cli() -> None:
+    """ubench: score uncertainty estimates the way the papers say they must be scored."""
+
+
+@cli.command(epilog=EPILOG)
+@click.argument("archive", type=_ARCHIVE)
+@click.option("--json", "as_json", is_flag=True, help="Print the findings as JSON.")
+def validate(archive: Path, as_json: bool) -> None:
+    """Check an archive against the spec and the reader's safety limits; list every finding.
+
+    \b
+    ubench validate run.h5
+    ubench validate upload.h5 --json
+    """
+    from .archive_schema import validate_archive
+
+    findings = validate_archive(archive)
+    code = _exit_code(findings)
+    if as_json:
+        click.echo(_dump_json({"archive": str(archive), "valid": code == 0, "exit_code": code,
+                               "findings": [f.to_dict() for f in findings]}))
+    else:
+        _echo_findings(findings)
+        click.echo(f"{archive}: {'valid' if code == 0 else 'INVALID' if code == 1 else 'UNREADABLE'}"
+                   f" ({sum(f.severity == 'error' for f in findings)} error(s))")
+    sys.exit(code)
+
+
+def _open_or_exit(archive: Path, **kwargs):
+    """Open an archive through the safe reader, or print its findings and exit with the right code."""
+    from .archive_schema import (ArchiveError, InvalidArchiveError, UnreadableArchiveError,
+                                 UnsupportedArchiveError, open_archive)
+
+    try:
+        return open_archive(archive, **kwargs)
+    except (InvalidArchiveError, UnreadableArchiveError) as exc:
+        _echo_findings([f for f in exc.findings if f.severity == "error"], err=True)
+        click.echo(f"{archive}: rejected (run `ubench validate {archive}` for every finding)", err=True)
+        sys.exit(_exit_code(exc.findings) or 1)
+    except UnsupportedArchiveError as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(1)
+    except ArchiveError as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(1)
+
+
+def _human_bytes(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} GiB"
+
+
+@cli.command(epilog=EPILOG)
+@click.argument("archive", type=_ARCHIVE)
+@click.option("--json", "as_json", is_flag=True, help="Print the description as JSON.")
+def inspect(archive: Path, as_json: bool) -> None:
+    """Describe an archive: metadata, splits with roles and shapes, members, sizes on disk.
+
+    \b
+    ubench inspect examples/digits_ensemble.h5
+    """
+    from .archive_schema.describe import describe_archive
+
+    with _open_or_exit(archive, check_values=False) as reader:
+        info = describe_archive(reader)
+    if as_json:
+        click.echo(_dump_json(info))
+        return
+    click.echo(f"archive   {info['path']}  ({_human_bytes(info['file_bytes'])}, format {info['format_version']})")
+    for key in ("method", "model", "dataset", "n_classes", "n_members"):
+        click.echo(f"{key:<9} {info[key]}")
+    for key, value in info["provenance"].items():
+        click.echo(f"{key:<9} {value}")
+    if info["class_names"]:
+        click.echo(f"classes   {', '.join(info['class_names'])}")
+    if info["scalability"]:
+        click.echo("scalability " + ", ".join(f"{k}={v}" for k, v in sorted(info["scalability"].items())))
+    click.echo("")
+    click.echo(f"{'split':<24} {'role':<10} {'dataset':<16} {'shift':<18} {'shape (M, N, C)':<20} "
+               f"{'dtype':<8} {'stored':>10} labels ids")
+    for s in info["splits"]:
+        shift = f"{s['shift_kind']}@{s['shift_intensity']:g}" if s["role"] == "shift" else "-"
+        click.echo(f"{s['name']:<24} {s['role']:<10} {s['dataset']:<16} {shift:<18} {str(tuple(s['shape'])):<20} "
+                   f"{s['dtype']:<8} {_human_bytes(s['stored_bytes']):>10} "
+                   f"{'yes' if s['has_labels'] else 'no':<6} {'yes' if s['has_sample_ids'] else 'no'}")
+    click.echo("")
+    kinds = sorted({m["kind"] for m in info["members"]})
+    seeds = [m["seed"] for m in info["members"]]
+    click.echo(f"members   {len(seeds)} ({', '.join(kinds)}); seeds {seeds[:10]}{' …' if len(seeds) > 10 else ''}")
+    if info["config"]:
+        click.echo("config    " + json.dumps(info["config"], sort_keys=True)[:400])
+
+
+@cli.command(epilog=EPILOG)
+@click.argument("partial", type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.option("--overwrite", is_flag=True, help="Replace an existing archive at the target path.")
+def finalize(partial: Path, overwrite: bool) -> None:
+    """Write the archive of an unfinished producer run from the members it finished.
+
+    \b
+    ubench finalize run.h5.partial      # writes run.h5
+    """
+    from .archive_schema import ArchiveError, finalize_partial
+
+    try:
+        out = finalize_partial(partial, overwrite=overwrite)
+    except ArchiveError as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(1)
+    click.echo(str(out))
+
+
+def main() -> None:
+    cli()
+
+
+if __name__ == "__main__":
+    main()
