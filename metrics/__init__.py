@@ -1,1 +1,83 @@
 # SPDX-License-Identifier: MIT
+"""ubench.metrics: framework-agnostic NumPy/SciPy metrics over ``probs`` (N, C), ``member_probs`` (M, N, C) and
+integer ``labels`` (N,). The public surface is the explicit list of re-exports below."""
+
+from ._validation import UndefinedMetricError
+from .calibration import (
+    ReliabilityBins,
+    adaptive_calibration_error,
+    classwise_calibration_error,
+    classwise_uce_error,
+    expected_calibration_error,
+    max_calibration_error,
+    reliability_bins,
+    tace_error,
+    uce_error,
+)
+from .classification import (
+    BrierDecomposition,
+    accuracy_score,
+    brier_decomposition,
+    brier_loss,
+    nll_loss,
+    nll_loss_from_logits,
+)
+from .ensemble import ensemble_mean_probs, smooth_probs
+from .ranking import (
+    DetectionScores,
+    auroc_score,
+    average_precision_score,
+    detection_scores,
+    fpr_at_tpr,
+    misclassification_scores,
+    ood_detection_scores,
+)
+from .uncertainty import (
+    UncertaintyDecomposition,
+    confidence,
+    expected_entropy,
+    mutual_information,
+    normalized_entropy,
+    predictive_entropy,
+    uncertainty_decomposition,
+)
+
+__all__ = [
+    "UndefinedMetricError",
+    # classification
+    "accuracy_score",
+    "nll_loss",
+    "nll_loss_from_logits",
+    "brier_loss",
+    "brier_decomposition",
+    "BrierDecomposition",
+    # calibration
+    "expected_calibration_error",
+    "max_calibration_error",
+    "adaptive_calibration_error",
+    "classwise_calibration_error",
+    "tace_error",
+    "reliability_bins",
+    "ReliabilityBins",
+    "uce_error",
+    "classwise_uce_error",
+    # uncertainty
+    "predictive_entropy",
+    "expected_entropy",
+    "mutual_information",
+    "normalized_entropy",
+    "confidence",
+    "uncertainty_decomposition",
+    "UncertaintyDecomposition",
+    # ranking and detection
+    "auroc_score",
+    "average_precision_score",
+    "fpr_at_tpr",
+    "detection_scores",
+    "DetectionScores",
+    "misclassification_scores",
+    "ood_detection_scores",
+    # ensembles
+    "ensemble_mean_probs",
+    "smooth_probs",
+]
