@@ -1,0 +1,33 @@
+# SPDX-License-Identifier: MIT
+"""The producer methods by name, without importing torch (the command lists them in its help)."""
+
+from __future__ import annotations
+
+import importlib
+
+__all__ = ["METHODS", "load_method"]
+
+#: method name -> "module:Class" inside ``ubench.producers``.
+METHODS: dict[str, str] = {
+    "sgd": "sgd:SGDPointEstimate",
+    "deep_ensemble": "deep_ensemble:DeepEnsemble",
+    "mc_dropout": "mc_dropout:MCDropout",
+    "gaussian_dropout": "gaussian_dropout:MCGaussianDropout",
+    "swag_diag": "swag:SWAGDiagonal",
+    "swag": "swag:SWAG",
+    "sse": "snapshot_ensemble:SnapshotEnsemble",
+    "fge": "fge:FastGeometricEnsemble",
+    "sgld": "sgld:SGLD",
+    "sghmc": "sghmc:SGHMC",
+    "csgld": "cyclical_sgmcmc:CyclicalSGLD",
+    "csghmc": "cyclical_sgmcmc:CyclicalSGHMC",
+    "tta": "tta:TestTimeAugmentation",
+}
+
+
+def load_method(name: str) -> type:
+    """The :class:`~ubench.producers.torch_trainer.Method` subclass of ``name`` (imports torch)."""
+    if name not in METHODS:
+        raise ValueError(f"unknown method {name!r}; known: {', '.join(METHODS)}")
+    module, cls = METHODS[name].split(":")
+    return getattr(importlib.import_module(f"ubench.producers.{module}"), cls)

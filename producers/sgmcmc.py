@@ -1,0 +1,81 @@
+# SPDX-License-Identifier: MIT
+"""Stochastic-gradient MCMC: the sampler step shared by SGLD, SGHMC and their cyclical variants.
+
+The parameterisation is that of the cyclical SG-MCMC code (Zhang et al. 2020) which URSABench follows: with the
+mean loss over a batch, rate ``lr``, friction ``alpha`` and ``N`` training points,
+
+.. math::
+    v \\leftarrow (1 - \\alpha) v - \\mathrm{lr} \\, (\\nabla \\bar L + \\lambda \\theta)
+          + \\sqrt{2 \\, \\mathrm{lr} \\, \\alpha \\, T / N} \\; \\varepsilon, \\qquad \\theta \\leftarrow \\theta + v
+
+SGHMC for ``alpha < 1``; ``alpha = 1`` is SGLD (no momentum). The Gaussian prior of standard deviation
+``prior_std`` enters as the weight decay :math:`\\lambda = 1 / (\\sigma^2 N)`; ``T`` is the temperature.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from .torch_trainer import Method
+
+__all__ = ["SGMCMC", "SGMCMCMethod"]
+
+
+class SGMCMC(torch.optim.Optimizer):
+    """The SGHMC/SGLD update above; param groups carry ``lr``, ``friction``, ``weight_decay``, ``n_data``,
+    ``temperature`` and ``noise`` (False during cyclical exploration, which is then SGD with momentum)."""
+
+    def __init__(self, params, *, lr, friction, weight_decay, n_data, temperature=1.0):
+        if not 0.0 < friction <= 1.0:
+            raise ValueError(f"friction must be in (0, 1]; got {friction}")
+        defaults = dict(lr=lr, friction=friction, weight_decay=weight_decay, n_data=n_data,
+                        temperature=temperature, noise=True)
+        super().__init__(params, defaults)
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        for group in self.param_groups:
+            lr, alpha = group["lr"], group["friction"]
+            noise_std = math.sqrt(2.0 * lr * alpha * group["temperature"] / group["n_data"])
+            for p in group["params"]:
+                if p.grad is None:
+                    continue
+                d_p = p.grad.add(p, alpha=group["weight_decay"])
+                if alpha < 1.0:
+                    state = self.state[p]
+                    if "momentum_buffer" not in state:
+                        state["momentum_buffer"] = torch.zeros_like(p)
+                    v = state["momentum_buffer"]
+                    v.mul_(1.0 - alpha).add_(d_p, alpha=-lr)
+                else:
+                    v = d_p.mul_(-lr)
+                if group["noise"]:
+                    v.add_(torch.randn_like(p), alpha=noise_std)
+                p.add_(v)
+
+
+class SGMCMCMethod(Method):
+    """A sampler whose members are the weights at given epochs of one chain. Subclasses set ``schedule``,
+    ``snapshot_epochs`` and the defaults (``lr``, ``prior_std``, ``temperature``, and ``friction`` unless SGLD)."""
+
+    member_kind = "posterior_sample"
+    shape = "trajectory"
+    default_members = 20
+
+    def friction(self) -> float:
+        return float(self.hp.get("friction", 1.0))
+
+    def make_optimizer(self, model):
+        return SGMCMC(
+            model.parameters(),
+            lr=self.hp["lr"],
+            friction=self.friction(),
+            weight_decay=1.0 / (self.hp["prior_std"] ** 2 * self.n_train),
+            n_data=self.n_train,
+            temperature=self.hp["temperature"],
+        )
+
+    def total_epochs(self):
+        return self.snapshot_epochs()[-1]

@@ -1,0 +1,142 @@
+# SPDX-License-Identifier: MIT
+"""A producer's task: the training set and every split it predicts on (in-domain test, OOD sets, shifted copies).
+
+numpy only. The OOD sets are brought to the in-domain image shape (:func:`~ubench.producers.datasets.resize_images`);
+the shifted splits are the (optionally subsampled) test set under each :class:`~ubench.producers.shifts.Shift`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+from numpy.typing import NDArray
+
+from .datasets import ImageSet, load_dataset, resize_images
+from .shifts import BLUR_SIGMAS, NOISE_STDS, SHIFT_KINDS, apply_shift, default_shifts, uniform_noise_images
+
+__all__ = ["DEFAULT_OOD", "SplitData", "Task", "build_task"]
+
+# The natural OOD pairings: Fashion-MNIST against MNIST and notMNIST (the data README), CIFAR against SVHN.
+DEFAULT_OOD: dict[str, tuple[str, ...]] = {
+    "digits": ("uniform",),
+    "fashion-mnist": ("mnist", "notmnist", "uniform"),
+    "mnist": ("fashion-mnist", "notmnist", "uniform"),
+    "kmnist": ("mnist", "uniform"),
+    "cifar10": ("svhn", "uniform"),
+    "cifar100": ("svhn", "uniform"),
+}
+
+
+@dataclass(frozen=True)
+class SplitData:
+    """Images of one split and what the archive records about it."""
+
+    role: str  # "in_domain", "ood", "shift"
+    dataset: str
+    images: NDArray[np.float32]
+    labels: NDArray[np.int64] | None
+    sample_ids: NDArray[np.int64]
+    shift_kind: str | None = None
+    shift_intensity: float | None = None
+
+
+@dataclass(frozen=True)
+class Task:
+    """Training data plus named prediction splits; ``mean``/``std`` are the training set's pixel statistics the
+    model normalises with."""
+
+    dataset: str
+    train: ImageSet
+    splits: dict[str, SplitData]
+    n_classes: int
+    class_names: tuple[str, ...] | None
+    mean: float
+    std: float
+    settings: dict = field(default_factory=dict)
+
+    @property
+    def input_shape(self) -> tuple[int, int, int]:
+        return tuple(self.train.images.shape[1:])  # type: ignore[return-value]
+
+
+def _subsample(n_total: int, n: int | None, seed: int) -> NDArray[np.int64]:
+    if n is None or n >= n_total:
+        return np.arange(n_total, dtype=np.int64)
+    return np.sort(np.random.default_rng(seed).choice(n_total, size=n, replace=False)).astype(np.int64)
+
+
+def build_task(
+    dataset: str,
+    *,
+    ood: tuple[str, ...] | None = None,
+    shift_kinds: tuple[str, ...] = SHIFT_KINDS,
+    train_samples: int | None = None,
+    test_samples: int | None = None,
+    shift_samples: int | None = None,
+    ood_samples: int | None = None,
+    data_dirs: tuple = (),
+    download: bool = False,
+    data_seed: int = 0,
+) -> Task:
+    """Load ``dataset`` and build its splits.
+
+    Parameters
+    ----------
+    dataset : str
+        A name :func:`~ubench.producers.datasets.load_dataset` knows.
+    ood : tuple of str, optional
+        OOD dataset names, or ``"uniform"`` for uniform noise; default :data:`DEFAULT_OOD` for the dataset (uniform
+        noise only for an unknown one).
+    shift_kinds : tuple of str
+        Which shift families to add (``()`` for none).
+    train_samples, test_samples, shift_samples, ood_samples : int, optional
+        Random subsets (seeded by ``data_seed``) for quick runs; ``shift_samples`` subsamples the test set that the
+        shifts are applied to. ``None`` keeps everything.
+    data_seed : int
+        Seed of the subsets and of the noise (uniform OOD, Gaussian-noise shift); fixed by default so that every
+        method of a benchmark sees the same splits.
+    """
+    train = load_dataset(dataset, train=True, data_dirs=data_dirs, download=download)
+    test = load_dataset(dataset, train=False, data_dirs=data_dirs, download=download)
+    train = train.take(_subsample(len(train), train_samples, data_seed))
+    test = test.take(_subsample(len(test), test_samples, data_seed + 1))
+    n_classes = int(max(train.labels.max(), test.labels.max())) + 1
+    shape = train.images.shape[1:]
+    splits: dict[str, SplitData] = {
+        "test": SplitData("in_domain", dataset, test.images, test.labels, test.sample_ids)
+    }
+    for i, name in enumerate(ood if ood is not None else DEFAULT_OOD.get(dataset, ("uniform",))):
+        if name == "uniform":
+            n = ood_samples or len(test)
+            images = uniform_noise_images(n, shape, seed=data_seed + 100 + i)
+            splits["ood_uniform"] = SplitData("ood", "uniform-noise", images, None, np.arange(n, dtype=np.int64))
+            continue
+        other = load_dataset(name, train=False, data_dirs=data_dirs, download=download)
+        other = other.take(_subsample(len(other), ood_samples, data_seed + 100 + i))
+        images = resize_images(other.images, *shape)
+        splits[f"ood_{name.replace('-', '_')}"] = SplitData("ood", name, images, None, other.sample_ids)
+    shifted = test.take(_subsample(len(test), shift_samples, data_seed + 2))
+    for j, shift in enumerate(default_shifts(shape[-1], tuple(shift_kinds))):
+        images = apply_shift(shifted.images, shift, seed=data_seed + 200 + j)
+        splits[shift.split_name] = SplitData(
+            "shift", dataset, images, shifted.labels, shifted.sample_ids, shift.kind, shift.intensity
+        )
+    mean = float(train.images.mean(dtype=np.float64))
+    std = float(train.images.std(dtype=np.float64)) or 1.0
+    settings = {
+        "dataset": dataset,
+        "ood": [s.dataset for s in splits.values() if s.role == "ood"],
+        "shift_kinds": list(shift_kinds),
+        "train_samples": len(train),
+        "test_samples": len(test),
+        "shift_samples": len(shifted),
+        "ood_samples": ood_samples,
+        "data_seed": data_seed,
+        "normalize_mean": mean,
+        "normalize_std": std,
+        "noise_stds": list(NOISE_STDS),
+        "blur_sigmas": list(BLUR_SIGMAS),
+    }
+    return Task(dataset, train, splits, n_classes, train.class_names or test.class_names, mean, std, settings)
+

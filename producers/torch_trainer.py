@@ -1,0 +1,496 @@
+# SPDX-License-Identifier: MIT
+"""The machinery every PyTorch producer shares: device and determinism set-up, the epoch loop with resumable
+checkpoints, batched softmax prediction over the splits, and the member loop around the archive writer.
+
+A method (one module each in ``producers/``) subclasses :class:`Method` and says only what is its own: its
+hyperparameters and their defaults, its learning-rate (and noise) schedule, its optimiser, at which epochs a
+trajectory yields members, what state it accumulates (SWAG's moments), and how a member is drawn after training
+(a dropout mask, a SWAG weight sample, an augmentation). Three shapes of method are driven by :func:`run_method`:
+
+* independent: each member is its own training run from its own initialisation (SGD, deep ensembles);
+* trajectory: one run yields members at given epochs (snapshot ensembles, FGE, SG-MCMC samplers);
+* posterior: one run, then members drawn from what it learned (MC dropout, SWAG, test-time augmentation).
+
+Resumption. Every epoch ends with an atomic checkpoint (temporary file, then ``os.replace``) in the writer's
+``scratch_dir``. Each epoch reseeds torch from ``(seed, trajectory, epoch)``, so a run resumed from a checkpoint
+follows the same path as an uninterrupted one on the CPU. A member whose index is below ``writer.n_members`` is
+already on disk and is never produced again.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ClassVar
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .models import build_model, count_parameters
+from .task import Task
+
+__all__ = [
+    "BASE_DEFAULTS",
+    "Method",
+    "Progress",
+    "RunSettings",
+    "derive_seed",
+    "configure_torch",
+    "resolve_device",
+    "pitfalls_schedule",
+    "predict_splits",
+    "random_crop_flip",
+    "run_method",
+    "train_epoch",
+]
+
+#: Training hyperparameters of the plain SGD runs; the base schedule is Pitfalls' eq. (6) (appendix B).
+BASE_DEFAULTS: dict[str, Any] = {
+    "epochs": 20,
+    "lr": 0.05,
+    "momentum": 0.9,
+    "weight_decay": 5e-4,
+}
+
+
+def derive_seed(*parts: int) -> int:
+    """A 63-bit seed from a tuple of integers (independent streams for runs, members and epochs)."""
+    return int(np.random.SeedSequence([int(p) & 0xFFFFFFFF for p in parts]).generate_state(2, np.uint64)[0] >> 1)
+
+
+def resolve_device(device: str) -> torch.device:
+    """``"auto"`` is CUDA when available, else the CPU; anything else is passed to ``torch.device``."""
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(device)
+
+
+def configure_torch(*, threads: int | None = None) -> None:
+    """Deterministic algorithms where torch has them (a warning, not an error, where it does not)."""
+    # cuBLAS needs this workspace setting to be deterministic; it must be set before CUDA initialises.
+    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    torch.backends.cudnn.benchmark = False
+    if threads is not None:
+        torch.set_num_threads(int(threads))
+
+
+def pitfalls_schedule(t: float, lr: float, total_epochs: int) -> float:
+    """Pitfalls appendix B eq. (6): ``lr`` for the first half, linear decay to ``0.01 lr`` by 90%, then flat.
+    ``t`` is the (fractional) number of epochs done."""
+    u = t / max(total_epochs, 1)
+    if u <= 0.5:
+        return lr
+    if u < 0.9:
+        return lr * (1.0 - 0.99 * (u - 0.5) / 0.4)
+    return lr * 0.01
+
+
+def random_crop_flip(x: torch.Tensor, generator: torch.Generator, *, pad: int, flip: bool) -> torch.Tensor:
+    """Random translation by up to ``pad`` pixels (zero padding, then a crop back to size) and, when ``flip``, a
+    random horizontal flip; one draw per image from ``generator`` (which lives on the CPU)."""
+    n, _, h, w = x.shape
+    if pad > 0:
+        offsets = torch.randint(0, 2 * pad + 1, (2, n), generator=generator).to(x.device)
+        padded = F.pad(x, (pad, pad, pad, pad))
+        rows = offsets[0][:, None] + torch.arange(h, device=x.device)[None, :]
+        cols = offsets[1][:, None] + torch.arange(w, device=x.device)[None, :]
+        batch = torch.arange(n, device=x.device)[:, None, None]
+        x = padded.permute(0, 2, 3, 1)[batch, rows[:, :, None], cols[:, None, :]].permute(0, 3, 1, 2)
+    if flip:
+        mask = (torch.rand(n, generator=generator) < 0.5).to(x.device)
+        x = torch.where(mask[:, None, None, None], x.flip(-1), x)
+    return x.contiguous()
+
+
+class Progress:
+    """What the member and epoch loops report; the default reports nothing (the command draws bars)."""
+
+    def member(self, index: int, total: int, label: str) -> None:
+        """Work on member ``index`` (0-based) of ``total`` starts."""
+
+    def epochs(self, total: int, done: int, label: str) -> None:
+        """A training run of ``total`` epochs starts, ``done`` of them already finished."""
+
+    def epoch_done(self, epoch: int, loss: float) -> None:
+        """Epoch ``epoch`` (1-based) finished with mean training loss ``loss``."""
+
+    def close(self) -> None:
+        """The run is over."""
+
+
+@dataclass(frozen=True)
+class RunSettings:
+    """What defines a run besides the task and the method's hyperparameters."""
+
+    model: str
+    members: int
+    seed: int
+    batch_size: int = 128
+    predict_batch_size: int = 1000
+    device: str = "auto"
+
+    def record(self) -> dict:
+        """The settings that define the run's results (the device does not; a run may resume elsewhere)."""
+        return {"model": self.model, "members": self.members, "seed": self.seed, "batch_size": self.batch_size}
+
+
+class Method:
+    """One uncertainty method. Subclasses set the class attributes and override what differs.
+
+    Attributes
+    ----------
+    name : the method's name on the command line and in the archive.
+    member_kind : the archive's member kind.
+    shape : ``"independent"``, ``"trajectory"`` or ``"posterior"`` (see the module docstring).
+    defaults : hyperparameters and their defaults (recorded in the archive's config).
+    default_members, max_members : the number of members by default and at most.
+    dropout : ``"none"``, ``"bernoulli"`` or ``"gaussian"``; the rate is the hyperparameter ``dropout_rate``.
+    """
+
+    name: ClassVar[str] = ""
+    member_kind: ClassVar[str] = "independent"
+    shape: ClassVar[str] = "independent"
+    defaults: ClassVar[dict[str, Any]] = dict(BASE_DEFAULTS)
+    default_members: ClassVar[int] = 1
+    max_members: ClassVar[int | None] = None
+    dropout: ClassVar[str] = "none"
+    summary: ClassVar[str] = ""
+
+    def __init__(self, hyper: Mapping[str, Any], *, n_members: int, n_train: int) -> None:
+        self.hp = dict(hyper)
+        self.n_members = int(n_members)
+        self.n_train = int(n_train)
+
+    # -- hyperparameters -----------------------------------------------------------------------------------------
+    @classmethod
+    def resolve_hyperparameters(cls, overrides: Mapping[str, Any]) -> dict[str, Any]:
+        """The defaults updated with ``overrides`` (cast to each default's type); unknown names raise."""
+        unknown = sorted(set(overrides) - set(cls.defaults))
+        if unknown:
+            raise ValueError(
+                f"{cls.name} has no hyperparameter {', '.join(map(repr, unknown))}; "
+                f"it has: {', '.join(sorted(cls.defaults))}"
+            )
+        out = dict(cls.defaults)
+        for key, value in overrides.items():
+            out[key] = _cast_like(cls.defaults[key], value, key)
+        return out
+
+    # -- the training run ----------------------------------------------------------------------------------------
+    def total_epochs(self) -> int:
+        """Epochs of one training run."""
+        return int(self.hp["epochs"])
+
+    def schedule(self, t: float) -> dict[str, Any]:
+        """Optimizer param-group values (``lr``, and e.g. ``noise``) after ``t`` (fractional) epochs."""
+        return {"lr": pitfalls_schedule(t, self.hp["lr"], self.total_epochs())}
+
+    def make_optimizer(self, model: nn.Module) -> torch.optim.Optimizer:
+        """The optimiser; plain SGD with momentum and weight decay by default."""
+        return torch.optim.SGD(
+            model.parameters(), lr=self.hp["lr"], momentum=self.hp["momentum"], weight_decay=self.hp["weight_decay"]
+        )
+
+    def augment_training(self) -> tuple[int, bool] | None:
+        """``(pad, flip)`` for random crops and flips of training batches, or None for no augmentation."""
+        return None
+
+    def snapshot_epochs(self) -> list[int]:
+        """Trajectory methods: the epoch (1-based) at whose end each member is taken, in member order."""
+        return []
+
+    def init_state(self, model: nn.Module) -> dict[str, Any]:
+        """State the method accumulates during training (tensors and numbers; saved in checkpoints)."""
+        return {}
+
+    def on_epoch_end(self, model: nn.Module, state: dict[str, Any], epoch: int) -> None:
+        """Called after each epoch's optimisation, before the epoch's checkpoint."""
+
+    # -- members -------------------------------------------------------------------------------------------------
+    def member_predictor(
+        self, model: nn.Module, state: dict[str, Any], ctx: "TrainContext", seed: int
+    ) -> Callable[[torch.Tensor, torch.Generator], torch.Tensor]:
+        """A function from an input batch (and a CPU generator seeded for this member and split) to logits.
+        By default: the model itself in evaluation mode."""
+        model.eval()
+        return lambda x, gen: model(x)
+
+    def member_info(self, index: int, epoch: int) -> dict[str, Any]:
+        """Free metadata stored with a member."""
+        return {}
+
+
+def _cast_like(default: Any, value: Any, key: str) -> Any:
+    """Cast a (possibly string) override to the type of its default."""
+    if isinstance(default, bool):
+        if isinstance(value, str):
+            if value.lower() in ("1", "true", "yes", "on"):
+                return True
+            if value.lower() in ("0", "false", "no", "off"):
+                return False
+            raise ValueError(f"hyperparameter {key!r} must be true or false; got {value!r}")
+        return bool(value)
+    try:
+        if isinstance(default, int):
+            as_float = float(value)
+            if not as_float.is_integer():
+                raise ValueError
+            return int(as_float)
+        if isinstance(default, float):
+            out = float(value)
+            if not math.isfinite(out):
+                raise ValueError
+            return out
+    except (TypeError, ValueError):
+        raise ValueError(f"hyperparameter {key!r} must be a finite {type(default).__name__}; got {value!r}") from None
+    return type(default)(value)
+
+
+@dataclass
+class TrainContext:
+    """Everything a training run needs, on the run's device."""
+
+    task: Task
+    settings: RunSettings
+    device: torch.device
+    x_train: torch.Tensor
+    y_train: torch.Tensor
+
+    @classmethod
+    def create(cls, task: Task, settings: RunSettings) -> "TrainContext":
+        device = resolve_device(settings.device)
+        return cls(
+            task,
+            settings,
+            device,
+            torch.from_numpy(task.train.images).to(device),
+            torch.from_numpy(task.train.labels).to(device),
+        )
+
+    def new_model(self, method: Method, seed: int) -> nn.Module:
+        torch.manual_seed(seed)
+        model = build_model(
+            self.settings.model,
+            self.task.input_shape,
+            self.task.n_classes,
+            mean=self.task.mean,
+            std=self.task.std,
+            dropout=method.dropout,
+            p=float(method.hp.get("dropout_rate", 0.0)),
+        )
+        return model.to(self.device)
+
+
+def train_epoch(
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    method: Method,
+    ctx: TrainContext,
+    *,
+    epoch: int,
+    seed: int,
+) -> tuple[float, int]:
+    """One pass over the training set in a seeded random order; returns (mean loss, number of steps)."""
+    n = len(ctx.y_train)
+    batch_size = ctx.settings.batch_size
+    n_batches = math.ceil(n / batch_size)
+    order_gen = torch.Generator().manual_seed(seed)
+    order = torch.randperm(n, generator=order_gen).to(ctx.device)
+    # Dropout masks and sampler noise come from the global generator, reseeded per epoch for resumability.
+    torch.manual_seed(derive_seed(seed, 1))
+    augment = method.augment_training()
+    model.train()
+    total = torch.zeros((), dtype=torch.float64, device=ctx.device)
+    for b in range(n_batches):
+        index = order[b * batch_size: (b + 1) * batch_size]
+        x, y = ctx.x_train[index], ctx.y_train[index]
+        if augment is not None:
+            x = random_crop_flip(x, order_gen, pad=augment[0], flip=augment[1])
+        for group in optimizer.param_groups:
+            group.update(method.schedule(epoch - 1 + b / n_batches))
+        optimizer.zero_grad(set_to_none=True)
+        loss = F.cross_entropy(model(x), y)
+        loss.backward()
+        optimizer.step()
+        total += loss.detach().double() * len(y)
+    mean_loss = float(total) / n
+    if not math.isfinite(mean_loss):
+        raise FloatingPointError(f"{method.name}: training loss became {mean_loss} in epoch {epoch}; lower the lr")
+    return mean_loss, n_batches
+
+
+@torch.no_grad()
+def predict_splits(
+    predictor: Callable[[torch.Tensor, torch.Generator], torch.Tensor],
+    task: Task,
+    *,
+    device: torch.device,
+    batch_size: int,
+    seed: int,
+) -> dict[str, np.ndarray]:
+    """Softmax probabilities (float32, computed in float64) of ``predictor`` on every split, in batches."""
+    out = {}
+    for i, (name, split) in enumerate(task.splits.items()):
+        gen = torch.Generator().manual_seed(derive_seed(seed, i))
+        torch.manual_seed(derive_seed(seed, i, 1))
+        parts = []
+        for start in range(0, len(split.images), batch_size):
+            x = torch.from_numpy(split.images[start: start + batch_size]).to(device)
+            logits = predictor(x, gen).double()
+            parts.append(torch.softmax(logits, dim=1).float().cpu().numpy())
+        out[name] = np.concatenate(parts)
+    return out
+
+
+def _atomic_save(obj: Any, path: Path) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    torch.save(obj, tmp)
+    with open(tmp, "rb") as f:
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def _load(path: Path, device: torch.device) -> dict | None:
+    if not path.exists():
+        return None
+    return torch.load(path, map_location=device, weights_only=True)
+
+
+class _Clock:
+    """Training and prediction seconds of the work kept on disk, persisted in the scratch directory."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.seconds = json.loads(path.read_text()) if path.exists() else {"train": 0.0, "predict": 0.0}
+
+    def add(self, key: str, seconds: float) -> None:
+        self.seconds[key] += seconds
+        tmp = self.path.with_name(self.path.name + ".tmp")
+        tmp.write_text(json.dumps(self.seconds))
+        os.replace(tmp, self.path)
+
+
+def _train_run(
+    method: Method,
+    ctx: TrainContext,
+    writer: Any,
+    *,
+    run_index: int,
+    run_seed: int,
+    clock: _Clock,
+    progress: Progress,
+    on_snapshot: Callable[[int, nn.Module, dict, int, int], None] | None,
+) -> tuple[nn.Module, dict, int, int]:
+    """Train (or resume) one run; call ``on_snapshot(member, model, state, epoch, step)`` at snapshot epochs for
+    members not yet on disk. Returns (model, state, epochs, steps)."""
+    ckpt_path = writer.scratch_dir / f"run{run_index:04d}.pt"
+    model = ctx.new_model(method, derive_seed(run_seed, 0))
+    optimizer = method.make_optimizer(model)
+    state = method.init_state(model)
+    epoch, step = 0, 0
+    saved = _load(ckpt_path, ctx.device)
+    if saved is not None:
+        model.load_state_dict(saved["model"])
+        optimizer.load_state_dict(saved["optimizer"])
+        state = saved["state"]
+        epoch, step = int(saved["epoch"]), int(saved["step"])
+    total = method.total_epochs()
+    snapshots = method.snapshot_epochs()
+    progress.epochs(total, epoch, method.name)
+    while epoch < total:
+        started = time.perf_counter()
+        loss, steps = train_epoch(model, optimizer, method, ctx, epoch=epoch + 1, seed=derive_seed(run_seed, epoch + 1))
+        epoch, step = epoch + 1, step + steps
+        method.on_epoch_end(model, state, epoch)
+        clock.add("train", time.perf_counter() - started)
+        progress.epoch_done(epoch, loss)
+        if on_snapshot is not None:
+            for member in [k for k, e in enumerate(snapshots) if e == epoch and k >= writer.n_members]:
+                on_snapshot(member, model, state, epoch, step)
+        _atomic_save(
+            {"model": model.state_dict(), "optimizer": optimizer.state_dict(), "state": state,
+             "epoch": epoch, "step": step},
+            ckpt_path,
+        )
+    return model, state, epoch, step
+
+
+def run_method(
+    method: Method,
+    task: Task,
+    settings: RunSettings,
+    writer: Any,
+    *,
+    progress: Progress | None = None,
+) -> Any:
+    """Produce the members ``writer.n_members .. settings.members - 1`` of ``method`` into ``writer`` and record
+    scalability; the caller finalises. Returns the writer."""
+    progress = progress or Progress()
+    ctx = TrainContext.create(task, settings)
+    clock = _Clock(writer.scratch_dir / "seconds.json")
+    M = settings.members
+
+    def add(member: int, model: nn.Module, state: dict, epoch: int, step: int, member_seed: int) -> None:
+        started = time.perf_counter()
+        predictor = method.member_predictor(model, state, ctx, member_seed)
+        probs = predict_splits(
+            predictor, task, device=ctx.device, batch_size=settings.predict_batch_size, seed=member_seed
+        )
+        clock.add("predict", time.perf_counter() - started)
+        writer.add_member(
+            probs, seed=member_seed, epoch=epoch, step=step, kind=method.member_kind,
+            info=method.member_info(member, epoch),
+        )
+
+    probe = ctx.new_model(method, 0)
+    if method.shape == "independent":
+        for member in range(writer.n_members, M):
+            progress.member(member, M, method.name)
+            member_seed = derive_seed(settings.seed, member)
+            model, state, epoch, step = _train_run(
+                method, ctx, writer, run_index=member, run_seed=member_seed, clock=clock, progress=progress,
+                on_snapshot=None,
+            )
+            add(member, model, state, epoch, step, member_seed)
+            (writer.scratch_dir / f"run{member:04d}.pt").unlink(missing_ok=True)
+    elif method.shape == "trajectory":
+        snapshots = method.snapshot_epochs()
+        if len(snapshots) != M:
+            raise ValueError(f"{method.name}: {len(snapshots)} snapshot epochs for {M} members")
+        if writer.n_members < M:
+            progress.member(writer.n_members, M, method.name)
+            run_seed = derive_seed(settings.seed, 0)
+
+            def on_snapshot(member, model, state, epoch, step):
+                add(member, model, state, epoch, step, derive_seed(settings.seed, 1, member))
+                progress.member(member + 1, M, method.name)
+
+            _train_run(method, ctx, writer, run_index=0, run_seed=run_seed, clock=clock, progress=progress,
+                       on_snapshot=on_snapshot)
+    elif method.shape == "posterior":
+        if writer.n_members < M:
+            model, state, epoch, step = _train_run(
+                method, ctx, writer, run_index=0, run_seed=derive_seed(settings.seed, 0), clock=clock,
+                progress=progress, on_snapshot=None,
+            )
+            for member in range(writer.n_members, M):
+                progress.member(member, M, method.name)
+                add(member, model, state, epoch, step, derive_seed(settings.seed, 1, member))
+    else:
+        raise ValueError(f"{method.name}: unknown method shape {method.shape!r}")
+    progress.close()
+    writer.set_scalability(
+        n_parameters=count_parameters(probe),
+        train_seconds=round(clock.seconds["train"], 3),
+        predict_seconds=round(clock.seconds["predict"], 3),
+        device=str(ctx.device),
+    )
+    return writer
