@@ -22,6 +22,7 @@ from .classification import (
     nll_loss,
     nll_loss_from_logits,
 )
+from .decision import COST_PRESETS, DecisionCost, bayes_decisions, cost_matrix, cost_matrix_preset, decision_cost
 from .ensemble import ensemble_mean_probs, smooth_probs
 from .ranking import (
     DetectionScores,
@@ -32,6 +33,7 @@ from .ranking import (
     misclassification_scores,
     ood_detection_scores,
 )
+from .rejection import RejectionCurve, rejection_curve, risk_coverage_auc
 from .uncertainty import (
     UncertaintyDecomposition,
     confidence,
@@ -77,6 +79,17 @@ __all__ = [
     "DetectionScores",
     "misclassification_scores",
     "ood_detection_scores",
+    # selective prediction
+    "rejection_curve",
+    "RejectionCurve",
+    "risk_coverage_auc",
+    # decisions
+    "bayes_decisions",
+    "decision_cost",
+    "DecisionCost",
+    "cost_matrix",
+    "cost_matrix_preset",
+    "COST_PRESETS",
     # ensembles
     "ensemble_mean_probs",
     "smooth_probs",
