@@ -189,11 +189,11 @@ def _check_dataset(scan: Scan, path: str, ds: h5py.Dataset) -> bool:
         compressed |= code == 1
     shape = ds.shape or ()
     declared = int(np.prod(shape, dtype=np.float64)) * ds.dtype.itemsize if shape else ds.dtype.itemsize
-    scan.declared_bytes += declared
-    if declared > scan.limits.max_total_bytes or scan.declared_bytes > scan.limits.max_total_bytes:
+    if scan.declared_bytes + declared > scan.limits.max_total_bytes:
         scan.add(path, "size-limit",
                  f"declares {declared} bytes; archives may declare at most {scan.limits.max_total_bytes} in all")
-        return False
+        return False  # not counted: one refused dataset must not make every later one 'over the limit'
+    scan.declared_bytes += declared
     storage = ds.id.get_storage_size()
     if layout == h5py.h5d.CHUNKED:
         chunk = dcpl.get_chunk()

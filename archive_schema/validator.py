@@ -130,7 +130,10 @@ def inspect_file(path: str | Path, limits: ReadLimits = ReadLimits(), *, check_v
         if note:
             scan.add("/", "version", note, severity="note")
         safe = walk(scan, f)
-        parsed = reader(scan, f, safe, version)
+        # The structural reader follows group links by name, so it must not run after the walk refused a link
+        # (an external link at /members would open the other file).
+        if scan.ok:
+            parsed = reader(scan, f, safe, version)
         if parsed is not None and check_values and scan.ok:
             _check_values(scan, parsed)
     except UnsupportedArchiveError:

@@ -1,0 +1,380 @@
+# SPDX-License-Identifier: MIT
+"""The hostile-archive corpus: each case builds one bad file with raw h5py or byte surgery into a directory.
+
+A case starts from a valid archive written by ``plain_writer`` (from SPEC.md) and breaks exactly one thing, and
+says which finding the validator must report: its ``check``, its HDF5 ``path`` and a piece of its message (for
+value problems, the first offending index). ``outside`` lists files outside the archive that the hostile file
+points at; the tests assert with inotify that validating the archive never opens them.
+
+``CASES`` maps a case name to its builder; ``conftest.py`` turns it into the ``hostile`` fixture.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import h5py
+import numpy as np
+
+from plain_writer import default_splits, write_plain_archive
+
+
+@dataclass
+class Built:
+    """A hostile file and the finding it must produce."""
+
+    path: Path
+    check: str
+    hpath: str
+    match: str = ""
+    outside: list[Path] = field(default_factory=list)
+
+
+CASES: dict[str, Callable[[Path], Built]] = {}
+
+
+def case(fn: Callable[[Path], Built]) -> Callable[[Path], Built]:
+    CASES[fn.__name__.lstrip("_")] = fn
+    return fn
+
+
+def archive_dir(root: Path) -> Path:
+    d = root / "archive"
+    d.mkdir(exist_ok=True)
+    return d
+
+
+def outside_dir(root: Path) -> Path:
+    d = root / "outside"
+    d.mkdir(exist_ok=True)
+    return d
+
+
+def _outside_h5(root: Path) -> Path:
+    """An innocent HDF5 file outside the archive, holding a dataset and a group a link could point at."""
+    target = outside_dir(root) / "target.h5"
+    with h5py.File(target, "w") as f:
+        f["data"] = np.full((2, 12, 4), 0.25, dtype=np.float32)
+        f.create_group("grp").attrs["ubench_kind"] = "members"
+    return target
+
+
+def _replace(f: h5py.File, hpath: str, **kwargs) -> None:
+    del f[hpath]
+    f.create_dataset(hpath, **kwargs)
+
+
+def _with_test_split(root: Path, **changes) -> Path:
+    """The default archive with fields of split 'test' replaced (``probs``, ``labels``, ``sample_ids``…)."""
+    splits = default_splits()
+    splits["test"].update(changes)
+    return write_plain_archive(archive_dir(root) / "a.h5", splits=splits)
+
+
+def _probs() -> np.ndarray:
+    return default_splits()["test"]["probs"].copy()
+
+
+# -- not a regular HDF5 file --------------------------------------------------------------------------------
+@case
+def _fifo(root: Path) -> Built:
+    p = archive_dir(root) / "a.h5"
+    os.mkfifo(p)  # opening it for reading would block forever: the validator must only lstat it
+    return Built(p, "not-regular-file", "<file>", "not a regular file")
+
+
+@case
+def _symlink(root: Path) -> Built:
+    real = write_plain_archive(outside_dir(root) / "real.h5")
+    p = archive_dir(root) / "a.h5"
+    p.symlink_to(real)
+    return Built(p, "not-regular-file", "<file>", "symbolic link", outside=[real])
+
+
+@case
+def _directory(root: Path) -> Built:
+    p = archive_dir(root) / "a.h5"
+    p.mkdir()
+    return Built(p, "not-regular-file", "<file>", "not a regular file")
+
+
+@case
+def _user_block(root: Path) -> Built:
+    p = write_plain_archive(archive_dir(root) / "a.h5", userblock_size=512)
+    return Built(p, "user-block", "<file>", "512-byte user block")
+
+
+@case
+def _not_hdf5(root: Path) -> Built:
+    p = archive_dir(root) / "a.h5"
+    p.write_bytes(b"PK\x03\x04" + bytes(2000))
+    return Built(p, "not-hdf5", "<file>", "no HDF5 signature")
+
+
+@case
+def _truncated(root: Path) -> Built:
+    p = write_plain_archive(archive_dir(root) / "a.h5")
+    data = p.read_bytes()
+    p.write_bytes(data[: len(data) // 2])
+    return Built(p, "hdf5-open", "<file>", "truncated")
+
+
+# -- links and storage that reach outside the archive ---------------------------------------------------------
+@case
+def _external_link_probs(root: Path) -> Built:
+    target = _outside_h5(root)
+
+    def mutate(f):
+        del f["splits/test/probs"]
+        f["splits/test/probs"] = h5py.ExternalLink(str(target), "/data")
+
+    p = write_plain_archive(archive_dir(root) / "a.h5", mutate=mutate)
+    return Built(p, "external-link", "/splits/test/probs", "other files", outside=[target])
+
+
+@case
+def _external_link_group(root: Path) -> Built:
+    """An external link where a group belongs (/members): following it to check the group's kind opens the target."""
+    target = _outside_h5(root)
+
+    def mutate(f):
+        del f["members"]
+        f["members"] = h5py.ExternalLink(str(target), "/grp")
+
+    p = write_plain_archive(archive_dir(root) / "a.h5", mutate=mutate)
+    return Built(p, "external-link", "/members", "other files", outside=[target])
+
+
+@case
+def _soft_link(root: Path) -> Built:
+    def mutate(f):
+        f["splits/test/probs_real"] = f["splits/test/probs"][()]
+        del f["splits/test/probs"]
+        f["splits/test/probs"] = h5py.SoftLink("/splits/test/probs_real")
+
+    p = write_plain_archive(archive_dir(root) / "a.h5", mutate=mutate)
+    return Built(p, "soft-link", "/splits/test/probs", "soft links")
+
+
+@case
+def _vds_outside(root: Path) -> Built:
+    target = _outside_h5(root)
+
+    def mutate(f):
+        del f["splits/test/probs"]
+        layout = h5py.VirtualLayout((2, 12, 4), np.float32)
+        layout[:] = h5py.VirtualSource(str(target), "/data", shape=(2, 12, 4))
+        f["splits/test"].create_virtual_dataset("probs", layout)
+
+    p = write_plain_archive(archive_dir(root) / "a.h5", mutate=mutate)
+    return Built(p, "virtual-dataset", "/splits/test/probs", "virtual datasets", outside=[target])
+
+
+@case
+def _vds_self(root: Path) -> Built:
+    """A virtual dataset whose source file is '.', i.e. the archive itself."""
+
+    def mutate(f):
+        f["splits/test/probs_src"] = f["splits/test/probs"][()]
+        del f["splits/test/probs"]
+        layout = h5py.VirtualLayout((2, 12, 4), np.float32)
+        layout[:] = h5py.VirtualSource(".", "/splits/test/probs_src", shape=(2, 12, 4))
+        f["splits/test"].create_virtual_dataset("probs", layout)
+
+    p = write_plain_archive(archive_dir(root) / "a.h5", mutate=mutate)
+    return Built(p, "virtual-dataset", "/splits/test/probs", "virtual datasets")
+
+
+@case
+def _external_storage(root: Path) -> Built:
+    raw = outside_dir(root) / "raw.bin"
+    _probs().astype("<f4").tofile(raw)
+
+    def mutate(f):
+        del f["splits/test/probs"]
+        f["splits/test"].create_dataset("probs", shape=(2, 12, 4), dtype="<f4",
+                                        external=[(str(raw), 0, h5py.h5f.UNLIMITED)])
+
+    p = write_plain_archive(archive_dir(root) / "a.h5", mutate=mutate)
+    return Built(p, "external-storage", "/splits/test/probs", "external raw storage", outside=[raw])
+
+
+# -- filters -------------------------------------------------------------------------------------------------
+def _filtered_probs(filter_id: int) -> Callable[[h5py.File], None]:
+    """Replace /splits/test/probs by one chunk whose pipeline holds ``filter_id`` (marked optional so HDF5 accepts
+    an unavailable filter id in the pipeline)."""
+
+    def mutate(f):
+        data = f["splits/test/probs"][()]
+        del f["splits/test/probs"]
+        dcpl = h5py.h5p.create(h5py.h5p.DATASET_CREATE)
+        dcpl.set_chunk(data.shape)
+        dcpl.set_filter(filter_id, h5py.h5z.FLAG_OPTIONAL)
+        space = h5py.h5s.create_simple(data.shape)
+        dsid = h5py.h5d.create(f["splits/test"].id, b"probs", h5py.h5t.IEEE_F32LE, space, dcpl=dcpl)
+        # write_direct_chunk with filter_mask 0 records the chunk as passed through every filter, so reading it
+        # needs the filter itself (HDF5 would look for a plugin if plugins were enabled).
+        dsid.write_direct_chunk((0,) * data.ndim, np.ascontiguousarray(data, dtype="<f4").tobytes(), filter_mask=0)
+
+    return mutate
+
+
+@case
+def _filter_lzf(root: Path) -> Built:
+    """Filter 32000 is registered (h5py registers lzf under it) but is not in the spec's list."""
+    p = write_plain_archive(archive_dir(root) / "a.h5", mutate=_filtered_probs(32000))
+    return Built(p, "filter", "/splits/test/probs", "filter id 32000")
+
+
+@case
+def _filter_unregistered(root: Path) -> Built:
+    """Filter 31999 is registered nowhere: reading the data would make HDF5 search for a plugin."""
+    p = write_plain_archive(archive_dir(root) / "a.h5", mutate=_filtered_probs(31999))
+    return Built(p, "filter", "/splits/test/probs", "filter id 31999")
+
+
+# -- sizes ---------------------------------------------------------------------------------------------------
+_BIG = (2, 2**21, 1024)  # float32: 16 GiB declared (M = 2 like the other splits)
+
+
+def _declared_only(chunked: bool) -> Callable[[h5py.File], None]:
+    def mutate(f):
+        g = f["splits"].create_group("huge")
+        g.attrs.update({"ubench_kind": "split", "role": "ood", "dataset": "void", "n_samples": np.int64(_BIG[1])})
+        g.create_dataset("probs", shape=_BIG, dtype="<f4", chunks=(1, 1024, 1024) if chunked else None)
+
+    return mutate
+
+
+@case
+def _declared_16gib_chunked(root: Path) -> Built:
+    p = write_plain_archive(archive_dir(root) / "a.h5", mutate=_declared_only(True))
+    return Built(p, "missing-storage", "/splits/huge/probs", "but only 0 chunks are stored")
+
+
+@case
+def _declared_16gib_contiguous(root: Path) -> Built:
+    p = write_plain_archive(archive_dir(root) / "a.h5", mutate=_declared_only(False))
+    return Built(p, "missing-storage", "/splits/huge/probs", "stores only 0")
+
+
+@case
+def _gzip_bomb(root: Path) -> Built:
+    """All-zero float32 probs (4 MB declared) under gzip 9: about 1000:1, far above the 200:1 limit."""
+
+    def mutate(f):
+        g = f["splits"].create_group("bomb")
+        g.attrs.update({"ubench_kind": "split", "role": "ood", "dataset": "zeros", "n_samples": np.int64(250_000)})
+        g.create_dataset("probs", shape=(2, 250_000, 4), dtype="<f4", chunks=(1, 250_000, 4),
+                         compression="gzip", compression_opts=9, fillvalue=0.0, data=np.zeros((2, 250_000, 4), "<f4"))
+
+    p = write_plain_archive(archive_dir(root) / "a.h5", mutate=mutate)
+    return Built(p, "compression-ratio", "/splits/bomb/probs", "decompression bomb")
+
+
+# -- values (the message names the first offending index) -----------------------------------------------------
+@case
+def _nan(root: Path) -> Built:
+    p = _probs()
+    p[1, 5, 2] = np.nan
+    p[1, 9, 0] = np.nan
+    return Built(_with_test_split(root, probs=p), "finite", "/splits/test/probs", "member 1, sample 5, class 2")
+
+
+@case
+def _inf(root: Path) -> Built:
+    p = _probs()
+    p[0, 3, 1] = np.inf
+    return Built(_with_test_split(root, probs=p), "finite", "/splits/test/probs", "member 0, sample 3, class 1")
+
+
+@case
+def _negative(root: Path) -> Built:
+    p = _probs()
+    p[1, 4, 0] -= 0.5  # the row still sums to 1: only the range check can catch it
+    p[1, 4, 1] += 0.5
+    return Built(_with_test_split(root, probs=p), "range", "/splits/test/probs", "member 1, sample 4, class 0")
+
+
+@case
+def _unnormalised(root: Path) -> Built:
+    p = _probs()
+    p[0, 7] *= 0.9
+    p[1, 2] *= 1.001  # within [0, 1] but sums to 1.001 (tolerance ~1e-4): a later member, an earlier sample
+    return Built(_with_test_split(root, probs=p), "row-sum", "/splits/test/probs", "member 0, sample 7 sums to 0.9")
+
+
+@case
+def _label_too_large(root: Path) -> Built:
+    y = default_splits()["test"]["labels"].copy()
+    y[6], y[10] = 4, 7
+    return Built(_with_test_split(root, labels=y), "label-range", "/splits/test/labels", "found 4 at index 6")
+
+
+@case
+def _label_negative(root: Path) -> Built:
+    y = default_splits()["test"]["labels"].copy()
+    y[3] = -1
+    return Built(_with_test_split(root, labels=y), "label-range", "/splits/test/labels", "found -1 at index 3")
+
+
+@case
+def _duplicate_ids(root: Path) -> Built:
+    ids = np.arange(100, 112, dtype=np.int64)
+    ids[9] = ids[2]
+    ids[11] = ids[10]
+    return Built(_with_test_split(root, sample_ids=ids), "unique", "/splits/test/sample_ids", "102 repeats at index 9")
+
+
+# -- ranks and dtypes ----------------------------------------------------------------------------------------
+@case
+def _float16_probs(root: Path) -> Built:
+    return Built(_with_test_split(root, probs=_probs().astype(np.float16)), "dtype", "/splits/test/probs", "float16")
+
+
+@case
+def _int_probs(root: Path) -> Built:
+    p = np.zeros((2, 12, 4), dtype=np.int32)
+    p[:, :, 0] = 1
+    return Built(_with_test_split(root, probs=p), "dtype", "/splits/test/probs", "int32")
+
+
+@case
+def _probs_2d(root: Path) -> Built:
+    def mutate(f):
+        _replace(f, "splits/test/probs", data=_probs()[0])
+
+    p = write_plain_archive(archive_dir(root) / "a.h5", mutate=mutate)
+    return Built(p, "rank", "/splits/test/probs", "must have 3 dimensions")
+
+
+@case
+def _float_labels(root: Path) -> Built:
+    y = default_splits()["test"]["labels"].astype(np.float64)
+    return Built(_with_test_split(root, labels=y), "dtype", "/splits/test/labels", "float64")
+
+
+@case
+def _labels_2d(root: Path) -> Built:
+    y = default_splits()["test"]["labels"].reshape(12, 1)
+    return Built(_with_test_split(root, labels=y), "rank", "/splits/test/labels", "must have 1 dimensions")
+
+
+# -- integrity -----------------------------------------------------------------------------------------------
+@case
+def _fletcher32_flipped(root: Path) -> Built:
+    """A fletcher32-protected probs chunk with one byte of its data flipped in the file."""
+    splits = default_splits()
+    splits["test"]["options"] = {"chunks": (1, 12, 4), "fletcher32": True}
+    p = write_plain_archive(archive_dir(root) / "a.h5", splits=splits)
+    with h5py.File(p, "r") as f:
+        info = f["splits/test/probs"].id.get_chunk_info(1)  # member 1's chunk: offset and size in the file
+    with open(p, "r+b") as fh:
+        fh.seek(info.byte_offset + 17)
+        b = fh.read(1)
+        fh.seek(info.byte_offset + 17)
+        fh.write(bytes([b[0] ^ 0x01]))  # lowest mantissa bit: the row sums stay within tolerance
+    return Built(p, "hdf5-read", "/splits/test/probs", "reading the data failed")
