@@ -18,7 +18,7 @@ from .registry import load_method
 from .task import Task
 from .torch_trainer import Progress, RunSettings, configure_torch, run_method
 
-__all__ = ["PRODUCER_VERSION", "split_specs", "run_config", "produce_archive"]
+__all__ = ["PRODUCER_VERSION", "check_members", "split_specs", "run_config", "produce_archive"]
 
 #: Bumped when a change to the producers changes what a given configuration produces.
 PRODUCER_VERSION = "1"
@@ -50,6 +50,12 @@ def run_config(method: str, hyper: Mapping[str, Any], settings: RunSettings, tas
         "data": task.settings,
         "deterministic_algorithms": True,
     }
+
+
+def check_members(cls: type, members: int) -> None:
+    """Raise ``ValueError`` unless the method ``cls`` allows ``members`` members."""
+    if members < 1 or (cls.max_members is not None and members > cls.max_members):
+        raise ValueError(f"{cls.name} allows 1 to {cls.max_members or 'any number of'} members; got {members}")
 
 
 def produce_archive(
@@ -86,8 +92,7 @@ def produce_archive(
     """
     cls = load_method(method)
     resolved = cls.resolve_hyperparameters(hyper or {})
-    if settings.members < 1 or (cls.max_members is not None and settings.members > cls.max_members):
-        raise ValueError(f"{method} allows 1 to {cls.max_members or 'any number of'} members; got {settings.members}")
+    check_members(cls, settings.members)
     configure_torch(threads=threads)
     instance = cls(resolved, n_members=settings.members, n_train=len(task.train))
     writer = ArchiveWriter(

@@ -1,0 +1,181 @@
+# SPDX-License-Identifier: MIT
+"""``ubench produce``: train one uncertainty method with PyTorch and write its prediction archive.
+
+Importing this module imports click only; torch is imported inside the command body, so ``ubench --help`` stays fast.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+from .registry import METHODS
+
+__all__ = ["produce"]
+
+_SHIFT_FAMILIES = ("rotate", "translate", "noise", "blur")
+
+
+def _parse_hparams(values: tuple[str, ...]) -> dict[str, str]:
+    out = {}
+    for item in values:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise click.BadParameter(f"expected KEY=VALUE, got {item!r}", param_hint="--set")
+        out[key.strip()] = value.strip()
+    return out
+
+
+def _parse_shifts(value: str) -> tuple[str, ...]:
+    if value.strip().lower() in ("", "none"):
+        return ()
+    kinds = tuple(k.strip() for k in value.split(",") if k.strip())
+    bad = [k for k in kinds if k not in _SHIFT_FAMILIES]
+    if bad:
+        raise click.BadParameter(f"unknown shift families {bad}; choose from {list(_SHIFT_FAMILIES)} or 'none'",
+                                 param_hint="--shifts")
+    return kinds
+
+
+def _rich_progress():
+    """A Progress that draws a member bar and an epoch bar on stderr (built lazily: it subclasses the trainer's)."""
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from .torch_trainer import Progress as BaseProgress
+
+    class RichProgress(BaseProgress):
+        def __init__(self) -> None:
+            self.bars = Progress(
+                TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[info]}"),
+                TimeElapsedColumn(), console=Console(stderr=True), transient=False,
+            )
+            self.bars.start()
+            self.members_bar = None
+            self.epochs_bar = None
+
+        def member(self, index, total, label):
+            if self.members_bar is None:
+                self.members_bar = self.bars.add_task(f"{label} members", total=total, info="")
+            self.bars.update(self.members_bar, completed=index)
+
+        def epochs(self, total, done, label):
+            if self.epochs_bar is not None:
+                self.bars.remove_task(self.epochs_bar)
+            self.epochs_bar = self.bars.add_task("epochs", total=total, completed=done, info="")
+
+        def epoch_done(self, epoch, loss):
+            self.bars.update(self.epochs_bar, completed=epoch, info=f"loss {loss:.4f}")
+
+        def close(self):
+            if self.members_bar is not None:
+                self.bars.update(self.members_bar, completed=self.bars.tasks[self.members_bar].total)
+            self.bars.stop()
+
+    return RichProgress()
+
+
+@click.command("produce")
+@click.argument("method", type=click.Choice(list(METHODS)))
+@click.option("--out", required=True, type=click.Path(dir_okay=False, path_type=Path),
+              help="Archive to write; an unfinished run of the same command in OUT.partial/ is resumed.")
+@click.option("--dataset", default="digits", show_default=True,
+              help="digits, fashion-mnist, mnist, kmnist, notmnist, cifar10, cifar100, svhn, idx:DIR (standard IDX "
+                   "files in DIR) or torchvision:ClassName.")
+@click.option("--model", type=click.Choice(["mlp", "lenet", "resnet20"]), default="mlp", show_default=True,
+              help="MLP D-200-200-C, LeNet-style CNN, or ResNet-20 (32x32 colour images).")
+@click.option("--members", type=click.IntRange(min=1), default=None, show_default="the method's default",
+              help="Number of members M (ensemble members, samples or snapshots).")
+@click.option("--epochs", type=click.IntRange(min=1), default=None, show_default="the method's default",
+              help="Training epochs (the method's 'epochs' hyperparameter: pretraining for swag/fge; samplers and "
+                   "sse are sized by --set burn_in_epochs=/cycle_epochs=).")
+@click.option("--lr", type=click.FloatRange(min=0.0, min_open=True), default=None,
+              show_default="the method's default", help="Initial learning rate.")
+@click.option("--set", "hparams", multiple=True, metavar="KEY=VALUE", show_default=True,
+              help="Override one method hyperparameter (repeatable), e.g. --set dropout_rate=0.1.")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of initialisation, data order and noise.")
+@click.option("--data-dir", "data_dirs", multiple=True, type=click.Path(file_okay=False, path_type=Path),
+              show_default=True, help="Directory searched first for data files (repeatable); then $UBENCH_DATA and "
+                                      "/usr/share/datasets, ../shared/data, ~/.cache/ubench/data.")
+@click.option("--download/--no-download", default=False, show_default=True,
+              help="Download missing datasets with torchvision into the first --data-dir.")
+@click.option("--ood", multiple=True, show_default="the dataset's pairing (e.g. mnist, notmnist, uniform)",
+              help="OOD set: a dataset name or 'uniform' (repeatable).")
+@click.option("--shifts", default=",".join(_SHIFT_FAMILIES), show_default=True,
+              help="Comma-separated shift families (rotate, translate, noise, blur) or 'none'.")
+@click.option("--train-samples", type=click.IntRange(min=1), default=None, show_default="all",
+              help="Train on a random subset of this size.")
+@click.option("--test-samples", type=click.IntRange(min=1), default=None, show_default="all",
+              help="Predict on a random subset of the test set of this size.")
+@click.option("--shift-samples", type=click.IntRange(min=1), default=None, show_default="all",
+              help="Apply the shifts to a random subset of the test set of this size.")
+@click.option("--ood-samples", type=click.IntRange(min=1), default=None, show_default="all",
+              help="Random subset size of each OOD set.")
+@click.option("--data-seed", type=int, default=0, show_default=True,
+              help="Seed of the subsets and of the noise images (kept fixed across methods).")
+@click.option("--batch-size", type=click.IntRange(min=1), default=128, show_default=True, help="Training batch size.")
+@click.option("--predict-batch-size", type=click.IntRange(min=1), default=1000, show_default=True,
+              help="Prediction batch size.")
+@click.option("--device", default="auto", show_default=True, help="auto (CUDA when available), cpu, cuda, cuda:1, ...")
+@click.option("--threads", type=click.IntRange(min=1), default=None, show_default="torch's default",
+              help="CPU threads for torch.")
+@click.option("--overwrite", is_flag=True, default=False, show_default=True, help="Replace an existing archive.")
+@click.option("--progress/--no-progress", default=None, show_default="when stderr is a terminal",
+              help="Draw member and epoch progress bars on stderr.")
+def produce(method, out, dataset, model, members, epochs, lr, hparams, seed, data_dirs, download, ood, shifts,
+            train_samples, test_samples, shift_samples, ood_samples, data_seed, batch_size, predict_batch_size,
+            device, threads, overwrite, progress):
+    """Train METHOD with PyTorch and write its prediction archive (test, OOD and shifted splits).
+
+    Needs the torch extra (pip install 'ubench[torch]'). Killing a run and starting the same command again
+    continues after the last finished member.
+
+    \b
+    Example:
+      ubench produce deep_ensemble --dataset fashion-mnist --model mlp --members 5 --epochs 20 --out ens.h5
+      ubench produce csgld --dataset digits --set cycle_epochs=6 --set exploration_epochs=3 --members 8 --out c.h5
+    """
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        raise click.ClickException("ubench produce needs PyTorch: pip install 'ubench[torch]'") from None
+    from ..archive_schema import ArchiveError
+    from .archive_run import check_members, produce_archive
+    from .datasets import DataNotFoundError
+    from .registry import load_method
+    from .task import build_task
+    from .torch_trainer import RunSettings
+
+    cls = load_method(method)
+    hyper: dict = _parse_hparams(hparams)
+    for name, value in (("epochs", epochs), ("lr", lr)):
+        if value is None:
+            continue
+        if name not in cls.defaults:
+            raise click.BadParameter(f"{method} has no {name!r} hyperparameter; its hyperparameters are "
+                                     f"{', '.join(sorted(cls.defaults))} (set them with --set)", param_hint=f"--{name}")
+        hyper[name] = value
+    try:
+        task = build_task(
+            dataset, ood=tuple(ood) if ood else None, shift_kinds=_parse_shifts(shifts),
+            train_samples=train_samples, test_samples=test_samples, shift_samples=shift_samples,
+            ood_samples=ood_samples, data_dirs=tuple(data_dirs), download=download, data_seed=data_seed,
+        )
+    except DataNotFoundError as exc:
+        raise click.UsageError(str(exc)) from None
+    settings = RunSettings(model=model, members=members or cls.default_members, seed=seed, batch_size=batch_size,
+                           predict_batch_size=predict_batch_size, device=device)
+    show = sys.stderr.isatty() if progress is None else progress
+    try:
+        cls.resolve_hyperparameters(hyper)
+        check_members(cls, settings.members)
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from None
+    try:
+        path = produce_archive(method, task, out, settings=settings, hyper=hyper, overwrite=overwrite,
+                               progress=_rich_progress() if show else None, threads=threads)
+    except (ArchiveError, FloatingPointError) as exc:
+        raise click.ClickException(str(exc)) from None
+    click.echo(str(path))
