@@ -4,7 +4,8 @@ information (knowledge), normalized entropy and confidence.
 
 Entropies are in nats and use 0 log 0 = 0. Logarithms are evaluated in the input's precision (float32 input:
 float32 log, relative error ~1e-7 per term) and every sum is accumulated in float64; the input is read in row
-blocks, so no float64 copy of a whole (N, C) array is made.
+blocks, so no float64 copy of a whole (N, C) array is made. Rounding that would step outside ``[0, log C]`` is
+clipped back into it.
 """
 
 from __future__ import annotations
@@ -53,8 +54,8 @@ def _entropy_rows(probs: NDArray, log_dtype: type | None = None) -> NDArray[np.f
             b64[...] = b
         np.dot(b64, ones, out=out[start : start + k])
     np.negative(out, out=out)
-    # Each term -p log p is >= 0 in exact arithmetic; a rounded sum can only dip below 0 by an ulp.
-    np.maximum(out, 0.0, out=out)
+    # 0 <= H <= log C exactly; rounding (a float32 log is good to ~1e-7) may step an ulp outside, never more.
+    np.clip(out, 0.0, np.log(c), out=out)
     return out
 
 
