@@ -1,0 +1,220 @@
+# SPDX-License-Identifier: MIT
+"""Every producer method trains a few steps on digits and writes a valid archive; the pieces they share."""
+
+import math
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from ubench.archive_schema import read_archive  # noqa: E402
+from ubench.producers.archive_run import produce_archive  # noqa: E402
+from ubench.producers.models import GaussianDropoutLinear, build_model, count_parameters  # noqa: E402
+from ubench.producers.registry import METHODS, load_method  # noqa: E402
+from ubench.producers.sgmcmc import SGMCMC  # noqa: E402
+from ubench.producers.task import build_task  # noqa: E402
+from ubench.producers.torch_trainer import RunSettings, random_crop_flip  # noqa: E402
+
+torch.set_num_threads(1)
+
+# Small settings per method: (members, hyperparameter overrides, stochastic members expected to differ).
+FAST = {
+    "sgd": (1, {"epochs": 2}),
+    "deep_ensemble": (2, {"epochs": 2}),
+    "mc_dropout": (3, {"epochs": 2, "dropout_rate": 0.2}),
+    "gaussian_dropout": (3, {"epochs": 2}),
+    "swag_diag": (3, {"epochs": 1, "swa_epochs": 3}),
+    "swag": (3, {"epochs": 1, "swa_epochs": 3, "rank": 3}),
+    "sse": (2, {"cycle_epochs": 1}),
+    "fge": (2, {"epochs": 1, "cycle_epochs": 2}),
+    "sgld": (2, {"burn_in_epochs": 1}),
+    "sghmc": (2, {"burn_in_epochs": 1}),
+    "csgld": (3, {"cycle_epochs": 3, "exploration_epochs": 1, "samples_per_cycle": 2}),
+    "csghmc": (3, {"cycle_epochs": 3, "exploration_epochs": 1, "samples_per_cycle": 2}),
+    "tta": (3, {"epochs": 3, "crop_pad": 1}),
+}
+KINDS = {"sgd": "point", "deep_ensemble": "independent", "mc_dropout": "mc_sample", "gaussian_dropout": "mc_sample",
+         "swag_diag": "posterior_sample", "swag": "posterior_sample", "sse": "snapshot", "fge": "snapshot",
+         "sgld": "posterior_sample", "sghmc": "posterior_sample", "csgld": "posterior_sample",
+         "csghmc": "posterior_sample", "tta": "augmentation"}
+
+
+@pytest.fixture(scope="module")
+def task():
+    return build_task("digits", shift_kinds=("rotate", "translate"), train_samples=400, test_samples=150,
+                      shift_samples=40)
+
+
+def _run(task, tmp_path, method, *, seed=0, model="mlp", members=None, hyper=None, name=None):
+    m, hp = FAST[method]
+    settings = RunSettings(model=model, members=members or m, seed=seed, batch_size=64)
+    return read_archive(produce_archive(method, task, tmp_path / (name or f"{method}.h5"), settings=settings,
+                                       hyper=hyper or hp, threads=1))
+
+
+def test_every_method_is_covered():
+    assert set(FAST) == set(METHODS) == set(KINDS)
+
+
+@pytest.mark.parametrize("method", sorted(FAST))
+def test_method_writes_a_valid_archive(task, tmp_path, method):
+    """Each method writes M members for every split, records its hyperparameters, seeds and costs, and its
+    members differ where the method is stochastic."""
+    a = _run(task, tmp_path, method)
+    members, hp = FAST[method]
+    assert a.method == method and len(a.members) == members
+    assert {m.kind for m in a.members} == {KINDS[method]}
+    assert set(a.probs) == set(task.splits)
+    for name, probs in a.probs.items():
+        assert probs.shape == (members, len(task.splits[name].images), 10)
+        np.testing.assert_allclose(probs.sum(-1), 1.0, atol=1e-5)
+    config = a.config
+    assert config["method"] == method and config["seed"] == 0 and config["model"] == "mlp"
+    assert all(config["hyperparameters"][k] == v for k, v in hp.items())
+    assert set(config["hyperparameters"]) == set(load_method(method).defaults)
+    assert a.scalability["n_parameters"] == 64 * 200 + 200 + 200 * 200 + 200 + 200 * 10 + 10
+    assert a.scalability["train_seconds"] > 0 and a.scalability["predict_seconds"] > 0
+    test = a.probs["test"]
+    accuracy = (test.mean(0).argmax(1) == a.labels["test"]).mean()
+    assert accuracy > 0.2, accuracy  # ten classes: above chance after a few steps
+    if members > 1:
+        assert len({m.seed for m in a.members}) == members
+        assert all(np.abs(test[0] - test[k]).max() > 1e-4 for k in range(1, members))
+
+
+def test_runs_are_deterministic_for_a_seed(task, tmp_path):
+    for method in ("deep_ensemble", "sghmc", "mc_dropout"):
+        a = _run(task, tmp_path, method, name="a.h5")
+        b = _run(task, tmp_path, method, name="b.h5")
+        c = _run(task, tmp_path, method, seed=1, name="c.h5")
+        for path in ("a.h5", "b.h5", "c.h5"):
+            (tmp_path / path).unlink()
+        np.testing.assert_array_equal(a.probs["test"], b.probs["test"])
+        assert [m.seed for m in a.members] == [m.seed for m in b.members]
+        assert not np.array_equal(a.probs["test"], c.probs["test"])
+
+
+@pytest.mark.parametrize("model", ["lenet", "resnet20"])
+def test_convolutional_models_run(task, tmp_path, model):
+    a = _run(task, tmp_path, "swag_diag", model=model, hyper={"epochs": 1, "swa_epochs": 2}, members=2)
+    assert a.probs["test"].shape == (2, 150, 10)
+
+
+def test_cifar_resnet20_smoke_on_fake_copy(tmp_path):
+    from test_producer_data import write_fake_cifar10_and_svhn
+
+    write_fake_cifar10_and_svhn(tmp_path / "data")
+    task = build_task("cifar10", shift_kinds=("translate",), data_dirs=(tmp_path / "data",))
+    a = read_archive(produce_archive("sgd", task, tmp_path / "c.h5", hyper={"epochs": 1}, threads=1,
+                                     settings=RunSettings(model="resnet20", members=1, seed=0, batch_size=32)))
+    assert a.probs["ood_svhn"].shape == (1, 12, 10) and a.probs["shift_translate_32"].shape == (1, 12, 10)
+
+
+def test_model_shapes_and_mlp_size():
+    for shape in ((1, 28, 28), (1, 8, 8), (3, 32, 32)):
+        for name in ("mlp", "lenet", "resnet20"):
+            model = build_model(name, shape, 7, mean=0.5, std=0.25)
+            assert model(torch.rand(3, *shape)).shape == (3, 7)
+    assert count_parameters(build_model("mlp", (1, 28, 28), 10, mean=0, std=1)) == 199_210  # 784-200-200-10
+    assert count_parameters(build_model("resnet20", (3, 32, 32), 10, mean=0, std=1)) < 300_000
+
+
+def test_gaussian_dropout_layer_matches_its_implicit_gaussian():
+    """Laves et al. eqs. (7)-(8): output mean W x + b and variance p / (1 - p) * sum_j w_j^2 x_j^2."""
+    torch.manual_seed(0)
+    layer = GaussianDropoutLinear(5, 3, p=0.2)
+    x = torch.rand(1, 5)
+    layer.eval()
+    torch.testing.assert_close(layer(x), torch.nn.functional.linear(x, layer.weight, layer.bias))
+    layer.train()
+    samples = torch.cat([layer(x) for _ in range(20000)]).double()
+    expected_var = (0.2 / 0.8) * (x.double() ** 2) @ (layer.weight.double() ** 2).T
+    mean = torch.nn.functional.linear(x, layer.weight, layer.bias).double()
+    torch.testing.assert_close(samples.mean(0, keepdim=True), mean, atol=0.01, rtol=0)
+    torch.testing.assert_close(samples.var(0, keepdim=True), expected_var, rtol=0.05, atol=1e-4)
+
+
+def test_sgmcmc_step_without_noise_is_sgd_and_noise_has_the_langevin_scale():
+    p = torch.nn.Parameter(torch.tensor([1.0, -2.0]))
+    opt = SGMCMC([p], lr=0.1, friction=1.0, weight_decay=0.5, n_data=100)
+    opt.param_groups[0]["noise"] = False
+    p.grad = torch.tensor([0.3, 0.4])
+    opt.step()
+    torch.testing.assert_close(p.detach(), torch.tensor([1.0 - 0.1 * (0.3 + 0.5), -2.0 - 0.1 * (0.4 - 1.0)]))
+    q = torch.nn.Parameter(torch.zeros(200_000))
+    opt = SGMCMC([q], lr=0.01, friction=1.0, weight_decay=0.0, n_data=50, temperature=2.0)
+    q.grad = torch.zeros_like(q)
+    torch.manual_seed(0)
+    opt.step()
+    assert q.detach().std().item() == pytest.approx(math.sqrt(2 * 0.01 * 2.0 / 50), rel=0.01)
+    with pytest.raises(ValueError, match="friction"):
+        SGMCMC([q], lr=0.1, friction=0.0, weight_decay=0.0, n_data=1)
+
+
+def test_schedules_place_members_where_the_papers_say():
+    n = 1000
+    csgld = load_method("csgld")(load_method("csgld").resolve_hyperparameters({}), n_members=6, n_train=n)
+    assert csgld.snapshot_epochs() == [19, 20, 21, 22, 41, 42]  # the last 4 epochs of each 22-epoch cycle
+    assert csgld.schedule(16.9)["noise"] is False and csgld.schedule(17.0)["noise"] is True
+    assert csgld.schedule(22.0)["lr"] == pytest.approx(0.06)  # a cycle restarts at the full rate
+    fge_cls = load_method("fge")
+    fge = fge_cls(fge_cls.resolve_hyperparameters({"epochs": 4, "cycle_epochs": 4}), n_members=2, n_train=n)
+    assert fge.snapshot_epochs() == [6, 10]
+    assert fge.schedule(6.0)["lr"] == pytest.approx(0.0005) and fge.schedule(8.0)["lr"] == pytest.approx(0.05)
+    sse_cls = load_method("sse")
+    sse = sse_cls(sse_cls.resolve_hyperparameters({}), n_members=3, n_train=n)
+    assert sse.snapshot_epochs() == [10, 20, 30] and sse.total_epochs() == 30
+    assert sse.schedule(9.999)["lr"] < 1e-6 and sse.schedule(10.0)["lr"] == pytest.approx(0.1)
+    sgld_cls = load_method("sgld")
+    sgld = sgld_cls(sgld_cls.resolve_hyperparameters({}), n_members=3, n_train=n)
+    assert sgld.snapshot_epochs() == [51, 52, 53]
+    assert sgld.schedule(53.0)["lr"] == pytest.approx(0.099 / 2)
+    with pytest.raises(ValueError, match="samples_per_cycle"):
+        csgld.__class__(csgld.resolve_hyperparameters({"samples_per_cycle": 6}), n_members=2, n_train=n)
+
+
+def test_hyperparameter_overrides_are_cast_and_checked():
+    cls = load_method("swag")
+    hp = cls.resolve_hyperparameters({"rank": "5", "swa_lr": "0.02"})
+    assert hp["rank"] == 5 and hp["swa_lr"] == 0.02
+    with pytest.raises(ValueError, match="has no hyperparameter 'ranks'"):
+        cls.resolve_hyperparameters({"ranks": 5})
+    with pytest.raises(ValueError, match="finite int"):
+        cls.resolve_hyperparameters({"rank": "2.5"})
+    assert load_method("tta").resolve_hyperparameters({"flip": "true"})["flip"] is True
+
+
+def test_swag_moments_and_samples():
+    """The SWAG state holds the running mean and second moment of the collected iterates; samples centre on the
+    mean with the collected spread."""
+    cls = load_method("swag")
+    method = cls(cls.resolve_hyperparameters({"epochs": 0, "rank": 3}), n_members=1, n_train=10)
+    model = torch.nn.Linear(2, 1)
+    state = method.init_state(model)
+    iterates = []
+    for epoch in range(1, 6):
+        with torch.no_grad():
+            for p in model.parameters():
+                p.add_(torch.randn_like(p))
+        iterates.append(torch.cat([p.detach().flatten() for p in model.parameters()]).double())
+        method.on_epoch_end(model, state, epoch)
+    stack = torch.stack(iterates)
+    torch.testing.assert_close(state["mean"], stack.mean(0))
+    torch.testing.assert_close(state["sq_mean"], (stack ** 2).mean(0))
+    gen = torch.Generator().manual_seed(0)
+    draws = torch.stack([method.sample_weights(state, gen) for _ in range(4000)]).double()
+    torch.testing.assert_close(draws.mean(0), stack.mean(0), atol=0.1, rtol=0)
+    assert (draws.std(0) > 0).all()
+
+
+def test_random_crop_flip_translates_within_the_pad():
+    x = torch.arange(2 * 1 * 6 * 6, dtype=torch.float32).reshape(2, 1, 6, 6) + 1
+    gen = torch.Generator().manual_seed(0)
+    torch.testing.assert_close(random_crop_flip(x, gen, pad=0, flip=False), x)
+    y = random_crop_flip(x, gen, pad=2, flip=False)
+    padded = torch.nn.functional.pad(x, (2, 2, 2, 2))
+    for i in range(2):
+        assert any(torch.equal(y[i], padded[i, :, r:r + 6, c:c + 6]) for r in range(5) for c in range(5))
+    flipped = random_crop_flip(x, torch.Generator().manual_seed(1), pad=0, flip=True)
+    assert all(torch.equal(flipped[i], x[i]) or torch.equal(flipped[i], x[i].flip(-1)) for i in range(2))
