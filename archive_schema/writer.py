@@ -130,8 +130,8 @@ class ArchiveWriter:
         self.compression = compression
         self._splits: dict[str, tuple[SplitSpec, int, np.ndarray | None, np.ndarray | None]] = {}
         for name, spec in splits.items():
-            if not SPLIT_NAME.match(name):
-                raise ValueError(f"split name {name!r} must match {SPLIT_NAME.pattern}")
+            if not SPLIT_NAME.match(name) or name == ".":  # HDF5 reads "." as the group itself
+                raise ValueError(f"split name {name!r} must match {SPLIT_NAME.pattern} and not be '.'")
             spec.check(name)
             n = spec.resolved_n_samples(name)
             labels = None if spec.labels is None else check_labels(spec.labels, self.n_classes, f"labels of split {name!r}").astype(np.int64)
@@ -189,10 +189,15 @@ class ArchiveWriter:
         self.partial_dir.mkdir(parents=True)
         (self.partial_dir / "members").mkdir()
         (self.partial_dir / "scratch").mkdir()
-        with atomic_path(self.partial_dir / "header.h5") as tmp, h5py.File(tmp, "w") as f:
-            f.attrs["fingerprint"] = self.fingerprint
-            f.attrs["created"] = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
-            self._write_header(f)
+        try:
+            with atomic_path(self.partial_dir / "header.h5") as tmp, h5py.File(tmp, "w") as f:
+                f.attrs["fingerprint"] = self.fingerprint
+                f.attrs["created"] = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+                self._write_header(f)
+        except BaseException:
+            # e.g. a string HDF5 cannot store: without a header the directory would only block the next run
+            shutil.rmtree(self.partial_dir, ignore_errors=True)
+            raise
         fsync_dir(self.partial_dir.parent)
         self.n_members = 0
 
