@@ -1,0 +1,510 @@
+# SPDX-License-Identifier: MIT
+"""Score or validate untrusted archives in a child process that cannot take the host down with it.
+
+The parent (:func:`run_sandboxed`, :func:`run_sandboxed_batch`) starts a fresh interpreter
+(``python -I -B -m ubench.scoring.sandbox``) in an empty temporary directory, with a minimal environment, in a
+new session (so a timeout kills the whole process group), and sends it one JSON request on stdin. The child
+(:func:`main`) limits itself before it reads any archive:
+
+- ``RLIMIT_AS`` (address space), ``RLIMIT_CPU`` (per task; the hard limit a little above), ``RLIMIT_FSIZE = 0``
+  (it writes no file), ``RLIMIT_CORE = 0``, ``RLIMIT_NOFILE``; ``PR_SET_PDEATHSIG`` so it dies with its parent;
+  ``PR_SET_NO_NEW_PRIVS``;
+- HDF5 filter plugins off (``HDF5_PLUGIN_PRELOAD="::"``, ``HDF5_PLUGIN_PATH`` pointing nowhere; ``safe_h5py``
+  also calls ``H5PLset_loading_state(0)``);
+- where the kernel has Landlock, after importing what it needs: no file may be written or created anywhere, and
+  files may be read only from the interpreter's and the libraries' directories and the archives of the request
+  (and no TCP connection may be made, Landlock ABI >= 4).
+
+It answers with one JSON line per task on stdout. Whatever the child does — a signal inside libhdf5, running out
+of its address space or CPU time, hanging — the parent turns it into a finding (``hdf5-crash``,
+``memory-limit``, ``cpu-limit``, ``timeout``) with exit code 1, and the remaining tasks of a batch run in a fresh
+child. Only :data:`SANDBOX_CHECKS` and the reader's own checks appear in the outcomes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import selectors
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+__all__ = [
+    "SandboxLimits",
+    "SandboxTask",
+    "SandboxOutcome",
+    "SANDBOX_CHECKS",
+    "parse_size",
+    "run_sandboxed",
+    "run_sandboxed_batch",
+    "main",
+]
+
+#: Finding checks the sandbox itself produces (all exit code 1: the upload is rejected).
+SANDBOX_CHECKS = frozenset({"hdf5-crash", "memory-limit", "cpu-limit", "timeout", "killed", "internal-error"})
+#: Environment variable that lets tests inject faults into the child; never set outside the test suite.
+FAULTS_ENV = "UBENCH_SANDBOX_TEST_FAULTS"
+_FAULTS = ("segv", "abort", "memory", "spin", "sleep", "raise")
+_NOWHERE = "/nonexistent/ubench-sandbox-no-plugins"
+_STDERR_TAIL = 8192
+
+
+def parse_size(text: str | int) -> int:
+    """Bytes from ``"4G"``, ``"512M"``, ``"800k"`` or a plain integer (powers of 1024)."""
+    if isinstance(text, int):
+        return text
+    s = str(text).strip().upper().removesuffix("IB").removesuffix("B")
+    scale = {"K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}.get(s[-1:], 1)
+    number = s[:-1] if s[-1:] in "KMGT" and s[-1:] else s
+    try:
+        value = float(number)
+    except ValueError:
+        raise ValueError(f"size must look like 4G, 512M or 1048576; found {text!r}") from None
+    if value <= 0:
+        raise ValueError(f"size must be positive; found {text!r}")
+    return int(value * scale)
+
+
+@dataclass(frozen=True)
+class SandboxLimits:
+    """Resources one sandboxed task may use.
+
+    Attributes
+    ----------
+    memory_bytes : address-space limit of the child (``RLIMIT_AS``). It counts mapped, not resident, memory:
+        the interpreter with numpy, scipy and h5py maps roughly 0.4 GB before reading anything.
+    cpu_seconds : CPU time per task (``RLIMIT_CPU``, moved forward before each task of a batch).
+    timeout_seconds : wall-clock time per task; the child's process group is killed when it passes.
+    max_open_files : ``RLIMIT_NOFILE`` of the child.
+    landlock : restrict the child's file access with Landlock where the kernel supports it.
+    """
+
+    memory_bytes: int = 4 * 2**30
+    cpu_seconds: int = 600
+    timeout_seconds: float = 900.0
+    max_open_files: int = 256
+    landlock: bool = True
+
+    def __post_init__(self) -> None:
+        if self.memory_bytes < 64 * 2**20:
+            raise ValueError(f"memory_bytes must be at least 64 MiB; found {self.memory_bytes}")
+        if self.cpu_seconds < 1:
+            raise ValueError(f"cpu_seconds must be at least 1; found {self.cpu_seconds}")
+        if self.timeout_seconds <= 0:
+            raise ValueError(f"timeout_seconds must be positive; found {self.timeout_seconds}")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+@dataclass(frozen=True)
+class SandboxTask:
+    """One unit of work for the child.
+
+    ``kind`` is ``"validate"`` (``validate_archive``) or ``"score"`` (``score_archive``). ``archive`` and
+    ``reference`` are paths; ``protocol`` is ``Protocol.to_dict()``; ``read_limits`` are ``ReadLimits`` fields
+    (defaults when empty). ``fault`` is honoured only when the test-only environment variable is set.
+    """
+
+    kind: str
+    archive: str
+    reference: str | None = None
+    protocol: dict[str, Any] | None = None
+    read_limits: dict[str, Any] = field(default_factory=dict)
+    fault: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.kind not in ("validate", "score"):
+            raise ValueError(f"kind must be 'validate' or 'score'; found {self.kind!r}")
+        if self.fault is not None and self.fault not in _FAULTS:
+            raise ValueError(f"fault must be one of {_FAULTS}; found {self.fault!r}")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+@dataclass(frozen=True)
+class SandboxOutcome:
+    """What became of one task.
+
+    ``status``: ``ok`` (valid / scored), ``rejected`` (findings with errors, exit 1), ``unreadable`` (exit 2),
+    or the sandbox's own ``crashed``, ``memory-limit``, ``cpu-limit``, ``timeout``, ``killed``,
+    ``internal-error`` (all exit 1). ``findings`` are ``Finding.to_dict()`` dicts; ``report`` is the score report
+    (``score`` tasks that succeeded); ``peak_rss_bytes`` the child's peak resident memory when it answered.
+    """
+
+    status: str
+    exit_code: int
+    findings: tuple[dict[str, str], ...] = ()
+    report: dict[str, Any] | None = None
+    peak_rss_bytes: int | None = None
+    seconds: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        d = {f.name: getattr(self, f.name) for f in fields(self)}
+        d["findings"] = list(self.findings)
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> SandboxOutcome:
+        kw = {f.name: d[f.name] for f in fields(cls) if f.name in d}
+        kw["findings"] = tuple(kw.get("findings", ()))
+        return cls(**kw)
+
+
+def _finding(check: str, message: str, path: str = "<file>") -> dict[str, str]:
+    return {"path": path, "check": check, "severity": "error", "message": message}
+
+
+def _sandbox_outcome(status: str, check: str, message: str, seconds: float, rss: int | None = None
+                     ) -> SandboxOutcome:
+    return SandboxOutcome(status, 1, (_finding(check, message),), None, rss, seconds)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Parent side
+# ---------------------------------------------------------------------------------------------------------------
+def _child_env(workdir: str) -> dict[str, str]:
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "HOME": workdir,
+        "TMPDIR": workdir,
+        "LANG": "C.UTF-8",
+        "LC_ALL": "C.UTF-8",
+        "HDF5_PLUGIN_PRELOAD": "::",
+        "HDF5_PLUGIN_PATH": _NOWHERE,
+        "HDF5_USE_FILE_LOCKING": "FALSE",
+        "MPLCONFIGDIR": workdir,
+        "MPLBACKEND": "Agg",
+        # One thread per BLAS/OpenMP pool: less mapped memory, and no oversubscription when many children run.
+        "OMP_NUM_THREADS": "1",
+        "OPENBLAS_NUM_THREADS": "1",
+        "MKL_NUM_THREADS": "1",
+        "NUMEXPR_NUM_THREADS": "1",
+    }
+    if os.environ.get(FAULTS_ENV) == "1":
+        env[FAULTS_ENV] = "1"
+    return env
+
+
+def _signal_outcome(sig: int, seconds: float, rss: int | None) -> SandboxOutcome:
+    name = signal.Signals(sig).name if sig in signal.Signals._value2member_map_ else f"signal {sig}"
+    if sig == signal.SIGXCPU:
+        return _sandbox_outcome("cpu-limit", "cpu-limit", "scoring used more CPU time than the sandbox allows",
+                                seconds, rss)
+    if sig == signal.SIGKILL:
+        return _sandbox_outcome("killed", "killed", "the scoring process was killed (SIGKILL: the CPU hard limit "
+                                "or the system's out-of-memory killer)", seconds, rss)
+    return _sandbox_outcome("crashed", "hdf5-crash", f"the archive crashed the HDF5 reader ({name} in the "
+                            "scoring process; the host and other uploads are unaffected)", seconds, rss)
+
+
+def _exit_outcome(returncode: int, stderr: str, seconds: float, rss: int | None) -> SandboxOutcome:
+    if "MemoryError" in stderr or "Cannot allocate memory" in stderr:
+        return _sandbox_outcome("memory-limit", "memory-limit", "scoring needed more memory than the sandbox's "
+                                "address-space limit", seconds, rss)
+    last = next((line for line in reversed(stderr.strip().splitlines()) if line.strip()), "no message")
+    return _sandbox_outcome("internal-error", "internal-error",
+                            f"the scoring process exited with status {returncode}: {last[:500]}", seconds, rss)
+
+
+def _run_child(tasks: list[SandboxTask], limits: SandboxLimits) -> tuple[list[SandboxOutcome], int | None]:
+    """Run tasks in one child until it finishes or fails; returns the outcomes so far (the failed one included)
+    and the child's peak RSS in bytes."""
+    request = {"tasks": [t.to_dict() for t in tasks], "limits": limits.to_dict(), "parent": os.getpid()}
+    outcomes: list[SandboxOutcome] = []
+    with tempfile.TemporaryDirectory(prefix="ubench-sandbox-") as workdir:
+        proc = subprocess.Popen(
+            [sys.executable, "-I", "-B", "-m", "ubench.scoring.sandbox"],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            cwd=workdir, env=_child_env(workdir), start_new_session=True, close_fds=True,
+        )
+        try:
+            proc.stdin.write(json.dumps(request).encode())
+            proc.stdin.close()
+        except BrokenPipeError:
+            pass
+        sel = selectors.DefaultSelector()
+        sel.register(proc.stdout, selectors.EVENT_READ, "out")
+        sel.register(proc.stderr, selectors.EVENT_READ, "err")
+        out, err = b"", b""
+        started = time.monotonic()
+        deadline = started + limits.timeout_seconds
+        timed_out = False
+        open_streams = 2
+        while open_streams:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                timed_out = True
+                break
+            for key, _ in sel.select(timeout=remaining):
+                chunk = os.read(key.fileobj.fileno(), 1 << 16)
+                if not chunk:
+                    sel.unregister(key.fileobj)
+                    open_streams -= 1
+                    continue
+                if key.data == "err":
+                    err = (err + chunk)[-_STDERR_TAIL:]
+                    continue
+                out += chunk
+                while b"\n" in out:
+                    line, out = out.split(b"\n", 1)
+                    outcomes.append(SandboxOutcome.from_dict(json.loads(line)))
+                    started = time.monotonic()
+                    deadline = started + limits.timeout_seconds
+        sel.close()
+        if timed_out:
+            os.killpg(proc.pid, signal.SIGKILL)
+        _, status, usage = os.wait4(proc.pid, 0)
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        proc.stdout.close()
+        proc.stderr.close()
+        rss = usage.ru_maxrss * 1024
+        seconds = time.monotonic() - started
+        if len(outcomes) < len(tasks):
+            if timed_out:
+                outcomes.append(_sandbox_outcome("timeout", "timeout", f"scoring took longer than "
+                                                 f"{limits.timeout_seconds:g} s of wall-clock time", seconds, rss))
+            elif proc.returncode < 0:
+                outcomes.append(_signal_outcome(-proc.returncode, seconds, rss))
+            else:
+                outcomes.append(_exit_outcome(proc.returncode, err.decode(errors="replace"), seconds, rss))
+    return outcomes, rss
+
+
+def run_sandboxed_batch(tasks: list[SandboxTask], limits: SandboxLimits = SandboxLimits()) -> list[SandboxOutcome]:
+    """Run ``tasks`` in as few sandboxed children as possible; one outcome per task, in order.
+
+    Each task gets the full CPU and wall-clock limits. When a task kills its child (signal, limit, timeout), it
+    gets the corresponding finding and the tasks after it run in a fresh child, so one hostile archive never
+    changes another's outcome.
+    """
+    tasks = [SandboxTask(**{**t.to_dict(), "archive": os.path.abspath(t.archive),
+                            "reference": None if t.reference is None else os.path.abspath(t.reference)})
+             for t in tasks]
+    done: list[SandboxOutcome] = []
+    while len(done) < len(tasks):
+        outcomes, _ = _run_child(tasks[len(done):], limits)
+        done.extend(outcomes)
+    return done
+
+
+def run_sandboxed(task: SandboxTask, limits: SandboxLimits = SandboxLimits()) -> SandboxOutcome:
+    """Run one task in a fresh sandboxed child; see :func:`run_sandboxed_batch`."""
+    return run_sandboxed_batch([task], limits)[0]
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Child side
+# ---------------------------------------------------------------------------------------------------------------
+def _prctl(option: int, arg: int) -> None:
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(option, arg, 0, 0, 0)
+
+
+def _limit_self(limits: dict[str, Any], parent: int) -> None:
+    """rlimits and process flags; runs before any archive is touched."""
+    import resource
+
+    _prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG: die with the parent
+    if os.getppid() != parent:
+        os._exit(70)
+    _prctl(38, 1)  # PR_SET_NO_NEW_PRIVS
+    os.umask(0o777)
+    mem = int(limits["memory_bytes"])
+    resource.setrlimit(resource.RLIMIT_AS, (mem, mem))
+    resource.setrlimit(resource.RLIMIT_FSIZE, (0, 0))
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    nofile = int(limits["max_open_files"])
+    resource.setrlimit(resource.RLIMIT_NOFILE, (nofile, nofile))
+
+
+def _cpu_used() -> float:
+    import resource
+
+    ru = resource.getrusage(resource.RUSAGE_SELF)
+    return ru.ru_utime + ru.ru_stime
+
+
+def _allow_cpu(seconds: int, n_tasks_left: int) -> None:
+    """Soft CPU limit ``seconds`` from now (SIGXCPU), hard limit a little above the whole batch's allowance."""
+    import resource
+
+    used = int(_cpu_used()) + 1
+    _, hard = resource.getrlimit(resource.RLIMIT_CPU)
+    if hard == resource.RLIM_INFINITY:
+        hard = used + seconds * n_tasks_left + 5
+    resource.setrlimit(resource.RLIMIT_CPU, (min(used + seconds, hard), hard))
+
+
+def _preimport(kinds: set[str]) -> None:
+    """Import everything a task needs before Landlock closes the file system."""
+    import numpy  # noqa: F401
+    import scipy.special  # noqa: F401
+
+    from ..archive_schema import validate_archive  # noqa: F401
+    from ..archive_schema.safe_h5py import h5py  # noqa: F401
+
+    if "score" in kinds:
+        from . import protocols, reference, score  # noqa: F401
+
+
+def _landlock(read_files: list[str]) -> bool:
+    """Allow reading only code/library directories and ``read_files``; forbid every write. False if unsupported."""
+    import ctypes
+    import struct
+    import sysconfig
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.syscall.restype = ctypes.c_long
+    abi = libc.syscall(444, None, 0, 1)  # landlock_create_ruleset(NULL, 0, LANDLOCK_CREATE_RULESET_VERSION)
+    if abi < 1:
+        return False
+    execute, write_file, read_file, read_dir = 1 << 0, 1 << 1, 1 << 2, 1 << 3
+    handled = (1 << 13) - 1  # EXECUTE .. MAKE_SYM
+    if abi >= 2:
+        handled |= 1 << 13  # REFER
+    if abi >= 3:
+        handled |= 1 << 14  # TRUNCATE
+    net = 0b11 if abi >= 4 else 0  # BIND_TCP | CONNECT_TCP
+    attr = struct.pack("QQ", handled, net) if abi >= 4 else struct.pack("Q", handled)
+    ruleset = libc.syscall(444, attr, len(attr), 0)
+    if ruleset < 0:
+        return False
+    dirs = {sysconfig.get_paths()[k] for k in ("stdlib", "platstdlib", "purelib", "platlib")}
+    dirs |= {p for p in sys.path if p and os.path.isdir(p)}
+    dirs |= {os.path.dirname(os.path.dirname(os.path.abspath(__file__)))}
+    dirs |= {d for d in ("/usr/lib", "/usr/lib64", "/lib", "/lib64", "/usr/local/lib", "/usr/share/zoneinfo")
+             if os.path.isdir(d)}
+    rules = [(d, execute | read_file | read_dir) for d in sorted(dirs)]
+    rules += [(f, read_file) for f in read_files]
+    o_path = getattr(os, "O_PATH", 0o10000000)
+    try:
+        for path, access in rules:
+            try:
+                fd = os.open(path, o_path | os.O_CLOEXEC | (os.O_NOFOLLOW if access == read_file else 0))
+            except OSError:
+                continue
+            try:
+                rule = struct.pack("=Qi", access, fd)  # struct landlock_path_beneath_attr is packed
+                libc.syscall(445, ruleset, 1, rule, 0)  # an unusable rule (a symlink) is skipped: the file stays shut
+            finally:
+                os.close(fd)
+        return libc.syscall(446, ruleset, 0) == 0
+    finally:
+        os.close(ruleset)
+
+
+def _inject(fault: str) -> None:
+    """Test-only faults that stand in for a hostile file inside libhdf5."""
+    if fault == "segv":
+        import ctypes
+
+        ctypes.string_at(0)  # a real null-pointer read in C: SIGSEGV
+    elif fault == "abort":
+        os.abort()
+    elif fault == "memory":
+        import numpy as np
+
+        np.ones(2**40 // 8)  # 1 TiB: beyond any address-space limit
+    elif fault == "spin":
+        while True:
+            pass
+    elif fault == "sleep":
+        time.sleep(3600)
+    elif fault == "raise":
+        raise RuntimeError("injected test fault")
+
+
+def _protocol(d: dict[str, Any] | None):
+    from .protocols import Protocol
+
+    if d is None:
+        return Protocol.preset("pitfalls")
+    names = {f.name for f in fields(Protocol)}
+    kw = {k: v for k, v in d.items() if k in names}
+    if kw.get("cost_matrix") is not None:
+        kw["cost_matrix"] = tuple(tuple(float(x) for x in row) for row in kw["cost_matrix"])
+    kw["overrides"] = tuple(kw.get("overrides", ()))
+    return Protocol(**kw)
+
+
+def _findings_outcome(findings: list, seconds: float) -> SandboxOutcome:
+    from ..archive_schema.scan import UNREADABLE_CHECKS
+
+    errors = [f for f in findings if f.severity == "error"]
+    code = 0 if not errors else 2 if any(f.check in UNREADABLE_CHECKS for f in errors) else 1
+    status = {0: "ok", 1: "rejected", 2: "unreadable"}[code]
+    return SandboxOutcome(status, code, tuple(f.to_dict() for f in findings), None, None, seconds)
+
+
+def _run_task(task: SandboxTask) -> SandboxOutcome:
+    from ..archive_schema import (ArchiveError, InvalidArchiveError, ReadLimits, UnreadableArchiveError,
+                                  UnsupportedArchiveError, validate_archive)
+
+    t0 = time.monotonic()
+    if task.fault is not None and os.environ.get(FAULTS_ENV) == "1":
+        _inject(task.fault)
+    limits = ReadLimits(**task.read_limits)
+    if task.kind == "validate":
+        return _findings_outcome(validate_archive(task.archive, limits), time.monotonic() - t0)
+    from .score import score_archive
+
+    try:
+        report = score_archive(task.archive, reference=task.reference, protocol=_protocol(task.protocol),
+                               limits=limits)
+    except (InvalidArchiveError, UnreadableArchiveError) as exc:
+        return _findings_outcome(exc.findings, time.monotonic() - t0)
+    except UnsupportedArchiveError as exc:
+        return SandboxOutcome("rejected", 1, (_finding("version", str(exc), "/"),), None, None, time.monotonic() - t0)
+    except (ArchiveError, ValueError) as exc:
+        # Reference mismatches and archives that are valid but cannot be scored under the protocol.
+        check = "reference" if "reference" in type(exc).__name__.lower() else "unscorable"
+        return SandboxOutcome("rejected", 1, (_finding(check, str(exc)),), None, None, time.monotonic() - t0)
+    return SandboxOutcome("ok", 0, (), report, None, time.monotonic() - t0)
+
+
+def _emit(outcome: SandboxOutcome) -> None:
+    import resource
+
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    d = outcome.to_dict()
+    d["peak_rss_bytes"] = rss
+    sys.stdout.write(json.dumps(d, allow_nan=False, sort_keys=True) + "\n")
+    sys.stdout.flush()
+
+
+def main() -> None:
+    """The child: read the request, limit itself, run each task, write one JSON line per task."""
+    request = json.loads(sys.stdin.read())
+    limits = request["limits"]
+    _limit_self(limits, int(request["parent"]))
+    tasks = [SandboxTask(**t) for t in request["tasks"]]
+    _preimport({t.kind for t in tasks})
+    if limits.get("landlock", True):
+        _landlock(sorted({p for t in tasks for p in (t.archive, t.reference) if p}))
+    for i, task in enumerate(tasks):
+        _allow_cpu(int(limits["cpu_seconds"]), len(tasks) - i)
+        t0 = time.monotonic()
+        try:
+            outcome = _run_task(task)
+        except MemoryError:
+            outcome = _sandbox_outcome("memory-limit", "memory-limit", "scoring needed more memory than the "
+                                       "sandbox's address-space limit", time.monotonic() - t0)
+        except Exception as exc:  # noqa: BLE001 - the sandbox boundary: any escape is a ubench bug, reported as one
+            outcome = _sandbox_outcome("internal-error", "internal-error", f"ubench failed on this archive "
+                                       f"(a bug; please report it): {type(exc).__name__}: {exc}"[:2000],
+                                       time.monotonic() - t0)
+        _emit(outcome)
+
+
+if __name__ == "__main__":
+    main()
