@@ -1,0 +1,175 @@
+# SPDX-License-Identifier: MIT
+"""ECE family, TACE, UCE and reliability bins: edge conventions and hand computations from the papers."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given
+from strategies import probs_and_labels, softmax64
+
+from ubench import metrics as M
+
+
+def _binary(conf, correct):
+    """Two-class probs whose top-1 confidence is ``conf`` (>= 0.5) and labels making it (in)correct."""
+    conf = np.asarray(conf, dtype=np.float64)
+    p = np.stack([conf, 1 - conf], axis=1)
+    y = np.where(np.asarray(correct, dtype=bool), 0, 1)
+    return p, y
+
+
+def test_ece_hand_computation():
+    """Two bins hit: (0.6, 0.667] with acc 1/2 and (0.933, 1] with acc 1: ECE = 2/4*|0.5-0.65| + 2/4*|1-0.95|."""
+    p, y = _binary([0.62, 0.66, 0.94, 0.96], [1, 0, 1, 1])
+    expected = 0.5 * abs(0.5 - 0.64) + 0.5 * abs(1.0 - 0.95)
+    assert M.expected_calibration_error(p, y) == pytest.approx(expected)
+    assert M.max_calibration_error(p, y) == pytest.approx(0.14)
+
+
+def test_bin_edges_lo_open_hi_closed():
+    """A confidence exactly on an edge belongs to the bin it closes: 0.5 is in (0.25, 0.5], not (0.5, 0.75]."""
+    p, y = _binary([0.5, 0.75, 1.0], [1, 1, 1])
+    rb = M.reliability_bins(p, y, n_bins=4)
+    assert rb.counts.tolist() == [0, 1, 1, 1]
+    np.testing.assert_allclose(rb.edges, [0, 0.25, 0.5, 0.75, 1.0])
+    assert rb.mean_confidence.tolist() == [0.0, 0.5, 0.75, 1.0]
+
+
+def test_confidence_one_in_last_bin_and_zero_in_first():
+    """Exactly 1.0 lands in the last bin (no phantom extra bin); values of 0 land in the first (classwise ECE)."""
+    p = softmax64(np.array([[200.0, 0.0], [0.0, 200.0]])).astype(np.float32)  # saturates to exactly 1.0
+    y = np.array([0, 1])
+    rb = M.reliability_bins(p, y)
+    assert rb.counts.shape == (15,) and rb.counts[-1] == 2 and rb.counts.sum() == 2
+    assert M.expected_calibration_error(p, y) == 0.0
+    assert M.classwise_calibration_error(p, y) == 0.0
+
+
+def test_reliability_bins_reproduce_ece_and_never_nan():
+    """ECE = sum(counts * |acc - conf|) / N; empty bins hold 0.0, never NaN."""
+    rng = np.random.default_rng(3)
+    p = softmax64(rng.normal(scale=2, size=(300, 5)))
+    y = rng.integers(0, 5, 300)
+    rb = M.reliability_bins(p, y)
+    assert not np.isnan(rb.mean_confidence).any() and not np.isnan(rb.accuracy).any()
+    ece = (rb.counts * np.abs(rb.accuracy - rb.mean_confidence)).sum() / 300
+    assert ece == pytest.approx(M.expected_calibration_error(p, y))
+    assert rb.nonempty.tolist() == (rb.counts > 0).tolist()
+
+
+def test_fewer_samples_than_bins():
+    """One sample, 15 bins: ECE is |acc - conf| of that sample; adaptive ECE and TACE are defined."""
+    p, y = _binary([0.7], [0])
+    assert M.expected_calibration_error(p, y) == pytest.approx(0.7)
+    assert M.adaptive_calibration_error(p, y) == pytest.approx(0.7)
+    assert np.isfinite(M.tace_error(p, y))
+
+
+def _tace_reference(p, y, n_bins, threshold):
+    """Direct transcription of the TACE formula with the Pitfalls normalisation (|B| / (N C)), loops and all."""
+    n, c = p.shape
+    total = 0.0
+    for k in range(c):
+        keep = p[:, k] > threshold
+        vals = p[keep, k]
+        hits = (y[keep] == k).astype(float)
+        order = np.lexsort((hits, vals))
+        vals, hits = vals[order], hits[order]
+        size = len(vals) // n_bins
+        bounds = [0, len(vals)] if size == 0 else [i * size for i in range(n_bins)] + [len(vals)]
+        for a, b in zip(bounds[:-1], bounds[1:]):
+            if b > a:
+                total += (b - a) / (n * c) * abs(hits[a:b].mean() - vals[a:b].mean())
+    return total
+
+
+def test_tace_hand_example():
+    """3 samples, 2 classes, 1 bin, threshold 0.25: by hand from Ashukha et al. Eq. (2) (code normalisation)."""
+    p = np.array([[0.9, 0.1], [0.6, 0.4], [0.2, 0.8]])
+    y = np.array([0, 0, 1])
+    # class 0: values > 0.25 are {0.9, 0.6}, both labelled 0: |1 - 0.75| * 2 / (3 * 2)
+    # class 1: values > 0.25 are {0.4, 0.8}, labels {0, 1}: |0.5 - 0.6| * 2 / (3 * 2)
+    expected = 0.25 * 2 / 6 + 0.1 * 2 / 6
+    assert M.tace_error(p, y, n_bins=1, threshold=0.25) == pytest.approx(expected)
+    assert _tace_reference(p, y, 1, 0.25) == pytest.approx(expected)
+
+
+@pytest.mark.parametrize("n,c,n_bins,seed", [(200, 4, 15, 0), (37, 10, 15, 1), (1000, 3, 7, 2), (10, 5, 15, 3)])
+def test_tace_matches_formula_transcription(n, c, n_bins, seed):
+    """TACE equals a loop-by-loop transcription of the formula, including classes with fewer points than bins."""
+    rng = np.random.default_rng(seed)
+    p = softmax64(rng.normal(scale=3, size=(n, c)))
+    y = rng.integers(0, c, n)
+    assert M.tace_error(p, y, n_bins=n_bins) == pytest.approx(_tace_reference(p, y, n_bins, 1e-3), abs=1e-14)
+    assert M.tace_error(p, y, n_bins=n_bins, threshold=0.0) == pytest.approx(
+        _tace_reference(p, y, n_bins, 0.0), abs=1e-14)
+
+
+def test_tace_class_with_no_points_above_threshold_adds_zero():
+    """A class whose probabilities all lie at or below the threshold contributes 0 (not NaN)."""
+    p = np.array([[0.9995, 0.0005], [0.9995, 0.0005]])
+    y = np.array([0, 0])
+    v = M.tace_error(p, y)
+    assert v == pytest.approx(abs(1 - 0.9995) * 2 / 4)
+
+
+def test_adaptive_ece_equal_mass_hand_example():
+    """4 samples, 2 equal-count bins: {0.55 wrong, 0.6 right} and {0.8 right, 0.9 right}."""
+    p, y = _binary([0.9, 0.55, 0.8, 0.6], [1, 0, 1, 1])
+    expected = (abs(1 - (0.55 + 0.6)) + abs(2 - (0.8 + 0.9))) / 4
+    assert M.adaptive_calibration_error(p, y, n_bins=2) == pytest.approx(expected)
+
+
+def test_uce_hand_example():
+    """UCE by Laves et al. Eq. (15)-(17): bins on normalized entropy, error rate against mean uncertainty."""
+    p = np.array([[0.5, 0.5], [1.0, 0.0], [0.9, 0.1], [0.9, 0.1]])
+    y = np.array([1, 0, 0, 1])
+    h = -(0.9 * np.log(0.9) + 0.1 * np.log(0.1)) / np.log(2)  # 0.469 -> bin (0.4667, 0.5333]
+    # bins: {1.0 -> err 1 (tie goes to class 0, label 1)}, {0 -> err 0}, {h, h -> err 1/2}
+    expected = (abs(1 - 1.0) + abs(0 - 0.0) + 2 * abs(0.5 - h)) / 4
+    assert M.uce_error(p, y) == pytest.approx(expected)
+    # classwise: class 0 holds samples 1, 2 (errors 0, 0; uncert 0, h); class 1 holds 0, 3 (errors 1, 1; 1, h)
+    cls0 = (abs(0 - 0) + abs(0 - h)) / 2
+    cls1 = (abs(1 - 1) + abs(1 - h)) / 2
+    assert M.classwise_uce_error(p, y) == pytest.approx((cls0 + cls1) / 2)
+
+
+def test_classwise_uce_averages_over_present_classes_only():
+    """A class absent from labels neither counts as 0 nor makes cUCE undefined."""
+    p = np.array([[0.7, 0.2, 0.1], [0.6, 0.3, 0.1]])
+    y = np.array([0, 0])
+    assert M.classwise_uce_error(p, y) == pytest.approx(M.uce_error(p, y))
+
+
+def test_single_class_present():
+    """All labels one class: every calibration metric is defined and finite."""
+    rng = np.random.default_rng(5)
+    p = softmax64(rng.normal(size=(30, 4)))
+    y = np.zeros(30, dtype=int)
+    for f in (M.expected_calibration_error, M.adaptive_calibration_error, M.classwise_calibration_error,
+              M.tace_error, M.uce_error, M.classwise_uce_error, M.max_calibration_error):
+        assert 0.0 <= f(p, y) <= 1.0
+
+
+def test_uniform_predictions():
+    """Uniform predictions: confidence 1/C everywhere; ECE = |acc - 1/C|, normalized entropy 1, so UCE = |err - 1|."""
+    c = 4
+    p = np.full((8, c), 1 / c)
+    y = np.array([0, 0, 1, 2, 3, 0, 1, 2])  # arg max ties go to class 0: accuracy 3/8
+    assert M.expected_calibration_error(p, y) == pytest.approx(abs(3 / 8 - 1 / c))
+    assert M.uce_error(p, y) == pytest.approx(abs(5 / 8 - 1.0))
+
+
+@given(data=probs_and_labels())
+def test_ece_zero_for_perfectly_calibrated_bins_and_bounded_by_mce(data):
+    """For any input, ECE <= MCE."""
+    p, y = data
+    assert M.expected_calibration_error(p, y) <= M.max_calibration_error(p, y) + 1e-12
+
+
+@pytest.mark.parametrize("bad", [0, -1, 1.5, True])
+def test_bad_n_bins(bad):
+    p, y = _binary([0.7], [0])
+    with pytest.raises(ValueError, match="n_bins"):
+        M.expected_calibration_error(p, y, n_bins=bad)
