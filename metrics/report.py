@@ -1,0 +1,367 @@
+# SPDX-License-Identifier: MIT
+"""What a ubench report holds: arrays and settings in, a JSON-able dict out. Pure (no files, no terminal).
+
+This is the one module that calls metrics of several families. ``scoring/score.py`` reads archives and feeds
+blocks and arrays here; ``cli.py`` and ``scoring/html.py`` format the dicts this module returns.
+
+Per-sample work happens once per split in :class:`SplitAccumulator`, fed blocks ``(M, rows, C)`` of a split's
+member predictions: the ensemble mean and the per-sample uncertainties (total = entropy of the mean, data =
+mean member entropy, knowledge = mutual information, confidence = max of the mean) are computed block by block,
+so a split's member stack never has to be held at once. Every section below then works on those (N, C) and (N,)
+arrays; only the calibrated protocol with ``placement="per_member"`` and the member curves need the members.
+
+Keys are the snake_case names listed in ``scoring/REPORT_KEYS.md``. A metric that is undefined on the data
+(misclassification AUROC when every prediction is right) is ``None`` with a note, never NaN.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from ._validation import UndefinedMetricError
+from .calibration import (
+    _binned_sums,
+    _ece,
+    _equal_width_bin_index,
+    _reliability_bins,
+    _tace,
+    _uce,
+)
+from .classification import _accuracy, _brier_per_sample, _nll, _predictions
+from .decision import _check_cost, _decision_cost, cost_matrix_preset
+from .ensemble import _ensemble_mean, _smooth
+from .ranking import _detection_scores
+from .rejection import _rejection_curve
+from .uncertainty import _confidence, _normalized_entropy, _uncertainty_decomposition
+
+__all__ = [
+    "SplitArrays",
+    "SplitAccumulator",
+    "UNCERTAINTY_SCORES",
+    "COMPARABLE_KEYS",
+    "NOT_COMPARABLE_KEYS",
+    "core_metrics",
+    "misclassification_section",
+    "reliability_section",
+    "rejection_section",
+    "decision_section",
+    "ood_section",
+    "ood_histograms",
+    "summarize_ood",
+]
+
+#: Detection scores, higher = more uncertain: report name -> SplitArrays field.
+UNCERTAINTY_SCORES = {"total": "total", "knowledge": "knowledge", "confidence": "neg_confidence"}
+
+#: Headline keys that may be compared across models (Ashukha et al. 2020, Sec. 2-3): calibrated metrics and
+#: DEE, plus accuracy and the OOD/shift scores, whose task does not depend on the model.
+COMPARABLE_KEYS = (
+    "accuracy", "cll", "calibrated_brier", "dee", "ood_auroc_total", "ood_auroc_knowledge", "ood_auroc_confidence",
+    "ood_aupr_total", "ood_fpr95_total",
+)
+#: Headline keys that are not comparable across models: uncalibrated NLL/ECE/TACE depend on the temperature a
+#: model happens to have, and misclassification AUROC is a different detection task for every model.
+NOT_COMPARABLE_KEYS = (
+    "nll", "brier", "ece", "tace", "uce", "misclassification_auroc_total", "misclassification_auroc_confidence",
+    "misclassification_auroc_knowledge",
+)
+
+
+@dataclass(frozen=True)
+class SplitArrays:
+    """The per-split arrays every section works on.
+
+    ``mean_probs`` (N, C) float64 is the unsmoothed ensemble mean; the uncertainties (N,) are computed on members
+    after the protocol's central smoothing; ``neg_confidence`` is ``-max_c`` of the (smoothed) mean, so all three
+    scores read higher = more uncertain. ``member_probs`` (M, N, C) is kept only when asked for.
+    """
+
+    mean_probs: NDArray[np.float64]
+    total: NDArray[np.float64]
+    data: NDArray[np.float64]
+    knowledge: NDArray[np.float64]
+    neg_confidence: NDArray[np.float64]
+    member_probs: NDArray[np.floating] | None = None
+
+    @property
+    def n_samples(self) -> int:
+        return int(self.mean_probs.shape[0])
+
+    def score(self, name: str) -> NDArray[np.float64]:
+        return getattr(self, UNCERTAINTY_SCORES[name])
+
+
+class SplitAccumulator:
+    """Stream a split's member predictions block by block: ``add(start, block)`` then ``result()``.
+
+    Parameters
+    ----------
+    n_members, n_samples, n_classes : the split's shape (M, N, C).
+    smoothing : central smoothing weight of every member before the uncertainties (0 = none).
+    keep_members : also keep the member stack (M, N, C) in ``dtype`` (for per-member placement, member curves).
+    dtype : storage dtype of the kept members.
+
+    Blocks are assumed validated (the archive reader's value checks run on the same blocks).
+    """
+
+    def __init__(self, n_members: int, n_samples: int, n_classes: int, *, smoothing: float = 0.0,
+                 keep_members: bool = False, dtype: type | np.dtype = np.float32):
+        self.gamma = float(smoothing)
+        self.shape = (int(n_members), int(n_samples), int(n_classes))
+        self._mean = np.empty((n_samples, n_classes), dtype=np.float64)
+        self._u = {k: np.empty(n_samples, dtype=np.float64) for k in ("total", "data", "knowledge", "neg_confidence")}
+        self._members = np.empty(self.shape, dtype=dtype) if keep_members else None
+        self._seen = 0
+
+    def add(self, start: int, block: NDArray[np.floating]) -> None:
+        stop = start + block.shape[1]
+        self._mean[start:stop] = _ensemble_mean(block)
+        smoothed = _smooth(block, self.gamma) if self.gamma else block
+        dec = _uncertainty_decomposition(smoothed)
+        self._u["total"][start:stop] = dec.total
+        self._u["data"][start:stop] = dec.data
+        self._u["knowledge"][start:stop] = dec.knowledge
+        mean_s = self._mean[start:stop] if not self.gamma else _smooth(self._mean[start:stop], self.gamma)
+        self._u["neg_confidence"][start:stop] = -_confidence(mean_s)
+        if self._members is not None:
+            self._members[:, start:stop] = block
+        self._seen += block.shape[1]
+
+    def result(self) -> SplitArrays:
+        if self._seen != self.shape[1]:
+            raise ValueError(f"accumulator saw {self._seen} of {self.shape[1]} samples")
+        return SplitArrays(mean_probs=self._mean, member_probs=self._members, **self._u)
+
+
+def split_arrays(member_probs: NDArray[np.floating], *, smoothing: float = 0.0, keep_members: bool = False
+                 ) -> SplitArrays:
+    """One-shot :class:`SplitAccumulator` over a whole (validated) member stack."""
+    acc = SplitAccumulator(*member_probs.shape, smoothing=smoothing, keep_members=keep_members,
+                           dtype=member_probs.dtype)
+    acc.add(0, member_probs)
+    return acc.result()
+
+
+def _float_list(a: NDArray) -> list[float]:
+    return [float(x) for x in np.asarray(a, dtype=np.float64)]
+
+
+def core_metrics(probs: NDArray, labels: NDArray, *, bins: int, eps: float, smoothing: float) -> dict[str, float]:
+    """accuracy, nll, brier, ece, tace, uce of one predictive distribution (validated (N, C) and labels)."""
+    p = _smooth(probs, smoothing) if smoothing else probs
+    return {
+        "accuracy": _accuracy(probs, labels),
+        "nll": _nll(probs, labels, eps, smoothing),
+        "brier": float(_brier_per_sample(p, labels).mean()),
+        "ece": _ece(p, labels, bins),
+        "tace": _tace(p, labels, bins),
+        "uce": _uce(p, labels, bins),
+    }
+
+
+def misclassification_section(arrays: SplitArrays, labels: NDArray, *, tpr: float) -> tuple[dict[str, Any], list[str]]:
+    """Misclassification detection (positive = top-1 error of the mean) for every uncertainty score.
+
+    Returns ``misclassification_{auroc,aupr,fpr95}_{total,knowledge,confidence}`` (``None`` when undefined) and
+    notes. Not comparable across models (Ashukha et al. 2020, Sec. 2.3).
+    """
+    errors = (_predictions(arrays.mean_probs) != labels).astype(np.int8)
+    out: dict[str, Any] = {}
+    notes: list[str] = []
+    for name in UNCERTAINTY_SCORES:
+        try:
+            d = _detection_scores(arrays.score(name), errors, tpr)
+            vals = (d.auroc, d.average_precision, d.fpr_at_tpr)
+        except UndefinedMetricError as exc:
+            vals = (None, None, None)
+            if not notes:
+                notes.append(f"misclassification detection undefined: {exc}")
+        for key, v in zip(("auroc", "aupr", "fpr95"), vals):
+            out[f"misclassification_{key}_{name}"] = v
+    return out, notes
+
+
+def reliability_section(probs: NDArray, labels: NDArray, *, bins: int, smoothing: float) -> dict[str, Any]:
+    """Data of the two reliability diagrams: top-1 confidence vs accuracy (ECE) and normalized entropy vs error
+    (UCE, Laves et al. 2019). Bins are equal-width ``(lo, hi]``; empty bins hold 0."""
+    p = _smooth(probs, smoothing) if smoothing else probs
+    rb = _reliability_bins(p, labels, bins)
+    u = _normalized_entropy(p)
+    err = (_predictions(p) != labels).astype(np.float64)
+    counts, su, se = _binned_sums(_equal_width_bin_index(u, bins), u, err, bins)
+    safe = np.maximum(counts, 1)
+    return {
+        "edges": _float_list(rb.edges),
+        "confidence": {"counts": [int(c) for c in rb.counts], "mean_confidence": _float_list(rb.mean_confidence),
+                       "accuracy": _float_list(rb.accuracy)},
+        "uncertainty": {"counts": [int(c) for c in counts], "mean_uncertainty": _float_list(su / safe),
+                        "error": _float_list(se / safe)},
+    }
+
+
+def rejection_section(arrays: SplitArrays, labels: NDArray, *, points: int = 101) -> dict[str, Any]:
+    """Accuracy-rejection curves (reject the most uncertain first) for every uncertainty score.
+
+    ``aurc_<score>`` is the area under the risk-coverage curve (lower is better); ``curves`` holds the curve at
+    ``points`` evenly spaced rejected fractions in ``[0, 1)`` for the plots.
+    """
+    n = arrays.n_samples
+    idx = np.unique(np.minimum(n - 1, np.round(np.linspace(0.0, 1.0, points, endpoint=False) * n).astype(int)))
+    out: dict[str, Any] = {"curves": {}}
+    for name in UNCERTAINTY_SCORES:
+        curve = _rejection_curve(arrays.mean_probs, labels, arrays.score(name))
+        out[f"aurc_{name}"] = float(1.0 - curve.accuracy.mean())
+        out["curves"][name] = {"rejected_fraction": _float_list(curve.rejected_fraction[idx]),
+                               "accuracy": _float_list(curve.accuracy[idx])}
+    return out
+
+
+def decision_section(probs: NDArray, labels: NDArray, *, cost_preset: str | None,
+                     cost_matrix: Sequence[Sequence[float]] | None, smoothing: float, reduction: str
+                     ) -> dict[str, Any] | None:
+    """URSABench decision cost of the Bayes decisions under the named or given cost matrix (``None`` if neither).
+
+    ``decision_cost`` is the sum over samples when ``reduction == "sum"`` (URSABench) and the mean otherwise;
+    both are recorded as ``decision_cost_sum`` and ``decision_cost_mean``.
+    """
+    if cost_preset is None and cost_matrix is None:
+        return None
+    cost = cost_matrix_preset(cost_preset) if cost_preset is not None else np.asarray(cost_matrix, np.float64)
+    cost = _check_cost(cost, probs.shape[1])
+    d = _decision_cost(probs, labels, cost, smoothing)
+    return {"decision_cost": d.total if reduction == "sum" else d.mean, "decision_cost_sum": d.total,
+            "decision_cost_mean": d.mean, "cost_reduction": reduction}
+
+
+def ood_section(in_arrays: SplitArrays, ood_arrays: SplitArrays, *, tpr: float) -> dict[str, Any]:
+    """OOD detection (positive = OOD) of one OOD split against the in-domain split, for every uncertainty score:
+    ``ood_{auroc,aupr,fpr95}_{total,knowledge,confidence}``."""
+    y = np.concatenate([np.zeros(in_arrays.n_samples, np.int8), np.ones(ood_arrays.n_samples, np.int8)])
+    out: dict[str, Any] = {}
+    for name in UNCERTAINTY_SCORES:
+        d = _detection_scores(np.concatenate([in_arrays.score(name), ood_arrays.score(name)]), y, tpr)
+        out[f"ood_auroc_{name}"] = d.auroc
+        out[f"ood_aupr_{name}"] = d.average_precision
+        out[f"ood_fpr95_{name}"] = d.fpr_at_tpr
+    return out
+
+
+def ood_histograms(in_arrays: SplitArrays, ood_arrays: SplitArrays, *, n_bins: int = 30) -> dict[str, Any]:
+    """Histograms (shared edges per score) of the in-domain and OOD uncertainty scores, for the report's plots."""
+    out = {}
+    for name in UNCERTAINTY_SCORES:
+        a, b = in_arrays.score(name), ood_arrays.score(name)
+        lo = float(min(a.min(), b.min()))
+        hi = float(max(a.max(), b.max()))
+        if hi <= lo:
+            hi = lo + 1e-12
+        edges = np.linspace(lo, hi, n_bins + 1)
+        out[name] = {"edges": _float_list(edges), "in_domain": [int(c) for c in np.histogram(a, edges)[0]],
+                     "ood": [int(c) for c in np.histogram(b, edges)[0]]}
+    return out
+
+
+def summarize_ood(sections: Mapping[str, Mapping[str, Any]]) -> dict[str, float]:
+    """Mean over OOD splits of every ``ood_*`` key (the headline numbers)."""
+    if not sections:
+        return {}
+    keys = [k for k in next(iter(sections.values())) if k.startswith("ood_")]
+    return {k: float(np.mean([s[k] for s in sections.values()])) for k in keys}
+
+
+def _quantiles(values: Sequence[float]) -> dict[str, float]:
+    q = np.quantile(np.asarray(values, dtype=np.float64), [0.0, 0.25, 0.5, 0.75, 1.0])
+    return dict(zip(("min", "q1", "median", "q3", "max"), (float(x) for x in q)))
+
+
+def in_domain_section(arrays: SplitArrays, labels: NDArray, *, bins: int, eps: float, smoothing: float, tpr: float,
+                      cost_preset: str | None = None, cost_matrix: Sequence[Sequence[float]] | None = None,
+                      cost_reduction: str = "mean") -> dict[str, Any]:
+    """Everything measured on one labelled in-domain split without fitting anything: core metrics of the
+    ensemble mean, misclassification detection, accuracy-rejection curves, reliability-diagram data, the
+    decision cost (when a cost matrix is named) and the mean uncertainties."""
+    out: dict[str, Any] = {"n_samples": arrays.n_samples}
+    out.update(core_metrics(arrays.mean_probs, labels, bins=bins, eps=eps, smoothing=smoothing))
+    mis, notes = misclassification_section(arrays, labels, tpr=tpr)
+    out.update(mis)
+    out["mean_total_uncertainty"] = float(arrays.total.mean())
+    out["mean_knowledge_uncertainty"] = float(arrays.knowledge.mean())
+    out["mean_data_uncertainty"] = float(arrays.data.mean())
+    rej = rejection_section(arrays, labels)
+    out.update({k: v for k, v in rej.items() if k != "curves"})
+    out["rejection_curves"] = rej["curves"]
+    out["reliability"] = reliability_section(arrays.mean_probs, labels, bins=bins, smoothing=smoothing)
+    dec = decision_section(arrays.mean_probs, labels, cost_preset=cost_preset, cost_matrix=cost_matrix,
+                           smoothing=smoothing, reduction=cost_reduction)
+    if dec is not None:
+        out.update(dec)
+    out["notes"] = notes
+    return out
+
+
+def shift_split_section(arrays: SplitArrays, labels: NDArray, *, bins: int, eps: float, smoothing: float
+                        ) -> dict[str, Any]:
+    """Core metrics of one labelled shifted split (the shift paper's accuracy, Brier, NLL, ECE; TACE and UCE too)."""
+    out: dict[str, Any] = {"n_samples": arrays.n_samples}
+    out.update(core_metrics(arrays.mean_probs, labels, bins=bins, eps=eps, smoothing=smoothing))
+    out["mean_total_uncertainty"] = float(arrays.total.mean())
+    return out
+
+
+def calibrated_section(arrays: SplitArrays, labels: NDArray, *, placement: str, folds: int, repeats: int,
+                       seed: int, bins: int, eps: float, smoothing: float,
+                       members: NDArray[np.floating] | None = None) -> dict[str, Any] | None:
+    """The calibrated protocol (test-time cross-validation of the temperature) on one in-domain split.
+
+    Delegates to ``metrics/protocol.py``; returns ``cll``, ``temperature`` and the calibrated metrics.
+    """
+    try:
+        from . import protocol as _protocol  # noqa: F401
+    except ImportError:
+        return None
+    raise NotImplementedError
+
+
+def shift_summary(sections: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+    """Shift splits grouped by kind and intensity, plus quartiles over kinds of each metric per intensity.
+
+    ``by_kind[kind]`` lists ``{intensity, split, accuracy, nll, brier, ece, ...}`` sorted by intensity;
+    ``by_intensity[str(intensity)][metric]`` holds ``min, q1, median, q3, max`` over the kinds at that intensity
+    (the shift paper's box plots).
+    """
+    metrics = ("accuracy", "nll", "brier", "ece", "tace", "uce")
+    by_kind: dict[str, list] = {}
+    by_int: dict[float, list] = {}
+    for name, sec in sections.items():
+        row = {"split": name, "intensity": sec["shift_intensity"], **{m: sec[m] for m in metrics}}
+        by_kind.setdefault(sec["shift_kind"], []).append(row)
+        by_int.setdefault(float(sec["shift_intensity"]), []).append(row)
+    return {
+        "by_kind": {k: sorted(v, key=lambda r: (r["intensity"], r["split"])) for k, v in sorted(by_kind.items())},
+        "by_intensity": {f"{i:g}": {"intensity": i, "n_splits": len(rows),
+                                    **{m: _quantiles([r[m] for r in rows]) for m in metrics}}
+                         for i, rows in sorted(by_int.items())},
+    }
+
+
+def headline(report: Mapping[str, Any], primary: str | None) -> dict[str, Any]:
+    """The flat headline numbers: the primary in-domain split's metrics (and calibrated ones), the mean over OOD
+    splits of every ``ood_*`` key, and the median over shift splits of accuracy, NLL, Brier and ECE."""
+    out: dict[str, Any] = {}
+    if primary is not None and primary in report["in_domain"]:
+        sec = report["in_domain"][primary]
+        out.update({k: v for k, v in sec.items()
+                    if k != "calibrated" and (isinstance(v, (int, float)) or v is None)})
+        cal = sec.get("calibrated")
+        if cal:
+            out.update({k: v for k, v in cal.items() if isinstance(v, (int, float)) and k != "n_samples"})
+    out.update(summarize_ood(report["ood"]))
+    if report["shift"]:
+        for key in ("accuracy", "nll", "brier", "ece"):
+            out[f"shift_{key}_median"] = float(np.median([s[key] for s in report["shift"].values()]))
+    return out

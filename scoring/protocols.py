@@ -1,0 +1,149 @@
+# SPDX-License-Identifier: MIT
+"""Named scoring protocols: the settings a report is computed under, one frozen dataclass per run.
+
+A protocol fixes every choice that changes a number (temperature-scaling placement, test-time cross-validation
+folds and repeats, seed, calibration bins, smoothing, member-curve orders, decision costs), and the report records
+``Protocol.to_dict()`` verbatim. Three presets reproduce the conventions of the papers ubench is built from:
+
+``pitfalls`` (the default; Ashukha et al., 2020)
+    Temperature scaling after averaging (``placement="post"``), fitted by test-time cross-validation: the
+    in-domain split is halved at random, the temperature fitted on one half is applied to the other, both ways,
+    5 repeats (10 fits); seed 0; 15 equal-width bins for ECE/UCE and 15 equal-count bins for TACE; no smoothing.
+    The calibrated log-likelihood (CLL) is the comparable headline number.
+``ursabench`` (Vadera et al., 2020)
+    No temperature scaling; central smoothing 1e-4 of every member before NLL, OOD scores and decisions;
+    decision cost reported as a sum over samples (not a mean); 15 bins.
+``shift`` (Ovadia et al., 2019)
+    No temperature scaling; Brier, NLL, ECE with 15 bins; no smoothing; per-intensity tables with quartiles.
+
+Individual settings override a preset: ``Protocol.preset("pitfalls").replace(bins=20)``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["Protocol", "PRESETS", "PLACEMENTS", "COST_PRESETS", "COST_REDUCTIONS"]
+
+#: Temperature-scaling placements; ``None`` (stored as the string ``"none"``) means no temperature scaling.
+PLACEMENTS = ("post", "per_member", "none")
+#: Decision-cost presets named by the issue (URSABench's cost matrices per dataset).
+COST_PRESETS = ("mnist", "cifar10", "cifar100", "imagenet")
+#: How per-sample decision costs are reduced.
+COST_REDUCTIONS = ("sum", "mean")
+
+
+@dataclass(frozen=True)
+class Protocol:
+    """Every setting a report depends on. Build with :meth:`preset`, adjust with :meth:`replace`.
+
+    Attributes
+    ----------
+    name : preset the protocol started from (``"custom"`` is never produced; overrides are listed in
+        ``overrides``).
+    placement : ``"post"``, ``"per_member"`` or ``"none"`` (no temperature scaling).
+    folds : parts the in-domain split is cut into for test-time cross-validation (2 = halves).
+    repeats : random re-splits of the test-time cross-validation.
+    seed : seed of every random choice (fold splits, member orders).
+    bins : bins of ECE, TACE, UCE and the reliability diagrams.
+    smoothing : central smoothing weight applied to every member before NLL, detection scores and decisions.
+    orders : random member orders averaged in the metric-against-members and DEE curves.
+    eps : floor inside every log (``log(p + eps)``).
+    tpr : true-positive rate of FPR@TPR (FPR95 uses 0.95).
+    cost_preset : named decision-cost matrix, or ``None``.
+    cost_matrix : explicit (C, C) cost matrix as nested tuples (row = true class, column = decision), or ``None``.
+    cost_source : where ``cost_matrix`` came from (a file path), recorded in the report.
+    cost_reduction : ``"sum"`` or ``"mean"`` of per-sample decision costs.
+    overrides : names of the settings changed from the preset, in the order they were set.
+    """
+
+    name: str = "pitfalls"
+    placement: str = "post"
+    folds: int = 2
+    repeats: int = 5
+    seed: int = 0
+    bins: int = 15
+    smoothing: float = 0.0
+    orders: int = 5
+    eps: float = 1e-12
+    tpr: float = 0.95
+    cost_preset: str | None = None
+    cost_matrix: tuple[tuple[float, ...], ...] | None = None
+    cost_source: str | None = None
+    cost_reduction: str = "mean"
+    overrides: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.placement not in PLACEMENTS:
+            raise ValueError(f"placement must be one of {PLACEMENTS}; found {self.placement!r}")
+        if self.folds < 2:
+            raise ValueError(f"folds must be at least 2; found {self.folds}")
+        if self.repeats < 1:
+            raise ValueError(f"repeats must be at least 1; found {self.repeats}")
+        if self.bins < 1:
+            raise ValueError(f"bins must be at least 1; found {self.bins}")
+        if not (0.0 <= self.smoothing < 1.0):
+            raise ValueError(f"smoothing must be in [0, 1); found {self.smoothing!r}")
+        if self.orders < 1:
+            raise ValueError(f"orders must be at least 1; found {self.orders}")
+        if not (0.0 < self.eps < 0.01):
+            raise ValueError(f"eps must be in (0, 0.01); found {self.eps!r}")
+        if not (0.0 < self.tpr <= 1.0):
+            raise ValueError(f"tpr must be in (0, 1]; found {self.tpr!r}")
+        if self.cost_preset is not None and self.cost_preset not in COST_PRESETS:
+            raise ValueError(f"cost_preset must be one of {COST_PRESETS}; found {self.cost_preset!r}")
+        if self.cost_preset is not None and self.cost_matrix is not None:
+            raise ValueError("give cost_preset or cost_matrix, not both")
+        if self.cost_reduction not in COST_REDUCTIONS:
+            raise ValueError(f"cost_reduction must be one of {COST_REDUCTIONS}; found {self.cost_reduction!r}")
+
+    @property
+    def temperature_scaling(self) -> bool:
+        return self.placement != "none"
+
+    @classmethod
+    def preset(cls, name: str) -> Protocol:
+        """The named preset (``pitfalls``, ``ursabench``, ``shift``); raises ``ValueError`` for another name."""
+        try:
+            return PRESETS[name]
+        except KeyError:
+            raise ValueError(f"unknown protocol {name!r}; presets: {sorted(PRESETS)}") from None
+
+    def replace(self, **changes: Any) -> Protocol:
+        """A copy with ``changes`` applied and recorded in ``overrides`` (``None`` values are ignored)."""
+        changes = {k: v for k, v in changes.items() if v is not None}
+        if "cost_matrix" in changes:
+            changes["cost_matrix"] = tuple(tuple(float(x) for x in row) for row in changes["cost_matrix"])
+            changes.setdefault("cost_preset", None)
+        if "cost_preset" in changes and changes["cost_preset"] is not None:
+            changes.setdefault("cost_matrix", None)
+            changes.setdefault("cost_source", None)
+        changed = tuple(k for k, v in changes.items() if k != "overrides" and getattr(self, k) != v)
+        overrides = self.overrides + tuple(k for k in changed if k not in self.overrides)
+        return dataclasses.replace(self, **changes, overrides=overrides)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-able settings; ``cost_matrix`` becomes nested lists."""
+        d = dataclasses.asdict(self)
+        d["cost_matrix"] = None if self.cost_matrix is None else [list(r) for r in self.cost_matrix]
+        d["overrides"] = list(self.overrides)
+        d["temperature_scaling"] = self.temperature_scaling
+        return d
+
+    def describe(self) -> str:
+        """One line naming the settings that produced a number (printed on every figure and table)."""
+        ts = (f"TS {self.placement}, test-time CV {self.folds}x{self.repeats}" if self.temperature_scaling
+              else "no TS")
+        s = f"protocol {self.name}: {ts}, seed {self.seed}, {self.bins} bins, smoothing {self.smoothing:g}"
+        if self.overrides:
+            s += f" (overrides: {', '.join(self.overrides)})"
+        return s
+
+
+PRESETS: dict[str, Protocol] = {
+    "pitfalls": Protocol(name="pitfalls"),
+    "ursabench": Protocol(name="ursabench", placement="none", smoothing=1e-4, cost_reduction="sum"),
+    "shift": Protocol(name="shift", placement="none"),
+}

@@ -1,0 +1,220 @@
+# SPDX-License-Identifier: MIT
+"""Archive (+ trusted reference) in, report dict out: what ``ubench score`` computes.
+
+``score_archive`` is importable without a terminal and writes nothing: it opens the archive through the safe
+reader, checks it against the reference, streams each split once in blocks of samples ``(M, rows, C)`` (the
+reader's value checks run on the same blocks, so every byte of predictions is decompressed once), and hands the
+per-split arrays to ``metrics/report.py``, which decides what the report holds. Peak memory is a few (N, C)
+float64 arrays per split plus one block; the member stack (M, N, C) of the in-domain split is held only when a
+section needs members and it fits ``MEMBER_CACHE_BLOCKS * limits.block_bytes``, and is otherwise re-read one member at a time
+along the archive's ``(1, rows, C)`` chunks.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .. import __version__
+from ..archive_schema.spec import ReadLimits
+from .protocols import Protocol
+
+__all__ = ["MEMBER_CACHE_BLOCKS", "score_archive", "run_score", "ProgressFn", "REPORT_SCHEMA_VERSION"]
+
+#: Version of the report layout (``scoring/REPORT_KEYS.md``); bumped when a key changes meaning or moves.
+REPORT_SCHEMA_VERSION = "1.0"
+
+#: ``progress(task, done, total)``: called while streaming; ``task`` names the split or sweep.
+ProgressFn = Callable[[str, int, int], None]
+
+
+#: The in-domain member stack (M, N, C) is held in memory (as float64) only when it fits this many
+#: ``ReadLimits.block_bytes``; otherwise members are re-read one at a time, so memory depends on N x C only.
+MEMBER_CACHE_BLOCKS = 8
+
+
+def _limits_dict(limits: ReadLimits) -> dict[str, Any]:
+    return {"block_bytes": limits.block_bytes, "member_cache_bytes": MEMBER_CACHE_BLOCKS * limits.block_bytes,
+            "max_total_bytes": limits.max_total_bytes}
+
+
+def score_archive(path: str | Path, *, reference: str | Path | None = None,
+                  protocol: Protocol = Protocol.preset("pitfalls"), limits: ReadLimits = ReadLimits()) -> dict:
+    """Score an archive under ``protocol``; returns the report dict (``scoring/REPORT_KEYS.md``).
+
+    Parameters
+    ----------
+    path : the prediction archive (untrusted).
+    reference : a reference label file (``scoring/reference.py``); when given, labels come only from it and the
+        archive's splits, sizes, sample ids and class count must match it.
+    protocol : the settings (``Protocol.preset(name)``, adjusted with ``.replace``).
+    limits : the safe reader's limits; ``limits.block_bytes`` sets the streamed block size and, times
+        ``MEMBER_CACHE_BLOCKS``, the largest member stack held in memory.
+
+    Raises
+    ------
+    InvalidArchiveError, UnreadableArchiveError, UnsupportedArchiveError
+        The archive fails the reader's checks (``.findings`` lists them).
+    ReferenceError, ReferenceMismatchError
+        The reference is unusable, or the archive differs from it (``.differences``).
+    """
+    return run_score(path, reference=reference, protocol=protocol, limits=limits)
+
+
+def _checked_blocks(reader, scan, split: str, rows: int) -> Iterator[tuple[int, np.ndarray]]:
+    """The split's probs blocks, each passed through the validator's value checks before it is used."""
+    from ..archive_schema.errors import InvalidArchiveError
+    from ..archive_schema.validator import _check_probs_block
+
+    for start, block in reader.iter_probs(split, rows):
+        if not _check_probs_block(scan, f"/splits/{split}/probs", start, block):
+            raise InvalidArchiveError(str(reader.header.path), scan.findings)
+        yield start, block
+
+
+def _check_small_values(reader, scan) -> None:
+    """The validator's value checks of labels and sample ids (probs are checked block by block while scoring)."""
+    from ..archive_schema.errors import InvalidArchiveError
+    from ..archive_schema.read_v1 import Parsed
+    from ..archive_schema.validator import _check_values
+
+    parsed = reader._parsed
+    _check_values(scan, Parsed(parsed.header, {k: v for k, v in parsed.nodes.items() if k[1] != "probs"}))
+    if not scan.ok:
+        raise InvalidArchiveError(str(reader.header.path), scan.findings)
+
+
+def _file_info(path: str | Path, header) -> dict[str, Any]:
+    from ..archive_schema.scan import file_sha256
+
+    return {"path": str(path), "sha256": file_sha256(path), "format_version": header.format_version,
+            "method": header.method, "model": header.model, "dataset": header.dataset,
+            "n_classes": header.n_classes, "n_members": header.n_members}
+
+
+def _labels_for(reader, header, ref, notes: list[str]) -> dict[str, np.ndarray | None]:
+    """Labels of every split: the reference's when given (noting where the upload's own differ), else the
+    archive's."""
+    labels = {}
+    for name in header.splits:
+        own = reader.labels(name)
+        if ref is None:
+            labels[name] = own
+            continue
+        trusted = ref.splits[name].labels
+        labels[name] = trusted
+        if own is not None and trusted is not None and not np.array_equal(own, trusted):
+            bad = np.flatnonzero(own != trusted)
+            notes.append(f"split {name!r}: the archive's own labels differ from the reference at {bad.size} "
+                         f"sample(s) (first at index {int(bad[0])}); they were ignored")
+    return labels
+
+
+def run_score(path: str | Path, *, reference: str | Path | None = None,
+              protocol: Protocol = Protocol.preset("pitfalls"), limits: ReadLimits = ReadLimits(),
+              progress: ProgressFn | None = None) -> dict:
+    """:func:`score_archive` with an optional ``progress`` callback (the CLI draws progress bars with it)."""
+    from ..archive_schema import open_archive
+    from ..archive_schema.scan import Scan
+    from ..archive_schema.validator import block_rows
+    from ..metrics import report as R
+    from .reference import ReferenceMismatchError, compare_to_reference, read_reference
+
+    ref = read_reference(reference) if reference is not None else None
+    notes: list[str] = []
+    with open_archive(path, limits, check_values=False) as reader:
+        h = reader.header
+        scan = Scan(str(path), limits)
+        _check_small_values(reader, scan)
+        ids = {name: reader.sample_ids(name) for name in h.splits}
+        if ref is not None:
+            diffs = compare_to_reference(h, ids, ref)
+            if diffs:
+                raise ReferenceMismatchError(str(path), ref.path, diffs)
+        labels = _labels_for(reader, h, ref, notes)
+        if ref is None:
+            notes.append("labels were taken from the archive itself (no --reference): fine for your own runs, "
+                         "not for untrusted uploads")
+
+        p = protocol
+        metric_kw = dict(bins=p.bins, eps=p.eps, smoothing=p.smoothing)
+        in_domain = h.splits_with_role("in_domain")
+        primary = next((s for s in in_domain if labels[s] is not None), None)
+        order = in_domain + h.splits_with_role("ood") + h.splits_with_role("shift")
+        report: dict[str, Any] = {"in_domain": {}, "ood": {}, "shift": {}}
+        primary_arrays = None
+        ood_arrays: dict[str, Any] = {}
+        for name in order:
+            info = h.splits[name]
+            ds_shape = (h.n_members, info.n_samples, h.n_classes)
+            rows = block_rows(h.n_members, h.n_classes, limits.block_bytes)
+            keep = (name == primary and p.placement == "per_member"
+                    and np.prod(ds_shape) * 8 <= MEMBER_CACHE_BLOCKS * limits.block_bytes)
+            acc = R.SplitAccumulator(*ds_shape, smoothing=p.smoothing, keep_members=keep,
+                                     dtype=reader._node(name, "probs").dtype)
+            for start, block in _checked_blocks(reader, scan, name, rows):
+                acc.add(start, block)
+                if progress is not None:
+                    progress(name, min(info.n_samples, start + block.shape[1]), info.n_samples)
+            arrays = acc.result()
+            y = labels[name]
+            if info.role == "in_domain":
+                if y is None:
+                    notes.append(f"in-domain split {name!r} has no labels; only its uncertainties are used")
+                    continue
+                sec = R.in_domain_section(arrays, y, tpr=p.tpr, cost_preset=p.cost_preset,
+                                          cost_matrix=p.cost_matrix, cost_reduction=p.cost_reduction, **metric_kw)
+                if p.temperature_scaling:
+                    sec["calibrated"] = R.calibrated_section(
+                        arrays, y, placement=p.placement, folds=p.folds, repeats=p.repeats, seed=p.seed,
+                        members=arrays.member_probs, **metric_kw)
+                report["in_domain"][name] = sec
+                if name == primary:
+                    primary_arrays = arrays
+            elif info.role == "ood":
+                ood_arrays[name] = arrays
+            else:
+                if y is None:
+                    notes.append(f"shift split {name!r} has no labels; it was skipped")
+                    continue
+                sec = R.shift_split_section(arrays, y, **metric_kw)
+                sec.update(shift_kind=info.shift_kind, shift_intensity=float(info.shift_intensity))
+                report["shift"][name] = sec
+
+        if ood_arrays and primary_arrays is None:
+            notes.append("OOD splits need a labelled in-domain split to score against; none was found")
+        elif ood_arrays:
+            for name, arrays in ood_arrays.items():
+                sec = R.ood_section(primary_arrays, arrays, tpr=p.tpr)
+                sec.update(against=primary, n_samples=arrays.n_samples,
+                           histograms=R.ood_histograms(primary_arrays, arrays))
+                report["ood"][name] = sec
+        report["shift_summary"] = R.shift_summary(report["shift"]) if report["shift"] else None
+        report["summary"] = R.headline(report, primary)
+        report["comparability"] = {"comparable": list(R.COMPARABLE_KEYS),
+                                   "not_comparable": list(R.NOT_COMPARABLE_KEYS)}
+        archive = _file_info(path, h)
+        archive["splits"] = {n: {"role": s.role, "dataset": s.dataset, "n_samples": s.n_samples,
+                                 "shift_kind": s.shift_kind, "shift_intensity": s.shift_intensity}
+                             for n, s in h.splits.items()}
+    return {
+        "ubench_version": __version__,
+        "report_schema": REPORT_SCHEMA_VERSION,
+        "archive": archive,
+        "labels": {"source": "reference" if ref is not None else "archive",
+                   "reference": None if ref is None else {"path": ref.path, "sha256": _sha(ref.path)}},
+        "protocol": p.to_dict(),
+        "limits": _limits_dict(limits),
+        "primary_split": primary,
+        **report,
+        "notes": notes,
+    }
+
+
+def _sha(path: str) -> str:
+    from ..archive_schema.scan import file_sha256
+
+    return file_sha256(path)
