@@ -158,6 +158,151 @@ def finalize(partial: Path, overwrite: bool) -> None:
     click.echo(str(out))
 
 
+# --- scoring: score, reference, compare, dee (issue #4) ---------------------------------------------------------
+
+_PRESETS = ("pitfalls", "ursabench", "shift")
+
+
+def _protocol_options(f):
+    """The protocol preset and the individual settings that override it (shared by score, compare, dee)."""
+    opts = [
+        click.option("--protocol", "preset", type=click.Choice(_PRESETS), default="pitfalls", show_default=True,
+                     help="Named preset of a paper's conventions (scoring/protocols.py)."),
+        click.option("--placement", type=click.Choice(("post", "per_member", "none")), default=None,
+                     help="Temperature-scaling placement; 'none' = no temperature scaling. [default: preset]"),
+        click.option("--folds", type=click.IntRange(min=2), default=None,
+                     help="Test-time cross-validation folds. [default: preset]"),
+        click.option("--repeats", type=click.IntRange(min=1), default=None,
+                     help="Test-time cross-validation repeats. [default: preset]"),
+        click.option("--seed", type=int, default=None, help="Seed of folds and member orders. [default: preset]"),
+        click.option("--bins", type=click.IntRange(min=1), default=None,
+                     help="Bins of ECE/TACE/UCE and reliability diagrams. [default: preset]"),
+        click.option("--smoothing", type=click.FloatRange(0.0, 1.0, max_open=True), default=None,
+                     help="Central smoothing of every member (URSABench: 1e-4). [default: preset]"),
+        click.option("--orders", type=click.IntRange(min=1), default=None,
+                     help="Random member orders of member curves and DEE. [default: preset]"),
+        click.option("--cost-preset", type=click.Choice(("mnist", "cifar10", "cifar100", "imagenet")), default=None,
+                     help="URSABench decision-cost matrix to report the decision cost under."),
+        click.option("--cost-matrix", type=click.Path(exists=True, dir_okay=False), default=None,
+                     help="Decision-cost matrix file (.npy or .csv), cost[true, decided]."),
+    ]
+    for opt in reversed(opts):
+        f = opt(f)
+    return f
+
+
+def _protocol_from(preset, placement, folds, repeats, seed, bins, smoothing, orders, cost_preset, cost_matrix):
+    from .scoring.protocols import Protocol, load_cost_matrix
+
+    try:
+        matrix = None if cost_matrix is None else load_cost_matrix(cost_matrix)
+        return Protocol.preset(preset).replace(
+            placement=placement, folds=folds, repeats=repeats, seed=seed, bins=bins, smoothing=smoothing,
+            orders=orders, cost_preset=cost_preset, cost_matrix=matrix, cost_source=cost_matrix)
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from None
+
+
+def _progress(enabled: bool):
+    """A ``progress(task, done, total)`` callback drawing a bar on stderr, or None (not a terminal, or --json)."""
+    if not enabled or not sys.stderr.isatty():
+        return None
+    state = {"task": None}
+
+    def update(task: str, done: int, total: int) -> None:
+        width = 30
+        fill = int(width * done / max(total, 1))
+        click.echo(f"\r{task[:24]:<24} [{'#' * fill}{'.' * (width - fill)}] {done}/{total}", err=True, nl=False)
+        if done >= total:
+            click.echo("", err=True)
+        state["task"] = task
+
+    return update
+
+
+def _score_or_exit(archive: Path, *, reference=None, protocol, progress=None) -> dict:
+    """Score one archive; the library's errors become findings or one line with the CLI's exit code."""
+    from .archive_schema import (ArchiveError, InvalidArchiveError, UnreadableArchiveError,
+                                 UnsupportedArchiveError)
+    from .scoring.reference import ReferenceError, ReferenceMismatchError
+    from .scoring.score import run_score
+
+    try:
+        return run_score(archive, reference=reference, protocol=protocol, progress=progress)
+    except (InvalidArchiveError, UnreadableArchiveError) as exc:
+        _echo_findings([f for f in exc.findings if f.severity == "error"], err=True)
+        click.echo(f"{archive}: rejected (run `ubench validate {archive}` for every finding)", err=True)
+        sys.exit(_exit_code(exc.findings) or 1)
+    except ReferenceMismatchError as exc:
+        click.echo(f"{archive}: does not match the reference:", err=True)
+        for d in exc.differences:
+            click.echo(f"  {d}", err=True)
+        sys.exit(1)
+    except ReferenceError as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(2)
+    except (UnsupportedArchiveError, ArchiveError) as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(1)
+    except ValueError as exc:
+        # a valid archive that cannot be scored under the protocol (e.g. a cost matrix of the wrong size)
+        click.echo(f"error: {archive}: cannot be scored: {exc}", err=True)
+        sys.exit(1)
+
+
+@cli.command(epilog=EPILOG)
+@click.argument("archive", type=_ARCHIVE)
+@click.option("--reference", type=click.Path(path_type=Path), default=None,
+              help="Trusted reference label file (`ubench reference`); labels come only from it.")
+@_protocol_options
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON (scoring/REPORT_KEYS.md).")
+@click.option("--html", "html_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Also write a self-contained HTML report with plots to this path.")
+def score(archive: Path, reference: Path | None, as_json: bool, html_path: Path | None, **options) -> None:
+    """Score an archive: every split by its role, under a paper's protocol.
+
+    \b
+    ubench score run.h5
+    ubench score upload.h5 --reference test_labels.h5 --json
+    ubench score run.h5 --protocol ursabench --cost-preset mnist --html report.html
+    """
+    protocol = _protocol_from(**options)
+    report = _score_or_exit(archive, reference=reference, protocol=protocol, progress=_progress(not as_json))
+    if html_path is not None:
+        from .scoring.html import write_html
+
+        write_html(report, html_path)
+        if not as_json:
+            click.echo(f"wrote {html_path}", err=True)
+    if as_json:
+        click.echo(_dump_json(report))
+    else:
+        from .scoring.tables import format_score
+
+        click.echo(format_score(report), nl=False)
+
+
+@cli.command(epilog=EPILOG)
+@click.argument("archive", type=_ARCHIVE)
+@click.option("--out", "out", type=click.Path(dir_okay=False, path_type=Path), required=True,
+              help="Reference file to write (labels and sample ids per split, no predictions).")
+@click.option("--overwrite", is_flag=True, help="Replace an existing file at --out.")
+def reference(archive: Path, out: Path, overwrite: bool) -> None:
+    """Write the trusted reference label file of an archive, for `ubench score --reference`.
+
+    \b
+    ubench reference trusted_run.h5 --out test_labels.h5
+    """
+    from .scoring.reference import ReferenceError, write_reference
+
+    _open_or_exit(archive, check_values=False).close()
+    try:
+        click.echo(str(write_reference(archive, out, overwrite=overwrite)))
+    except ReferenceError as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(1)
+
+
 def main() -> None:
     cli()
 

@@ -130,6 +130,7 @@ class Protocol:
         d["cost_matrix"] = None if self.cost_matrix is None else [list(r) for r in self.cost_matrix]
         d["overrides"] = list(self.overrides)
         d["temperature_scaling"] = self.temperature_scaling
+        d["description"] = self.describe()
         return d
 
     def describe(self) -> str:
@@ -147,3 +148,26 @@ PRESETS: dict[str, Protocol] = {
     "ursabench": Protocol(name="ursabench", placement="none", smoothing=1e-4, cost_reduction="sum"),
     "shift": Protocol(name="shift", placement="none"),
 }
+
+
+def load_cost_matrix(path: str) -> tuple[tuple[float, ...], ...]:
+    """Read a (C, C) cost matrix, ``cost[true, decided]``, from ``.npy`` (no pickles) or ``.csv`` (comma-separated,
+    one row per true class, no header). Raises ``ValueError`` naming the file when it is not a finite square
+    numeric matrix."""
+    import numpy as np
+
+    try:
+        if str(path).endswith(".npy"):
+            arr = np.load(path, allow_pickle=False)
+        elif str(path).endswith(".csv"):
+            arr = np.loadtxt(path, delimiter=",", ndmin=2)
+        else:
+            raise ValueError("the file name must end in .npy or .csv")
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"cannot read cost matrix {path}: {exc}") from None
+    if arr.dtype.kind not in "fiu" or arr.ndim != 2 or arr.shape[0] != arr.shape[1]:
+        raise ValueError(f"cost matrix {path} must be a square numeric matrix; found shape {arr.shape}, "
+                         f"dtype {arr.dtype}")
+    if not np.all(np.isfinite(arr)):
+        raise ValueError(f"cost matrix {path} must be finite")
+    return tuple(tuple(float(x) for x in row) for row in arr)

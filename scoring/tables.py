@@ -1,0 +1,110 @@
+# SPDX-License-Identifier: MIT
+"""Plain-text tables of score reports (``ubench score``, ``compare``, ``dee``): dicts in, strings out.
+
+No terminal library is imported: the columns are fixed-width text, so output is the same on a terminal, in a
+pipe and in tests.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+__all__ = ["format_score", "format_compare", "format_dee", "COMPARE_COLUMNS"]
+
+#: Columns of ``ubench compare``: (summary key, header). Comparability comes from the report's own lists.
+COMPARE_COLUMNS = (
+    ("accuracy", "acc"), ("cll", "CLL"), ("dee", "DEE"), ("nll", "NLL"), ("brier", "Brier"), ("ece", "ECE"),
+    ("tace", "TACE"), ("uce", "UCE"), ("temperature", "T"), ("misclassification_auroc_confidence", "misAUROC"),
+    ("ood_auroc_total", "OOD-AUROC(tot)"), ("ood_auroc_knowledge", "OOD-AUROC(kn)"),
+    ("shift_accuracy_median", "shift acc(med)"),
+)
+
+
+def _fmt(v: Any) -> str:
+    if v is None:
+        return "-"
+    if isinstance(v, bool):
+        return str(v)
+    if isinstance(v, int):
+        return str(v)
+    if isinstance(v, float):
+        return f"{v:.4f}" if abs(v) < 1e4 else f"{v:.4g}"
+    return str(v)
+
+
+def _table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> list[str]:
+    cells = [[str(h) for h in header]] + [[_fmt(v) for v in r] for r in rows]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(header))]
+    lines = []
+    for k, r in enumerate(cells):
+        lines.append("  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths))))
+        if k == 0:
+            lines.append("  ".join("-" * w for w in widths))
+    return lines
+
+
+_IN_DOMAIN_KEYS = ("accuracy", "nll", "brier", "ece", "tace", "uce", "misclassification_auroc_total",
+                   "misclassification_auroc_confidence", "aurc_confidence", "decision_cost")
+_CAL_KEYS = ("cll", "temperature", "calibrated_accuracy", "calibrated_nll", "calibrated_brier", "calibrated_ece",
+             "calibrated_tace")
+
+
+def format_score(report: Mapping[str, Any]) -> str:
+    """The terminal view of one score report."""
+    a = report["archive"]
+    lines = [f"{a['path']}  method {a['method']}, model {a['model']}, dataset {a['dataset']}, "
+             f"M = {a['n_members']}, C = {a['n_classes']}",
+             f"labels from {report['labels']['source']}"
+             + (f" {report['labels']['reference']['path']}" if report["labels"]["reference"] else ""),
+             report["protocol"]["description"], ""]
+    for name, sec in report["in_domain"].items():
+        lines.append(f"in-domain split {name} (N = {sec['n_samples']})")
+        rows = [(k, sec[k]) for k in _IN_DOMAIN_KEYS if k in sec]
+        cal = sec.get("calibrated") or {}
+        rows += [(k, cal[k]) for k in _CAL_KEYS if k in cal]
+        lines += ["  " + ln for ln in _table(("metric", "value"), rows)] + [""]
+    if report["ood"]:
+        lines.append("OOD detection (positive = OOD)")
+        rows = [(name, s["against"], s["ood_auroc_total"], s["ood_auroc_knowledge"], s["ood_auroc_confidence"],
+                 s["ood_aupr_total"], s["ood_fpr95_total"]) for name, s in report["ood"].items()]
+        lines += ["  " + ln for ln in _table(("split", "against", "AUROC tot", "AUROC kn", "AUROC conf",
+                                               "AUPR tot", "FPR95 tot"), rows)] + [""]
+    if report["shift"]:
+        lines.append("shift")
+        rows = [(name, s["shift_kind"], s["shift_intensity"], s["accuracy"], s["nll"], s["brier"], s["ece"])
+                for name, s in report["shift"].items()]
+        lines += ["  " + ln for ln in _table(("split", "kind", "intensity", "acc", "NLL", "Brier", "ECE"), rows)]
+        q = report["shift_summary"]["by_intensity"]
+        rows = [(k, v["n_splits"], v["accuracy"]["q1"], v["accuracy"]["median"], v["accuracy"]["q3"],
+                 v["ece"]["median"]) for k, v in q.items()]
+        lines += ["", "  quartiles over shift kinds per intensity"]
+        lines += ["  " + ln for ln in _table(("intensity", "splits", "acc q1", "acc median", "acc q3",
+                                               "ECE median"), rows)] + [""]
+    for n in report["notes"]:
+        lines.append(f"note: {n}")
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def format_compare(reports: Sequence[Mapping[str, Any]], names: Sequence[str]) -> str:
+    """One table, methods as rows; ``*`` marks columns comparable across models (Ashukha et al. 2020)."""
+    comparable = set(reports[0]["comparability"]["comparable"]) if reports else set()
+    cols = [(k, h) for k, h in COMPARE_COLUMNS if any(r["summary"].get(k) is not None for r in reports)]
+    header = ["method"] + [h + ("*" if k in comparable else "") for k, h in cols]
+    rows = [[n] + [r["summary"].get(k) for k, _ in cols] for n, r in zip(names, reports)]
+    lines = _table(header, rows)
+    lines += ["", "* comparable across models (calibrated metrics, DEE, accuracy, OOD/shift scores); unmarked "
+              "columns (uncalibrated NLL/Brier/ECE/TACE/UCE, misclassification AUROC) are not "
+              "(Ashukha et al. 2020)."]
+    if reports:
+        lines.append(reports[0]["protocol"]["description"])
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def format_dee(result: Mapping[str, Any]) -> str:
+    """The terminal view of ``ubench dee``: the method's DEE per number of members, with bounds."""
+    rows = [(p["n_members"], p["cll"], p["dee"], p["dee_lower"], p["dee_upper"]) for p in result["curve"]]
+    lines = [f"DEE of {result['method']['path']} against deep ensemble {result['ensemble']['path']}", ""]
+    lines += _table(("members", "CLL", "DEE", "DEE lower", "DEE upper"), rows)
+    lines += ["", result["protocol"]["description"]]
+    return "\n".join(lines).rstrip() + "\n"
