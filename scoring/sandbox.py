@@ -456,6 +456,8 @@ def _run_task(task: SandboxTask) -> SandboxOutcome:
     limits = ReadLimits(**task.read_limits)
     if task.kind == "validate":
         return _findings_outcome(validate_archive(task.archive, limits), time.monotonic() - t0)
+    from ..metrics._validation import UndefinedMetricError
+    from .reference import ReferenceError, ReferenceMismatchError
     from .score import score_archive
 
     try:
@@ -465,10 +467,14 @@ def _run_task(task: SandboxTask) -> SandboxOutcome:
         return _findings_outcome(exc.findings, time.monotonic() - t0)
     except UnsupportedArchiveError as exc:
         return SandboxOutcome("rejected", 1, (_finding("version", str(exc), "/"),), None, None, time.monotonic() - t0)
-    except (ArchiveError, ValueError) as exc:
-        # Reference mismatches and archives that are valid but cannot be scored under the protocol.
-        check = "reference" if "reference" in type(exc).__name__.lower() else "unscorable"
-        return SandboxOutcome("rejected", 1, (_finding(check, str(exc)),), None, None, time.monotonic() - t0)
+    except ReferenceMismatchError as exc:
+        found = tuple(_finding("reference", d) for d in exc.differences) or (_finding("reference", str(exc)),)
+        return SandboxOutcome("rejected", 1, found, None, None, time.monotonic() - t0)
+    except (ReferenceError, ArchiveError) as exc:
+        return SandboxOutcome("rejected", 1, (_finding("reference", str(exc)),), None, None, time.monotonic() - t0)
+    except UndefinedMetricError as exc:
+        # A valid archive whose data leave a metric undefined (e.g. a split with a single class).
+        return SandboxOutcome("rejected", 1, (_finding("unscorable", str(exc)),), None, None, time.monotonic() - t0)
     return SandboxOutcome("ok", 0, (), report, None, time.monotonic() - t0)
 
 
@@ -478,7 +484,12 @@ def _emit(outcome: SandboxOutcome) -> None:
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     d = outcome.to_dict()
     d["peak_rss_bytes"] = rss
-    sys.stdout.write(json.dumps(d, allow_nan=False, sort_keys=True) + "\n")
+    try:
+        line = json.dumps(d, allow_nan=False, sort_keys=True)
+    except (TypeError, ValueError) as exc:  # NaN/inf or a non-JSON value in a report: a scorer bug
+        line = json.dumps(_sandbox_outcome("internal-error", "internal-error", f"the report is not valid JSON "
+                                           f"(a bug; please report it): {exc}", outcome.seconds, rss).to_dict())
+    sys.stdout.write(line + "\n")
     sys.stdout.flush()
 
 

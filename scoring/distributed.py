@@ -1,0 +1,55 @@
+# SPDX-License-Identifier: MIT
+"""Run one function over many items: serially, on a local Dask cluster, or on a Dask scheduler elsewhere.
+
+Dask (``pip install "ubench[scale]"``) is imported only here and only when asked for. The function must be
+importable by name on every worker (``ubench.scoring.leaderboard.score_one`` is) and idempotent: when a worker
+dies, the scheduler runs its unfinished tasks again elsewhere, so the same item can start twice; the leaderboard's
+content-addressed result files make a second run a cache hit.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+__all__ = ["map_unordered", "local_cluster"]
+
+
+@contextlib.contextmanager
+def local_cluster(n_workers: int) -> Iterator[str]:
+    """A ``LocalCluster`` of ``n_workers`` single-threaded worker processes on 127.0.0.1; yields its address."""
+    try:
+        from distributed import LocalCluster
+    except ImportError as exc:  # pragma: no cover - depends on the environment
+        raise RuntimeError('parallel scoring needs Dask: pip install "ubench[scale]"') from exc
+
+    with LocalCluster(n_workers=n_workers, threads_per_worker=1, processes=True, host="127.0.0.1",
+                      dashboard_address=None, silence_logs=40) as cluster:
+        yield cluster.scheduler_address
+
+
+def map_unordered(fn: Callable[..., Any], items: Sequence[Any], *, workers: int = 1, scheduler: str | None = None,
+                  **kwargs: Any) -> Iterator[tuple[int, Any]]:
+    """Yield ``(index, fn(item, **kwargs))`` as results finish.
+
+    ``scheduler`` is a Dask scheduler address (``tcp://host:8786``); without one, ``workers == 1`` runs in this
+    process and ``workers > 1`` starts a local cluster for the duration of the call. An exception raised by
+    ``fn`` propagates (the leaderboard's ``score_one`` turns every problem with an archive into a result, so an
+    exception here means the board directory or the cluster itself failed).
+    """
+    if scheduler is None and workers <= 1:
+        for i, item in enumerate(items):
+            yield i, fn(item, **kwargs)
+        return
+    with contextlib.ExitStack() as stack:
+        address = scheduler if scheduler is not None else stack.enter_context(local_cluster(workers))
+        try:
+            from distributed import Client, as_completed
+        except ImportError as exc:  # pragma: no cover - depends on the environment
+            raise RuntimeError('distributed scoring needs Dask: pip install "ubench[scale]"') from exc
+        client = stack.enter_context(Client(address, set_as_default=False))
+        futures = client.map(fn, list(items), pure=False, **kwargs)
+        index = {f.key: i for i, f in enumerate(futures)}
+        for future in as_completed(futures):
+            yield index[future.key], future.result()

@@ -1,0 +1,110 @@
+# SPDX-License-Identifier: MIT
+"""The leaderboard as one self-contained HTML page: a table sortable by any column (a few lines of inline JS).
+
+Every string from an upload (its name, its findings, its method and model attributes) is untrusted: all of it is
+escaped, and the page's Content-Security-Policy allows no external resource, so a hostile upload cannot turn the
+page into a script.
+"""
+
+from __future__ import annotations
+
+import html
+from typing import Any
+
+__all__ = ["render_html"]
+
+_LABELS = {
+    "cll": "CLL", "dee": "DEE", "accuracy": "accuracy", "ood_auroc_total": "OOD AUROC",
+    "calibrated_brier": "calibrated Brier", "nll": "NLL", "brier": "Brier", "ece": "ECE", "tace": "TACE",
+    "uce": "UCE",
+}
+
+_CSS = """
+body{font:14px/1.4 system-ui,sans-serif;margin:2em;color:#222}
+table{border-collapse:collapse}th,td{padding:4px 8px;border-bottom:1px solid #ddd;text-align:right}
+th{cursor:pointer;background:#f4f4f4;position:sticky;top:0}th.nc{color:#888;font-style:italic}
+td.l,th.l{text-align:left}tr.bad td{color:#a00}details{text-align:left}code{font-size:12px}
+.meta{color:#555;margin-bottom:1em}
+"""
+
+_JS = """
+document.querySelectorAll('th').forEach(function(th,col){th.addEventListener('click',function(){
+var tb=th.closest('table').tBodies[0],rows=Array.from(tb.rows),asc=th.dataset.asc!=='1';th.dataset.asc=asc?'1':'0';
+rows.sort(function(a,b){var x=a.cells[col].dataset.v,y=b.cells[col].dataset.v;
+if(x===undefined||x===''){return 1}if(y===undefined||y===''){return -1}
+var p=parseFloat(x),q=parseFloat(y);var c=(isNaN(p)||isNaN(q))?x.localeCompare(y):p-q;return asc?c:-c});
+rows.forEach(function(r){tb.appendChild(r)})})});
+"""
+
+
+def _e(value: Any) -> str:
+    return html.escape("" if value is None else str(value), quote=True)
+
+
+def _fmt(value: float | None) -> str:
+    if value is None:
+        return ""
+    return f"{value:.4f}" if abs(value) < 1000 else f"{value:.4g}"
+
+
+def render_html(board: dict[str, Any]) -> str:
+    """The page for a leaderboard dict from ``build_board``."""
+    cols = board["columns"]
+    cfg = board["config"]
+    proto = cfg.get("protocol") or {}
+    head = ['<th class="l" title="rank by CLL">#</th>', '<th class="l">upload</th>', '<th class="l">method</th>',
+            '<th class="l">model</th>', '<th>M</th>']
+    for c in cols:
+        label = _LABELS.get(c["key"], c["key"])
+        if c["comparable"] is False:
+            head.append(f'<th class="nc" title="not comparable across models ({_e(c["key"])})">{_e(label)} †</th>')
+        else:
+            head.append(f'<th title="{_e(c["key"])}">{_e(label)}</th>')
+    head.append('<th class="l">status</th>')
+    body = []
+    for r in board["rows"]:
+        ok = r["status"] == "ok"
+        cells = [f'<td class="l" data-v="{_e(r["rank"] if r["rank"] is not None else "")}">{_e(r["rank"])}</td>',
+                 f'<td class="l" data-v="{_e(r["archive"])}"><code>{_e(r["archive"])}</code></td>',
+                 f'<td class="l" data-v="{_e(r["method"])}">{_e(r["method"])}</td>',
+                 f'<td class="l" data-v="{_e(r["model"])}">{_e(r["model"])}</td>',
+                 f'<td data-v="{_e(r["n_members"])}">{_e(r["n_members"])}</td>']
+        for c in cols:
+            v = r["metrics"].get(c["key"])
+            cells.append(f'<td data-v="{_e("" if v is None else repr(float(v)))}">{_e(_fmt(v))}</td>')
+        if ok:
+            status = "scored" + (" (cached)" if r["cached"] else "")
+        else:
+            items = "".join(f"<li><code>[{_e(f.get('check'))}]</code> {_e(f.get('path'))}: {_e(f.get('message'))}"
+                            f"</li>" for f in r["findings"][:20])
+            status = (f"<details><summary>{_e(r['status'])} ({len(r['findings'])} finding(s))</summary>"
+                      f"<ul>{items}</ul></details>")
+        cells.append(f'<td class="l" data-v="{_e(r["status"])}">{status}</td>')
+        body.append(f'<tr class="{"" if ok else "bad"}">{"".join(cells)}</tr>')
+    ens = board.get("ensemble")
+    ens_line = ""
+    if ens:
+        ens_line = (f"<div>DEE against the deep ensemble <code>{_e(ens.get('archive'))}</code>"
+                    f"{'' if ens.get('cll_curve') else ': ' + _e(ens.get('note'))}</div>")
+    counts = ", ".join(f"{_e(k)}: {v}" for k, v in board["counts"].items())
+    return f"""<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8">
+<meta http-equiv="Content-Security-Policy" content="default-src 'none'; style-src 'unsafe-inline'; \
+script-src 'unsafe-inline'">
+<title>ubench leaderboard</title><style>{_CSS}</style></head><body>
+<h1>ubench leaderboard</h1>
+<div class="meta">ubench {_e(board["ubench_version"])}, generated {_e(board["generated"])};
+protocol <code>{_e(proto.get("name"))}</code>{" (overrides: " + _e(", ".join(proto.get("overrides") or [])) + ")"
+                                                if proto.get("overrides") else ""};
+labels from reference <code>{_e(cfg.get("reference_sha256"))}</code>; {counts}.</div>
+{ens_line}
+<table><thead><tr>{"".join(head)}</tr></thead>
+<tbody>
+{chr(10).join(body)}
+</tbody></table>
+<p>Columns marked † are not comparable across models (uncalibrated NLL/ECE/TACE depend on the temperature a model
+happens to have; misclassification AUROC is a different task for every model). Rank by CLL (calibrated
+log-likelihood, higher is better). Click a header to sort.</p>
+<script>{_JS}</script>
+</body></html>
+"""
