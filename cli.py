@@ -250,6 +250,58 @@ def _score_or_exit(archive: Path, *, reference=None, protocol, progress=None) ->
         sys.exit(1)
 
 
+# --- sandboxed scoring and leaderboards (issue #6) ----------------------------------------------------------------
+
+class _Size(click.ParamType):
+    name = "SIZE"
+
+    def convert(self, value, param, ctx):
+        from .scoring.sandbox import parse_size
+
+        try:
+            return parse_size(value)
+        except ValueError as exc:
+            self.fail(str(exc), param, ctx)
+
+
+def _sandbox_limit_options(f):
+    """--memory-limit, --cpu-limit, --timeout (shared by score and leaderboard)."""
+    opts = [
+        click.option("--memory-limit", type=_Size(), default="4G", show_default=True,
+                     help="Address-space limit of the sandboxed scoring process (e.g. 2G, 512M)."),
+        click.option("--cpu-limit", type=click.IntRange(min=1), default=600, show_default=True,
+                     help="CPU seconds one archive may use in the sandbox."),
+        click.option("--timeout", type=click.FloatRange(min=0, min_open=True), default=900.0, show_default=True,
+                     help="Wall-clock seconds one archive may take in the sandbox before it is killed."),
+    ]
+    for opt in reversed(opts):
+        f = opt(f)
+    return f
+
+
+def _sandbox_limits(memory_limit: int, cpu_limit: int, timeout: float):
+    from .scoring.sandbox import SandboxLimits
+
+    try:
+        return SandboxLimits(memory_bytes=memory_limit, cpu_seconds=cpu_limit, timeout_seconds=timeout)
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from None
+
+
+def _score_sandboxed_or_exit(archive: Path, *, reference, protocol, limits) -> dict:
+    """Score in a sandboxed child; its findings (a crash, a limit, a rejection) are printed, with the exit code."""
+    from .archive_schema import Finding
+    from .scoring.sandbox import SandboxTask, run_sandboxed
+
+    task = SandboxTask("score", str(archive), None if reference is None else str(reference), protocol.to_dict())
+    outcome = run_sandboxed(task, limits)
+    if outcome.status == "ok":
+        return outcome.report
+    _echo_findings([Finding(**f) for f in outcome.findings if f["severity"] == "error"], err=True)
+    click.echo(f"{archive}: rejected ({outcome.status}; run `ubench validate {archive}` for every finding)", err=True)
+    sys.exit(outcome.exit_code or 1)
+
+
 @cli.command(epilog=EPILOG)
 @click.argument("archive", type=_ARCHIVE)
 @click.option("--reference", type=click.Path(path_type=Path), default=None,
@@ -258,7 +310,12 @@ def _score_or_exit(archive: Path, *, reference=None, protocol, progress=None) ->
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON (scoring/REPORT_KEYS.md).")
 @click.option("--html", "html_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Also write a self-contained HTML report with plots to this path.")
-def score(archive: Path, reference: Path | None, as_json: bool, html_path: Path | None, **options) -> None:
+@click.option("--sandbox/--no-sandbox", "sandbox", default=None,
+              help="Read and score in a limited child process (crash, memory, CPU and time limits).  "
+                   "[default: on with --reference, off otherwise]")
+@_sandbox_limit_options
+def score(archive: Path, reference: Path | None, as_json: bool, html_path: Path | None, sandbox: bool | None,
+          memory_limit: int, cpu_limit: int, timeout: float, **options) -> None:
     """Score an archive: every split by its role, under a paper's protocol.
 
     \b
@@ -267,7 +324,11 @@ def score(archive: Path, reference: Path | None, as_json: bool, html_path: Path 
     ubench score run.h5 --protocol ursabench --cost-preset mnist --html report.html
     """
     protocol = _protocol_from(**options)
-    report = _score_or_exit(archive, reference=reference, protocol=protocol, progress=_progress(not as_json))
+    if sandbox if sandbox is not None else reference is not None:
+        report = _score_sandboxed_or_exit(archive, reference=reference, protocol=protocol,
+                                          limits=_sandbox_limits(memory_limit, cpu_limit, timeout))
+    else:
+        report = _score_or_exit(archive, reference=reference, protocol=protocol, progress=_progress(not as_json))
     if html_path is not None:
         from .scoring.html import write_html
 
@@ -301,6 +362,16 @@ def reference(archive: Path, out: Path, overwrite: bool) -> None:
     except ReferenceError as exc:
         click.echo(f"error: {exc}", err=True)
         sys.exit(1)
+
+
+def _register_produce() -> None:
+    # Defined with the producers (it needs their option lists); it imports torch only when it runs.
+    from .producers.command import produce
+
+    cli.add_command(produce)
+
+
+_register_produce()
 
 
 def main() -> None:
