@@ -374,6 +374,69 @@ def _register_produce() -> None:
 _register_produce()
 
 
+@cli.command(epilog=EPILOG)
+@click.argument("directory", type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.option("--reference", type=click.Path(exists=True, dir_okay=False, path_type=Path), required=True,
+              help="Trusted reference label file (`ubench reference`); every upload is scored against it.")
+@click.option("--out", "out", type=click.Path(file_okay=False, path_type=Path), required=True,
+              help="Board directory: results/ (the cache), leaderboard.json and index.html.")
+@click.option("--ensemble", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
+              help="Deep-ensemble archive (trusted) whose CLL-versus-members curve gives each upload's DEE.")
+@_protocol_options
+@click.option("--workers", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Uploads scored in parallel on this machine (a local Dask cluster when above 1).")
+@click.option("--scheduler", type=str, default=None,
+              help="Dask scheduler address (tcp://host:8786) to spread the uploads over its workers.")
+@_sandbox_limit_options
+@click.option("--json", "as_json", is_flag=True, help="Print the leaderboard as JSON.")
+def leaderboard(directory: Path, reference: Path, out: Path, ensemble: Path | None, workers: int,
+                scheduler: str | None, memory_limit: int, cpu_limit: int, timeout: float, as_json: bool,
+                **options) -> None:
+    """Score every upload in a directory (each sandboxed) into a resumable leaderboard (JSON + HTML).
+
+    Uploads already scored with the same content, ubench version, protocol and reference are not scored
+    again, so a killed run continues where it stopped. A bad upload becomes a row with its findings.
+
+    \b
+    ubench leaderboard uploads/ --reference test_labels.h5 --out board/
+    ubench leaderboard uploads/ --reference test_labels.h5 --out board/ --ensemble de.h5 --workers 8
+    ubench leaderboard uploads/ --reference test_labels.h5 --out board/ --scheduler tcp://10.0.0.5:8786
+    """
+    from .scoring.leaderboard import BoardConfig, score_directory
+    from .scoring.reference import ReferenceError, read_reference
+
+    protocol = _protocol_from(**options)
+    try:
+        read_reference(reference)
+    except ReferenceError as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(2)
+    config = BoardConfig.create(reference=reference, protocol=protocol,
+                                sandbox=_sandbox_limits(memory_limit, cpu_limit, timeout))
+
+    def progress(done: int, total: int, record: dict) -> None:
+        status = record.get("outcome", {}).get("status")
+        click.echo(f"[{done}/{total}] {record.get('archive')}: {status}{' (cached)' if record.get('cached') else ''}",
+                   err=True)
+
+    try:
+        board = score_directory(directory, out, config, workers=workers, scheduler=scheduler, ensemble=ensemble,
+                                progress=progress)
+    except (RuntimeError, OSError) as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(2)
+    if as_json:
+        click.echo(_dump_json(board))
+        return
+    keys = [c["key"] for c in board["columns"] if c["key"] in ("cll", "dee", "accuracy", "ood_auroc_total")]
+    click.echo(f"{'#':>3} {'upload':<32} {'status':<14}" + "".join(f" {k:>16}" for k in keys))
+    for row in board["rows"]:
+        values = "".join(f" {row['metrics'][k]:>16.4f}" if row["metrics"].get(k) is not None else f" {'':>16}"
+                         for k in keys)
+        click.echo(f"{row['rank'] or '':>3} {row['archive'][:32]:<32} {row['status']:<14}{values}")
+    click.echo(f"wrote {out / 'leaderboard.json'} and {out / 'index.html'}", err=True)
+
+
 def main() -> None:
     cli()
 

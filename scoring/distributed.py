@@ -51,5 +51,5 @@ def map_unordered(fn: Callable[..., Any], items: Sequence[Any], *, workers: int 
         client = stack.enter_context(Client(address, set_as_default=False))
         futures = client.map(fn, list(items), pure=False, **kwargs)
         index = {f.key: i for i, f in enumerate(futures)}
-        for future in as_completed(futures):
+        for future in as_completed(futures, loop=client.loop):
             yield index[future.key], future.result()

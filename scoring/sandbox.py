@@ -456,7 +456,6 @@ def _run_task(task: SandboxTask) -> SandboxOutcome:
     limits = ReadLimits(**task.read_limits)
     if task.kind == "validate":
         return _findings_outcome(validate_archive(task.archive, limits), time.monotonic() - t0)
-    from ..metrics._validation import UndefinedMetricError
     from .reference import ReferenceError, ReferenceMismatchError
     from .score import score_archive
 
@@ -470,10 +469,15 @@ def _run_task(task: SandboxTask) -> SandboxOutcome:
     except ReferenceMismatchError as exc:
         found = tuple(_finding("reference", d) for d in exc.differences) or (_finding("reference", str(exc)),)
         return SandboxOutcome("rejected", 1, found, None, None, time.monotonic() - t0)
-    except (ReferenceError, ArchiveError) as exc:
-        return SandboxOutcome("rejected", 1, (_finding("reference", str(exc)),), None, None, time.monotonic() - t0)
-    except UndefinedMetricError as exc:
-        # A valid archive whose data leave a metric undefined (e.g. a split with a single class).
+    except ReferenceError as exc:
+        # The host's reference file, not the upload, is unusable (exit 2, as `ubench score` without a sandbox).
+        return SandboxOutcome("unreadable", 2, (_finding("reference-file", str(exc)),), None, None,
+                              time.monotonic() - t0)
+    except ArchiveError as exc:
+        return SandboxOutcome("rejected", 1, (_finding("rejected", str(exc)),), None, None, time.monotonic() - t0)
+    except ValueError as exc:
+        # A valid archive that cannot be scored under the protocol (a metric undefined on its data, a cost matrix
+        # of the wrong size), as `ubench score` treats it.
         return SandboxOutcome("rejected", 1, (_finding("unscorable", str(exc)),), None, None, time.monotonic() - t0)
     return SandboxOutcome("ok", 0, (), report, None, time.monotonic() - t0)
 
