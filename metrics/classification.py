@@ -76,13 +76,13 @@ def _row_sum_squares(probs: NDArray) -> NDArray[np.float64]:
     out = np.empty(n, dtype=np.float64)
     step = _block_rows(c)
     buf = np.empty((min(step, n), c), dtype=np.float64)
-    ones = np.ones(c, dtype=np.float64)
     for start in range(0, n, step):
         block = probs[start : start + step]
         b = buf[: block.shape[0]]
         b[...] = block
         np.multiply(b, b, out=b)
-        np.dot(b, ones, out=out[start : start + block.shape[0]])
+        # Same summation order for every row (a BLAS dot rounds rows differently by position).
+        np.add.reduce(b, axis=1, out=out[start : start + block.shape[0]])
     return out
 
 

@@ -150,13 +150,17 @@ def _bayes_decisions(probs: NDArray, cost: NDArray[np.float64], gamma: float = 0
     out = np.empty(n, dtype=np.intp)
     # Smoothing is linear: risk(p_gamma) = (1 - gamma) risk(p) + gamma / C * sum_y C[y, h].
     offset = gamma / c * cost.sum(axis=0)
+    # Risks within the rounding of a length-C float64 dot product count as tied, so exact ties in probs (uniform
+    # rows) go to the lowest index instead of to whichever risk happened to round low.
+    tol = c * np.finfo(np.float64).eps * max(float(np.abs(cost).max()), np.finfo(np.float64).tiny)
     step = _block_rows(c)
     for start in range(0, n, step):
         risk = probs[start : start + step].astype(np.float64) @ cost
         if gamma:
             risk *= 1.0 - gamma
             risk += offset
-        out[start : start + risk.shape[0]] = np.argmin(risk, axis=1)
+        near_min = risk <= risk.min(axis=1, keepdims=True) + tol
+        out[start : start + risk.shape[0]] = np.argmax(near_min, axis=1)
     return out
 
 
@@ -181,7 +185,8 @@ def bayes_decisions(
     -----
     .. math:: h^*_i = \arg\min_h \sum_y p(y \mid x_i)\, C[y, h]
 
-    Convention: ties go to the lowest class index; with ``C = 1 - I`` this is the arg max of ``probs``.
+    Convention: ties go to the lowest class index, where risks within ``C * eps64 * max|cost|`` of the minimum
+    count as tied (rounding of the risk sum); with ``C = 1 - I`` this is the arg max of ``probs``.
 
     References
     ----------

@@ -39,7 +39,6 @@ def _entropy_rows(probs: NDArray, log_dtype: type | None = None) -> NDArray[np.f
     step = _block_rows(c)
     buf = np.empty((min(step, n), c), dtype=dt)
     buf64 = buf if dt == np.float64 else np.empty(buf.shape, dtype=np.float64)
-    ones = np.ones(c, dtype=np.float64)
     for start in range(0, n, step):
         block = probs[start : start + step]
         k = block.shape[0]
@@ -52,7 +51,9 @@ def _entropy_rows(probs: NDArray, log_dtype: type | None = None) -> NDArray[np.f
         b64 = buf64[:k]
         if b64 is not b:
             b64[...] = b
-        np.dot(b64, ones, out=out[start : start + k])
+        # add.reduce sums every row in the same order; a BLAS dot with ones would round rows differently
+        # depending on their position (tail kernels), breaking ties between identical samples.
+        np.add.reduce(b64, axis=1, out=out[start : start + k])
     np.negative(out, out=out)
     # 0 <= H <= log C exactly; rounding (a float32 log is good to ~1e-7) may step an ulp outside, never more.
     np.clip(out, 0.0, np.log(c), out=out)

@@ -1,0 +1,119 @@
+# SPDX-License-Identifier: MIT
+"""Rejection curve / AURC and the URSABench decision cost: hand computations and presets."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import assume, given
+from strategies import probs_and_labels, softmax64
+
+from ubench import metrics as M
+
+
+def test_rejection_curve_by_amount():
+    """Rejecting the least confident first; the first point is the plain accuracy."""
+    p = np.array([[0.9, 0.1], [0.6, 0.4], [0.8, 0.2], [0.55, 0.45]])
+    y = np.array([0, 1, 0, 0])
+    c = M.rejection_curve(p, y)
+    np.testing.assert_allclose(c.rejected_fraction, [0, 0.25, 0.5, 0.75])
+    np.testing.assert_allclose(c.accuracy, [0.75, 2 / 3, 1.0, 1.0])
+    assert M.risk_coverage_auc(p, y) == pytest.approx(1 - np.mean([0.75, 2 / 3, 1.0, 1.0]))
+
+
+def test_rejection_ties_give_expected_accuracy():
+    """Two tied samples, one right one wrong: rejecting one of them leaves expected accuracy 1/2."""
+    p = np.array([[0.7, 0.3], [0.7, 0.3]])
+    y = np.array([0, 1])
+    np.testing.assert_allclose(M.rejection_curve(p, y).accuracy, [0.5, 0.5])
+    np.testing.assert_allclose(M.rejection_curve(p[::-1], y[::-1]).accuracy, [0.5, 0.5])
+
+
+def test_rejection_with_custom_uncertainty_and_temperature_invariance():
+    """The curve depends only on the ranking: a monotone transform of the score changes nothing."""
+    rng = np.random.default_rng(0)
+    z = rng.normal(scale=2, size=(200, 5))
+    y = rng.integers(0, 5, 200)
+    p1, p2 = softmax64(z), softmax64(z / 3.0)  # temperature keeps the arg max; entropy ranking may move
+    np.testing.assert_allclose(M.rejection_curve(p1, y, uncertainty=M.predictive_entropy(p1)).accuracy,
+                               M.rejection_curve(p2, y, uncertainty=np.exp(M.predictive_entropy(p1))).accuracy)
+
+
+@given(data=probs_and_labels())
+def test_aurc_bounds(data):
+    """For any input, the AURC lies between the optimal ranking's and 1 - accuracy's neighbourhood: in [0, 1],
+    and the oracle ranking (errors rejected first) never does worse."""
+    p, y = data
+    correct = (p.argmax(1) == y)
+    oracle = M.risk_coverage_auc(p, y, uncertainty=(~correct).astype(np.float64))
+    assert 0.0 <= oracle <= M.risk_coverage_auc(p, y) + 1e-12 <= 1.0 + 1e-12
+
+
+def test_presets():
+    """The four URSABench matrices: critical false negatives, 0.1 elsewhere, zero diagonal."""
+    expect = {"mnist": (10, [3, 7], 100.0), "cifar10": (10, [0, 1, 8, 9], 1.0), "cifar100": (100, [58, 69, 85], 1.0),
+              "imagenet": (1000, [403, 479, 565, 705, 751, 817, 847, 864, 895], 100.0)}
+    for name, (n, crit, fn) in expect.items():
+        c = M.cost_matrix_preset(name)
+        assert c.shape == (n, n) and np.all(np.diag(c) == 0)
+        other = [k for k in range(n) if k not in crit][0]
+        assert c[crit[0], other] == fn and c[crit[0], crit[-1]] == fn  # missed critical, even for another critical
+        assert c[other, crit[0]] == 0.1  # false positive of a critical class
+        assert np.count_nonzero(c == fn) == len(crit) * (n - 1)
+    with pytest.raises(ValueError, match="name must be one of"):
+        M.cost_matrix_preset("svhn")
+
+
+def test_decision_cost_hand_example():
+    """MNIST preset, 3 samples: a hedged 3 is flagged as 3 even when 5 is more likely, because missing it costs 100."""
+    c = M.cost_matrix_preset("mnist")
+    p = np.zeros((3, 10))
+    p[0, [3, 5]] = [0.01, 0.99]  # risk(5) = 0.01 * 100 = 1.0 > risk(3) = 0.99 * 0.1 = 0.099 -> decide 3
+    p[1, [3, 5]] = [0.0, 1.0]  # decide 5
+    p[2, 7] = 1.0  # decide 7
+    y = np.array([5, 3, 7])
+    np.testing.assert_array_equal(M.bayes_decisions(p, c), [3, 5, 7])
+    d = M.decision_cost(p, y, c)
+    assert (d.total, d.mean, d.n_samples) == pytest.approx((0.1 + 100.0, (0.1 + 100.0) / 3, 3))
+    # With central smoothing the hopeless row 1 now also hedges: risk(3) ~ 0.1 vs risk(5) ~ 100 * gamma / 10 * ...
+    assert M.decision_cost(p, y, c, smoothing=1e-4).total <= d.total
+
+
+@given(data=probs_and_labels())
+def test_zero_one_cost_is_error_rate(data):
+    """With C = 1 - I, the Bayes decision is the arg max (up to rounding-level near-ties) and the mean cost is
+    1 - accuracy."""
+    p, y = data
+    p64 = p.astype(np.float64)
+    top = np.sort(p64, axis=1)
+    assume(np.all((top[:, -1] == top[:, -2]) | (top[:, -1] - top[:, -2] > 1e-9)))
+    c = 1.0 - np.eye(p.shape[1])
+    assert M.decision_cost(p, y, c).mean == pytest.approx(1 - M.accuracy_score(p, y), abs=1e-12)
+
+
+def test_exact_ties_go_to_lowest_index():
+    """Uniform rows: every decision has the same risk up to rounding, and the lowest index wins."""
+    for c in (3, 7, 10, 100):
+        p = np.full((4, c), 1.0 / c)
+        np.testing.assert_array_equal(M.bayes_decisions(p, 1.0 - np.eye(c)), 0)
+        np.testing.assert_array_equal(M.bayes_decisions(p.astype(np.float32), 1.0 - np.eye(c)), 0)
+
+
+@given(data=probs_and_labels())
+def test_bayes_decision_minimises_expected_cost(data):
+    """For any probs, no other decision has lower expected cost under the model (brute force)."""
+    p, _ = data
+    c = M.cost_matrix(p.shape[1], [0], false_negative_cost=10.0, other_error_cost=1.0)
+    risk = p.astype(np.float64) @ c
+    h = M.bayes_decisions(p, c)
+    assert np.all(risk[np.arange(len(h)), h] <= risk.min(axis=1) + 1e-12)
+
+
+def test_bad_cost_matrix():
+    p = np.array([[0.5, 0.5]])
+    with pytest.raises(ValueError, match="cost_matrix must have shape"):
+        M.bayes_decisions(p, np.zeros((3, 3)))
+    with pytest.raises(ValueError, match="cost_matrix must be finite"):
+        M.bayes_decisions(p, np.array([[0, np.nan], [1, 0]]))
+    with pytest.raises(ValueError, match="critical_classes"):
+        M.cost_matrix(3, [3], false_negative_cost=1.0, other_error_cost=0.1)
