@@ -1,0 +1,153 @@
+# SPDX-License-Identifier: MIT
+"""score_archive: the report carries exactly the numbers the metric functions give on the same arrays."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from ubench.archive_schema import InvalidArchiveError, ReadLimits
+from ubench.metrics import (accuracy_score, brier_loss, ensemble_mean_probs, expected_calibration_error,
+                            misclassification_scores, nll_loss, ood_detection_scores, tace_error, uce_error)
+from ubench.metrics.decision import cost_matrix_preset, decision_cost
+from ubench.scoring.protocols import Protocol
+from ubench.scoring.score import score_archive
+
+from scoring_archives import build_archive, member_predictions, write_plain_archive
+
+NO_TS = Protocol.preset("pitfalls").replace(placement="none")
+
+
+def _dumps(report):
+    return json.dumps(report, indent=2, sort_keys=True, allow_nan=False)
+
+
+def test_in_domain_numbers_equal_direct_calls(archive):
+    """For the in-domain split, every core metric in the report equals the public function on the ensemble mean."""
+    path, data = archive
+    report = score_archive(path, protocol=NO_TS)
+    sec = report["in_domain"]["test"]
+    mean = ensemble_mean_probs(data["probs"]["test"])
+    y = data["labels"]
+    assert sec["accuracy"] == accuracy_score(mean, y)
+    assert sec["nll"] == pytest.approx(nll_loss(mean, y), rel=1e-12)
+    assert sec["brier"] == pytest.approx(brier_loss(mean, y), rel=1e-12)
+    assert sec["ece"] == pytest.approx(expected_calibration_error(mean, y, n_bins=15), rel=1e-12)
+    assert sec["tace"] == pytest.approx(tace_error(mean, y, n_bins=15), rel=1e-12)
+    assert sec["uce"] == pytest.approx(uce_error(mean, y, n_bins=15), rel=1e-12)
+    mis = misclassification_scores(data["probs"]["test"], y)
+    assert sec["misclassification_auroc_total"] == pytest.approx(mis["entropy"].auroc, rel=1e-12)
+    assert sec["misclassification_auroc_confidence"] == pytest.approx(mis["confidence"].auroc, rel=1e-12)
+    assert sec["misclassification_auroc_knowledge"] == pytest.approx(mis["mutual_information"].auroc, rel=1e-12)
+    assert report["summary"]["accuracy"] == sec["accuracy"]
+    assert report["labels"]["source"] == "archive"
+    assert any("labels were taken from the archive" in n for n in report["notes"])
+    _dumps(report)  # JSON-able with allow_nan=False
+
+
+def test_ood_numbers_equal_direct_calls(archive):
+    path, data = archive
+    report = score_archive(path, protocol=NO_TS)
+    ood = report["ood"]["ood"]
+    ref = ood_detection_scores(data["probs"]["test"], data["probs"]["ood"])
+    assert ood["against"] == "test"
+    assert ood["ood_auroc_total"] == pytest.approx(ref["entropy"].auroc, rel=1e-12)
+    assert ood["ood_aupr_total"] == pytest.approx(ref["entropy"].average_precision, rel=1e-12)
+    assert ood["ood_fpr95_total"] == pytest.approx(ref["entropy"].fpr_at_tpr, rel=1e-12)
+    assert ood["ood_auroc_knowledge"] == pytest.approx(ref["mutual_information"].auroc, rel=1e-12)
+    assert ood["ood_auroc_confidence"] == pytest.approx(ref["confidence"].auroc, rel=1e-12)
+    assert report["summary"]["ood_auroc_total"] == ood["ood_auroc_total"]
+
+
+def test_shift_sections_and_quartiles(archive):
+    path, data = archive
+    report = score_archive(path, protocol=NO_TS)
+    shift = report["shift"]
+    assert sorted(shift) == ["blur_1", "blur_2", "noise_1"]
+    for name, sec in shift.items():
+        mean = ensemble_mean_probs(data["probs"][name])
+        assert sec["accuracy"] == accuracy_score(mean, data["labels"])
+        assert sec["ece"] == pytest.approx(expected_calibration_error(mean, data["labels"]), rel=1e-12)
+    summ = report["shift_summary"]
+    assert [r["intensity"] for r in summ["by_kind"]["blur"]] == [1.0, 2.0]
+    at1 = summ["by_intensity"]["1"]
+    accs = sorted([shift["blur_1"]["accuracy"], shift["noise_1"]["accuracy"]])
+    assert at1["n_splits"] == 2
+    assert at1["accuracy"]["min"] == accs[0] and at1["accuracy"]["max"] == accs[1]
+    assert at1["accuracy"]["median"] == pytest.approx(sum(accs) / 2)
+
+
+def test_streaming_blocks_equal_one_block(archive):
+    """Blockwise scoring (tiny blocks) gives the same report as one block per split."""
+    path, _ = archive
+    big = score_archive(path, protocol=NO_TS)
+    small = score_archive(path, protocol=NO_TS, limits=ReadLimits(block_bytes=4 * 8 * 5 * 7))
+    big.pop("limits"), small.pop("limits")
+    assert _dumps(big) == _dumps(small)
+
+
+def test_smoothing_and_decision_cost_ursabench(tmp_path):
+    """The ursabench preset: smoothing 1e-4 in NLL, decision cost as a sum; equal to direct calls."""
+    path, data = build_archive(tmp_path / "mnist.h5", c=10, n=80, shifts=())
+    protocol = Protocol.preset("ursabench").replace(cost_preset="mnist")
+    report = score_archive(path, protocol=protocol)
+    sec = report["in_domain"]["test"]
+    mean = ensemble_mean_probs(data["probs"]["test"])
+    y = data["labels"]
+    assert sec["nll"] == pytest.approx(nll_loss(mean, y, smoothing=1e-4), rel=1e-12)
+    d = decision_cost(mean, y, cost_matrix_preset("mnist"), smoothing=1e-4)
+    assert sec["decision_cost"] == pytest.approx(d.total) and sec["decision_cost_mean"] == pytest.approx(d.mean)
+    assert report["protocol"]["name"] == "ursabench" and report["protocol"]["smoothing"] == 1e-4
+    assert report["protocol"]["overrides"] == ["cost_preset"]
+    assert "calibrated" not in sec
+
+
+def test_cost_matrix_of_wrong_size_is_a_value_error(tmp_path):
+    path, _ = build_archive(tmp_path / "a.h5", c=5, n=40, shifts=())
+    with pytest.raises(ValueError, match="cost_matrix"):
+        score_archive(path, protocol=NO_TS.replace(cost_preset="mnist"))
+
+
+def test_plain_h5py_archive_scores(tmp_path):
+    """An archive written with plain h5py from SPEC.md scores like the same arrays through the functions."""
+    rng = np.random.default_rng(3)
+    y = rng.integers(0, 4, 60)
+    probs = {"test": member_predictions(rng, 60, 4, y, 3, 2.0).astype(np.float64),
+             "far": member_predictions(rng, 30, 4, None, 3, 0.0).astype(np.float64),
+             "rot15": member_predictions(rng, 60, 4, y, 3, 1.0).astype(np.float64)}
+    path = write_plain_archive(tmp_path / "plain.h5", probs, {"test": y, "rot15": y},
+                               {"test": "in_domain", "far": "ood", "rot15": "shift"}, 4,
+                               shift={"rot15": ("rotate", 15.0)})
+    report = score_archive(path, protocol=NO_TS)
+    mean = ensemble_mean_probs(probs["test"])
+    assert report["in_domain"]["test"]["nll"] == pytest.approx(nll_loss(mean, y), rel=1e-12)
+    assert report["shift"]["rot15"]["shift_intensity"] == 15.0
+    assert report["ood"]["far"]["ood_auroc_total"] == pytest.approx(
+        ood_detection_scores(probs["test"], probs["far"])["entropy"].auroc, rel=1e-12)
+    assert report["archive"]["method"] == "mc_dropout" and len(report["archive"]["sha256"]) == 64
+
+
+def test_bad_probs_raise_the_validators_findings(tmp_path):
+    """Values are checked on the streamed blocks: a row off the simplex gives the validator's finding."""
+    rng = np.random.default_rng(0)
+    y = rng.integers(0, 3, 20)
+    p = member_predictions(rng, 20, 3, y, 2, 1.0)
+    p[1, 7] *= 0.5
+    path = write_plain_archive(tmp_path / "bad.h5", {"test": p}, {"test": y}, {"test": "in_domain"}, 3)
+    with pytest.raises(InvalidArchiveError) as info:
+        score_archive(path, protocol=NO_TS)
+    [f] = [f for f in info.value.findings if f.severity == "error"]
+    assert f.check == "row-sum" and f.path == "/splits/test/probs" and "member 1, sample 7" in f.message
+
+
+def test_report_records_archive_and_settings(archive):
+    path, _ = archive
+    report = score_archive(path, protocol=NO_TS.replace(bins=10, seed=3))
+    assert report["ubench_version"] and report["report_schema"] == "1.0"
+    assert report["archive"]["format_version"] == "1.0" and report["archive"]["n_members"] == 4
+    assert report["protocol"]["bins"] == 10 and report["protocol"]["seed"] == 3
+    assert report["protocol"]["overrides"] == ["placement", "bins", "seed"]
+    assert len(report["in_domain"]["test"]["reliability"]["edges"]) == 11
+    assert "nll" in report["comparability"]["not_comparable"] and "cll" in report["comparability"]["comparable"]
