@@ -1,0 +1,162 @@
+# SPDX-License-Identifier: MIT
+"""The sandbox: a crash, a memory or CPU overrun or a hang in the child becomes a finding; the parent lives on."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+from click.testing import CliRunner
+
+from ubench.cli import cli
+from ubench.scoring.sandbox import (SANDBOX_CHECKS, SandboxLimits, SandboxTask, parse_size, run_sandboxed,
+                                    run_sandboxed_batch)
+
+FAST = SandboxLimits(cpu_seconds=2, timeout_seconds=20)
+
+
+def checks(outcome) -> list[str]:
+    return [f["check"] for f in outcome.findings if f["severity"] == "error"]
+
+
+def test_valid_archive_validates_and_scores(valid_archive, reference_file):
+    """A valid archive validates with exit 0 and scores to a report whose labels come from the reference."""
+    v, s = run_sandboxed_batch([SandboxTask("validate", str(valid_archive)),
+                                SandboxTask("score", str(valid_archive), str(reference_file))], FAST)
+    assert (v.status, v.exit_code) == ("ok", 0)
+    assert (s.status, s.exit_code) == ("ok", 0)
+    assert s.report["labels"]["source"] == "reference"
+    assert 0 <= s.report["summary"]["accuracy"] <= 1
+    assert s.peak_rss_bytes > 0
+
+
+@pytest.mark.parametrize("fault", ["segv", "abort"])
+def test_a_signal_in_the_child_is_the_hdf5_crash_finding(valid_archive, faults, fault):
+    """A child killed by a real signal (a C null-pointer read, an abort) gives the crash finding, exit code 1,
+    and the tasks after it in the batch run normally in a fresh child."""
+    crashed, after = run_sandboxed_batch([SandboxTask("validate", str(valid_archive), fault=fault),
+                                          SandboxTask("validate", str(valid_archive))], FAST)
+    assert (crashed.status, crashed.exit_code) == ("crashed", 1)
+    assert checks(crashed) == ["hdf5-crash"]
+    assert "crashed the HDF5 reader" in crashed.findings[0]["message"]
+    assert (after.status, after.exit_code) == ("ok", 0)
+
+
+def test_memory_limit_is_a_finding(valid_archive, faults):
+    """Allocating past a small RLIMIT_AS raises MemoryError in the child: the memory-limit finding."""
+    out = run_sandboxed(SandboxTask("validate", str(valid_archive), fault="memory"),
+                        SandboxLimits(memory_bytes=1 * 2**30, cpu_seconds=5, timeout_seconds=20))
+    assert (out.status, out.exit_code, checks(out)) == ("memory-limit", 1, ["memory-limit"])
+
+
+def test_cpu_limit_is_a_finding(valid_archive, faults):
+    """A busy loop past RLIMIT_CPU is stopped by SIGXCPU: the cpu-limit finding."""
+    out = run_sandboxed(SandboxTask("validate", str(valid_archive), fault="spin"),
+                        SandboxLimits(cpu_seconds=1, timeout_seconds=60))
+    assert (out.status, out.exit_code, checks(out)) == ("cpu-limit", 1, ["cpu-limit"])
+
+
+def test_timeout_kills_the_child(valid_archive, faults):
+    """A child that sleeps past the wall-clock limit is killed with its process group: the timeout finding."""
+    out = run_sandboxed(SandboxTask("validate", str(valid_archive), fault="sleep"),
+                        SandboxLimits(cpu_seconds=5, timeout_seconds=1.0))
+    assert (out.status, out.exit_code, checks(out)) == ("timeout", 1, ["timeout"])
+
+
+def test_unexpected_exception_is_reported_not_raised(valid_archive, faults):
+    out = run_sandboxed(SandboxTask("validate", str(valid_archive), fault="raise"), FAST)
+    assert (out.status, out.exit_code, checks(out)) == ("internal-error", 1, ["internal-error"])
+    assert "injected test fault" in out.findings[0]["message"]
+
+
+def test_faults_need_the_test_environment(valid_archive, monkeypatch):
+    """Without the test-only environment variable a task's fault is ignored."""
+    monkeypatch.delenv("UBENCH_SANDBOX_TEST_FAULTS", raising=False)
+    out = run_sandboxed(SandboxTask("validate", str(valid_archive), fault="segv"), FAST)
+    assert out.status == "ok"
+
+
+def test_unreadable_and_rejected_keep_the_reader_exit_codes(tmp_path, valid_archive, reference_file):
+    junk = tmp_path / "junk.h5"
+    junk.write_bytes(b"not an archive")
+    link = tmp_path / "link.h5"
+    link.symlink_to(valid_archive)
+    a, b = run_sandboxed_batch([SandboxTask("score", str(junk), str(reference_file)),
+                                SandboxTask("score", str(link), str(reference_file))], FAST)
+    assert (a.status, a.exit_code, checks(a)) == ("unreadable", 2, ["not-hdf5"])
+    assert (b.status, b.exit_code, checks(b)) == ("unreadable", 2, ["not-regular-file"])
+    assert not set(checks(a) + checks(b)) & SANDBOX_CHECKS
+
+
+def test_reference_mismatch_is_a_rejection(tmp_path, reference_file):
+    from conftest import make_archive
+
+    other = make_archive(tmp_path / "other.h5", n=30)
+    out = run_sandboxed(SandboxTask("score", str(other), str(reference_file)), FAST)
+    assert (out.status, out.exit_code) == ("rejected", 1)
+    assert checks(out) and set(checks(out)) == {"reference"}
+
+
+def test_child_environment_and_filesystem_are_closed(valid_archive, tmp_path):
+    """The child runs with plugins off, and after Landlock it can read no file but the archive (where the kernel
+    supports Landlock) and write none."""
+    decoy = tmp_path / "decoy.txt"
+    decoy.write_text("secret")
+    code = f"""
+import json, os
+from ubench.scoring import sandbox as s
+s._preimport({{"validate"}})
+ok = s._landlock([{str(valid_archive)!r}])
+res = {{"landlock": ok, "plugins": os.environ.get("HDF5_PLUGIN_PRELOAD")}}
+for name, fn in [("decoy", lambda: open({str(decoy)!r}).read()),
+                 ("write", lambda: open({str(tmp_path / 'out.txt')!r}, "w")),
+                 ("archive", lambda: open({str(valid_archive)!r}, "rb").read(8))]:
+    try:
+        fn(); res[name] = "opened"
+    except OSError as exc:
+        res[name] = "denied"
+print(json.dumps(res))
+"""
+    env = {"PATH": "/usr/bin:/bin", "HDF5_PLUGIN_PRELOAD": "::"}
+    out = json.loads(subprocess.run([sys.executable, "-I", "-c", code], capture_output=True, text=True, env=env,
+                                    check=True).stdout)
+    assert out["archive"] == "opened"
+    if not out["landlock"]:
+        pytest.skip("this kernel has no Landlock")
+    assert out["decoy"] == "denied" and out["write"] == "denied"
+    assert not (tmp_path / "out.txt").exists()
+
+
+def test_parse_size():
+    assert parse_size("4G") == 4 * 2**30
+    assert parse_size("512MiB") == 512 * 2**20
+    assert parse_size("1000") == 1000
+    with pytest.raises(ValueError, match="size"):
+        parse_size("lots")
+
+
+def test_cli_score_sandboxed_matches_unsandboxed(valid_archive, reference_file):
+    """`ubench score --reference` runs sandboxed by default; its numbers equal the in-process path's."""
+    runner = CliRunner()
+    boxed = runner.invoke(cli, ["score", str(valid_archive), "--reference", str(reference_file), "--json"])
+    plain = runner.invoke(cli, ["score", str(valid_archive), "--reference", str(reference_file), "--json",
+                                "--no-sandbox"])
+    assert boxed.exit_code == 0 and plain.exit_code == 0, boxed.output + plain.output
+    a, b = json.loads(boxed.stdout), json.loads(plain.stdout)
+    assert a["summary"] == b["summary"]
+
+
+def test_cli_score_sandbox_exit_codes(tmp_path, reference_file):
+    junk = tmp_path / "junk.h5"
+    junk.write_bytes(b"\x89HDF\r\n\x1a\n" + os.urandom(600))
+    res = subprocess.run([sys.executable, "-m", "ubench.cli", "score", str(junk), "--reference",
+                          str(reference_file), "--timeout", "30", "--memory-limit", "2G"],
+                         capture_output=True, text=True)
+    assert res.returncode == 2, res.stderr
+    assert res.stdout == ""
+    assert "Traceback" not in res.stderr
+    usage = CliRunner().invoke(cli, ["score", str(junk), "--sandbox", "--memory-limit", "lots"])
+    assert usage.exit_code == 2
