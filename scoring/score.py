@@ -182,6 +182,9 @@ def run_score(path: str | Path, *, reference: str | Path | None = None,
                     sec["calibrated"] = R.calibrated_section(
                         arrays, y, placement=p.placement, folds=p.folds, repeats=p.repeats, seed=p.seed,
                         members=arrays.member_probs, **metric_kw)
+                    if sec["calibrated"] is None:
+                        notes.append(f"split {name!r}: the calibrated protocol (test-time cross-validation, CLL) "
+                                     "is not available in this ubench build; calibrated metrics were not computed")
                 report["in_domain"][name] = sec
                 if name == primary:
                     primary_arrays = arrays
