@@ -364,6 +364,31 @@ def reference(archive: Path, out: Path, overwrite: bool) -> None:
         sys.exit(1)
 
 
+@cli.command(epilog=EPILOG)
+@click.argument("archives", type=_ARCHIVE, nargs=-1, required=True)
+@click.option("--reference", type=click.Path(path_type=Path), default=None,
+              help="Trusted reference label file shared by every archive.")
+@_protocol_options
+@click.option("--json", "as_json", is_flag=True, help="Print {'methods': [...], 'reports': [...]} as JSON.")
+def compare(archives: tuple[Path, ...], reference: Path | None, as_json: bool, **options) -> None:
+    """Score several archives under one protocol: one table, methods as rows, comparable columns marked.
+
+    \b
+    ubench compare de.h5 mc_dropout.h5 swag.h5
+    ubench compare de.h5 swag.h5 --protocol ursabench --json
+    """
+    protocol = _protocol_from(**options)
+    progress = _progress(not as_json)
+    reports = [_score_or_exit(a, reference=reference, protocol=protocol, progress=progress) for a in archives]
+    names = [f"{r['archive']['method']} ({Path(r['archive']['path']).name})" for r in reports]
+    if as_json:
+        click.echo(_dump_json({"methods": names, "protocol": protocol.to_dict(), "reports": reports}))
+    else:
+        from .scoring.tables import format_compare
+
+        click.echo(format_compare(reports, names), nl=False)
+
+
 def _register_produce() -> None:
     # Defined with the producers (it needs their option lists); it imports torch only when it runs.
     from .producers.command import produce

@@ -62,7 +62,7 @@ UNCERTAINTY_SCORES = {"total": "total", "knowledge": "knowledge", "confidence": 
 #: DEE, plus accuracy and the OOD/shift scores, whose task does not depend on the model.
 COMPARABLE_KEYS = (
     "accuracy", "cll", "calibrated_brier", "dee", "ood_auroc_total", "ood_auroc_knowledge", "ood_auroc_confidence",
-    "ood_aupr_total", "ood_fpr95_total",
+    "ood_aupr_total", "ood_fpr95_total", "shift_accuracy_median",
 )
 #: Headline keys that are not comparable across models: uncalibrated NLL/ECE/TACE depend on the temperature a
 #: model happens to have, and misclassification AUROC is a different detection task for every model.
