@@ -16,7 +16,8 @@ import torch
 from ..archive_schema import ArchiveWriter, SplitSpec
 from .registry import load_method
 from .task import Task
-from .torch_trainer import Progress, RunSettings, configure_torch, run_method
+from .member_loop import run_method
+from .torch_trainer import Progress, RunSettings, configure_torch
 
 __all__ = ["PRODUCER_VERSION", "check_members", "split_specs", "run_config", "produce_archive"]
 

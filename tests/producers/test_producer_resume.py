@@ -15,7 +15,7 @@ torch = pytest.importorskip("torch")
 
 from ubench.archive_schema import ArchiveError, read_archive  # noqa: E402
 from ubench.archive_schema.safe_h5py import h5py  # noqa: E402
-from ubench.producers import torch_trainer  # noqa: E402
+from ubench.producers import member_loop  # noqa: E402
 from ubench.producers.archive_run import produce_archive  # noqa: E402
 from ubench.producers.task import build_task  # noqa: E402
 from ubench.producers.torch_trainer import RunSettings  # noqa: E402
@@ -41,13 +41,13 @@ def _member_probs(path):
 
 def _count_calls(monkeypatch, name):
     calls = []
-    original = getattr(torch_trainer, name)
+    original = getattr(member_loop, name)
 
     def counting(*args, **kwargs):
         calls.append(kwargs.get("epoch", kwargs.get("run_index")))
         return original(*args, **kwargs)
 
-    monkeypatch.setattr(torch_trainer, name, counting)
+    monkeypatch.setattr(member_loop, name, counting)
     return calls
 
 
@@ -101,18 +101,18 @@ def test_trajectory_resumes_from_its_epoch_checkpoint(task, tmp_path, monkeypatc
     uninterrupted chain ends."""
     hyper = {"burn_in_epochs": 2, "thin_epochs": 1}
     reference = read_archive(_produce(task, tmp_path / "ref.h5", "sgld", hyper))
-    original = torch_trainer.train_epoch
+    original = member_loop.train_epoch
 
     def crash_in_epoch_5(*args, epoch, **kwargs):
         if epoch == 5:
             raise _Crash
         return original(*args, epoch=epoch, **kwargs)
 
-    monkeypatch.setattr(torch_trainer, "train_epoch", crash_in_epoch_5)
+    monkeypatch.setattr(member_loop, "train_epoch", crash_in_epoch_5)
     with pytest.raises(_Crash):
         _produce(task, tmp_path / "run.h5", "sgld", hyper)
     assert len(list((tmp_path / "run.h5.partial" / "members").glob("*.h5"))) == 2  # epochs 3 and 4
-    monkeypatch.setattr(torch_trainer, "train_epoch", original)
+    monkeypatch.setattr(member_loop, "train_epoch", original)
     epochs = _count_calls(monkeypatch, "train_epoch")
     resumed = read_archive(_produce(task, tmp_path / "run.h5", "sgld", hyper))
     assert epochs == [5]
@@ -146,7 +146,7 @@ def test_a_partial_run_of_another_configuration_is_refused(task, tmp_path, monke
     def fail(*args, **kwargs):
         raise _Crash
 
-    monkeypatch.setattr(torch_trainer, "predict_splits", fail)
+    monkeypatch.setattr(member_loop, "predict_splits", fail)
     with pytest.raises(_Crash):
         _produce(task, tmp_path / "run.h5", "deep_ensemble", {"epochs": 1}, members=2)
     monkeypatch.undo()

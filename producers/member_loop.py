@@ -1,0 +1,172 @@
+# SPDX-License-Identifier: MIT
+"""The member loop around the archive writer, with resumable checkpoints.
+
+Resumption. Every epoch ends with an atomic checkpoint (temporary file, fsync, then ``os.replace``) in the writer's
+``scratch_dir``. Each epoch reseeds torch from ``(seed, run, epoch)``, so a run resumed from a checkpoint follows
+the same path as an uninterrupted one on the CPU. A member whose index is below ``writer.n_members`` is already on
+disk and is never produced again; an independent member's run is never restarted once its member is written.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from .models import count_parameters
+from .task import Task
+from .torch_trainer import Method, Progress, RunSettings, TrainContext, derive_seed, predict_splits, train_epoch
+
+__all__ = ["run_method"]
+
+
+def _atomic_save(obj: Any, path: Path) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    torch.save(obj, tmp)
+    with open(tmp, "rb") as f:
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def _load(path: Path, device: torch.device) -> dict | None:
+    if not path.exists():
+        return None
+    return torch.load(path, map_location=device, weights_only=True)
+
+
+class _Clock:
+    """Training and prediction seconds of the work kept on disk, persisted in the scratch directory."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.seconds = json.loads(path.read_text()) if path.exists() else {"train": 0.0, "predict": 0.0}
+
+    def add(self, key: str, seconds: float) -> None:
+        self.seconds[key] += seconds
+        tmp = self.path.with_name(self.path.name + ".tmp")
+        tmp.write_text(json.dumps(self.seconds))
+        os.replace(tmp, self.path)
+
+
+def _train_run(
+    method: Method,
+    ctx: TrainContext,
+    writer: Any,
+    *,
+    run_index: int,
+    run_seed: int,
+    clock: _Clock,
+    progress: Progress,
+    on_snapshot: Callable[[int, nn.Module, dict, int, int], None] | None,
+) -> tuple[nn.Module, dict, int, int]:
+    """Train (or resume) one run; call ``on_snapshot(member, model, state, epoch, step)`` at snapshot epochs for
+    members not yet on disk. Returns (model, state, epochs, steps)."""
+    ckpt_path = writer.scratch_dir / f"run{run_index:04d}.pt"
+    model = ctx.new_model(method, derive_seed(run_seed, 0))
+    optimizer = method.make_optimizer(model)
+    state = method.init_state(model)
+    epoch, step = 0, 0
+    saved = _load(ckpt_path, ctx.device)
+    if saved is not None:
+        model.load_state_dict(saved["model"])
+        optimizer.load_state_dict(saved["optimizer"])
+        state = saved["state"]
+        epoch, step = int(saved["epoch"]), int(saved["step"])
+    total = method.total_epochs()
+    snapshots = method.snapshot_epochs()
+    progress.epochs(total, epoch, method.name)
+    while epoch < total:
+        started = time.perf_counter()
+        loss, steps = train_epoch(model, optimizer, method, ctx, epoch=epoch + 1, seed=derive_seed(run_seed, epoch + 1))
+        epoch, step = epoch + 1, step + steps
+        method.on_epoch_end(model, state, epoch)
+        clock.add("train", time.perf_counter() - started)
+        progress.epoch_done(epoch, loss)
+        if on_snapshot is not None:
+            for member in [k for k, e in enumerate(snapshots) if e == epoch and k >= writer.n_members]:
+                on_snapshot(member, model, state, epoch, step)
+        _atomic_save(
+            {"model": model.state_dict(), "optimizer": optimizer.state_dict(), "state": state,
+             "epoch": epoch, "step": step},
+            ckpt_path,
+        )
+    return model, state, epoch, step
+
+
+def run_method(
+    method: Method,
+    task: Task,
+    settings: RunSettings,
+    writer: Any,
+    *,
+    progress: Progress | None = None,
+) -> Any:
+    """Produce the members ``writer.n_members .. settings.members - 1`` of ``method`` into ``writer`` and record
+    scalability; the caller finalises. Returns the writer."""
+    progress = progress or Progress()
+    ctx = TrainContext.create(task, settings)
+    clock = _Clock(writer.scratch_dir / "seconds.json")
+    M = settings.members
+
+    def add(member: int, model: nn.Module, state: dict, epoch: int, step: int, member_seed: int) -> None:
+        started = time.perf_counter()
+        predictor = method.member_predictor(model, state, ctx, member_seed)
+        probs = predict_splits(
+            predictor, task, device=ctx.device, batch_size=settings.predict_batch_size, seed=member_seed
+        )
+        clock.add("predict", time.perf_counter() - started)
+        writer.add_member(
+            probs, seed=member_seed, epoch=epoch, step=step, kind=method.member_kind,
+            info=method.member_info(member, epoch),
+        )
+
+    probe = ctx.new_model(method, 0)
+    if method.shape == "independent":
+        for member in range(writer.n_members, M):
+            progress.member(member, M, method.name)
+            member_seed = derive_seed(settings.seed, member)
+            model, state, epoch, step = _train_run(
+                method, ctx, writer, run_index=member, run_seed=member_seed, clock=clock, progress=progress,
+                on_snapshot=None,
+            )
+            add(member, model, state, epoch, step, member_seed)
+            (writer.scratch_dir / f"run{member:04d}.pt").unlink(missing_ok=True)
+    elif method.shape == "trajectory":
+        snapshots = method.snapshot_epochs()
+        if len(snapshots) != M:
+            raise ValueError(f"{method.name}: {len(snapshots)} snapshot epochs for {M} members")
+        if writer.n_members < M:
+            progress.member(writer.n_members, M, method.name)
+            run_seed = derive_seed(settings.seed, 0)
+
+            def on_snapshot(member, model, state, epoch, step):
+                add(member, model, state, epoch, step, derive_seed(settings.seed, 1, member))
+                progress.member(member + 1, M, method.name)
+
+            _train_run(method, ctx, writer, run_index=0, run_seed=run_seed, clock=clock, progress=progress,
+                       on_snapshot=on_snapshot)
+    elif method.shape == "posterior":
+        if writer.n_members < M:
+            model, state, epoch, step = _train_run(
+                method, ctx, writer, run_index=0, run_seed=derive_seed(settings.seed, 0), clock=clock,
+                progress=progress, on_snapshot=None,
+            )
+            for member in range(writer.n_members, M):
+                progress.member(member, M, method.name)
+                add(member, model, state, epoch, step, derive_seed(settings.seed, 1, member))
+    else:
+        raise ValueError(f"{method.name}: unknown method shape {method.shape!r}")
+    progress.close()
+    writer.set_scalability(
+        n_parameters=count_parameters(probe),
+        train_seconds=round(clock.seconds["train"], 3),
+        predict_seconds=round(clock.seconds["predict"], 3),
+        device=str(ctx.device),
+    )
+    return writer
