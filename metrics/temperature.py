@@ -1,0 +1,718 @@
+# SPDX-License-Identifier: MIT
+"""Temperature scaling and vector scaling of stored softmax outputs.
+
+Archives store probabilities, so every calibrator here works on floored log-probabilities
+``L = log(p + eps)``: the log-softmax of the logits up to a per-row constant, which a softmax ignores, so a
+temperature on ``L`` is a temperature on the logits (for ``p`` far above ``eps``).
+
+The scalar fit minimises the NLL over the inverse temperature ``beta = 1 / T``. For one softmax the NLL is convex
+in ``beta`` (its second derivative is a mean of variances), so the derivative is monotone and a safeguarded
+Newton iteration inside a bracket finds the optimum or proves that it lies at a bound. A pass over the data
+costs one ``exp`` per entry, done in row blocks that stay in cache, accumulated in float64.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+import numpy as np
+from numpy.typing import ArrayLike, NDArray
+from scipy import optimize, special
+
+from ._validation import check_labels, check_logits, check_member_probs, check_n_samples, check_probs
+
+__all__ = [
+    "DEFAULT_EPS",
+    "DEFAULT_TEMPERATURE_BOUNDS",
+    "PLACEMENTS",
+    "TemperatureFit",
+    "VectorScalingFit",
+    "fit_temperature",
+    "fit_temperature_from_logits",
+    "fit_ensemble_temperature",
+    "apply_temperature",
+    "apply_ensemble_temperature",
+    "fit_vector_scaling",
+    "apply_vector_scaling",
+]
+
+DEFAULT_EPS = 1e-12
+"""Floor added before the log: ``L = log(p + eps)`` (the Pitfalls code's 1e-12)."""
+
+DEFAULT_TEMPERATURE_BOUNDS = (1e-2, 1e2)
+"""Search interval for the temperature; an optimum outside it is reported with ``hit_bound``."""
+
+PLACEMENTS = ("post", "per_member")
+
+_BLOCK_ENTRIES = 1 << 15  # entries per row block: a few float64 temporaries of this size stay in L2
+_RTOL = 1e-7  # stop when the Newton step in beta is below this fraction of beta
+_WARM_START_ROWS = 4096  # fits on 4x as many rows or more start from a fit on about this many
+_MAX_ITER = 100
+
+
+@dataclass(frozen=True)
+class TemperatureFit:
+    """A fitted temperature: ``temperature`` in ``bounds``; NLLs at ``T = 1`` and at the fit, on the fit data.
+
+    ``hit_bound`` is True when the optimum lies at (or beyond) an end of the search interval, e.g. a separable
+    fit split, whose NLL keeps falling as ``T -> 0``.
+    """
+
+    temperature: float
+    nll_before: float
+    nll_after: float
+    hit_bound: bool
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class VectorScalingFit:
+    """Per-class temperatures ``temperatures`` (n_classes,), NLL before/after on the fit data, ``hit_bound``."""
+
+    temperatures: NDArray[np.float64]
+    nll_before: float
+    nll_after: float
+    hit_bound: bool
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["temperatures"] = [float(t) for t in self.temperatures]
+        return d
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# kernels (trust their input). ``s`` holds log-probabilities minus their row max (so every row's max is 0 and
+# sum_c exp(beta s_c) >= 1 for any beta > 0: no overflow, no log 0); ``rows`` selects fold rows by index, gathered
+# block by block so a fold is never copied whole.
+
+
+def _row_blocks(n_rows: int, n_cols: int):
+    """Yield (start, stop) of row blocks holding about ``_BLOCK_ENTRIES`` entries each."""
+    step = max(1, _BLOCK_ENTRIES // max(1, n_cols))
+    for start in range(0, n_rows, step):
+        yield start, min(start + step, n_rows)
+
+
+def _prep_probs(probs: NDArray, eps: float):
+    """(s, lse1): ``log(p + eps)`` minus its row max (float64, shape of probs) and log sum_c exp(s) per row."""
+    c = probs.shape[-1]
+    flat = probs.reshape(-1, c)
+    s = np.empty(flat.shape, dtype=np.float64)
+    lse1 = np.empty(flat.shape[0])
+    for a, b in _row_blocks(flat.shape[0], c):
+        blk = s[a:b]
+        np.add(flat[a:b], eps, out=blk, dtype=np.float64)
+        total = blk.sum(axis=1)  # sum_c (p + eps): exp(s) needs no exp here
+        np.log(blk, out=blk)
+        top = blk.max(axis=1)
+        blk -= top[:, None]
+        lse1[a:b] = np.log(total) - top
+    return s.reshape(probs.shape), lse1.reshape(probs.shape[:-1])
+
+
+def _prep_logits(logits: NDArray):
+    """(s, lse1) for logits (N, C): ``logits`` minus the row max, float64, and log sum_c exp(s) per row."""
+    n, c = logits.shape
+    s = np.empty((n, c), dtype=np.float64)
+    lse1 = np.empty(n)
+    ones = np.ones(c)
+    for a, b in _row_blocks(n, c):
+        blk = s[a:b]
+        blk[...] = logits[a:b]
+        blk -= blk.max(axis=1, keepdims=True)
+        lse1[a:b] = np.log(np.exp(blk) @ ones)
+    if not np.isfinite(lse1.sum()) or not np.isfinite(s.min()):
+        raise ValueError("logits differences within a row overflow float64; found a row range above 1.8e308")
+    return s, lse1
+
+
+def _label_values(s: NDArray, labels: NDArray) -> NDArray[np.float64]:
+    """``s[..., i, labels[i]]`` as float64, for ``s`` (N, C) or (M, N, C)."""
+    idx = labels.reshape((1,) * (s.ndim - 2) + (-1, 1))
+    return np.take_along_axis(s, idx, axis=-1)[..., 0].astype(np.float64)
+
+
+def _moments(s: NDArray, beta: float, rows: NDArray | None, order: int):
+    """Row sums of ``exp(beta s) * s**k``, k = 0..order (float64), over ``s[rows]`` (all rows when None).
+
+    Row blocks stay in cache; the row sums are matrix-vector products (BLAS), the costly part is one exp per
+    entry.
+    """
+    c = s.shape[1]
+    n = s.shape[0] if rows is None else rows.shape[0]
+    out = [np.empty(n) for _ in range(order + 1)]
+    step = max(1, _BLOCK_ENTRIES // c)
+    e_buf = np.empty((min(step, n), c))
+    es_buf = np.empty((min(step, n), c)) if order >= 1 else None
+    es2_buf = np.empty((min(step, n), c)) if order >= 3 else None
+    g_buf = np.empty((min(step, n), c)) if rows is not None else None
+    ones = np.ones(c)
+    for a, b in _row_blocks(n, c):
+        k = b - a
+        if rows is None:
+            blk = s[a:b]
+        else:
+            blk = g_buf[:k]
+            np.take(s, rows[a:b], axis=0, out=blk)
+        e = e_buf[:k]
+        np.multiply(blk, beta, out=e)
+        np.exp(e, out=e)
+        np.matmul(e, ones, out=out[0][a:b])
+        if order >= 1:
+            es = es_buf[:k]
+            np.multiply(e, blk, out=es)
+            np.matmul(es, ones, out=out[1][a:b])
+            if order == 2:
+                out[2][a:b] = np.einsum("ij,ij->i", es, blk)
+            elif order >= 3:
+                es2 = es2_buf[:k]
+                np.multiply(es, blk, out=es2)
+                np.matmul(es2, ones, out=out[2][a:b])
+                out[3][a:b] = np.einsum("ij,ij->i", es2, blk)
+    return out
+
+
+def _post_eval(s, s_y, beta, rows, order=3):
+    """(nll, d/dbeta, d2/dbeta2, d3/dbeta3) of the NLL of softmax(beta s) at the labels.
+
+    ``s_y``: label entries of the rows. The NLL is the mean log-partition minus ``beta * mean(s_y)``, so its
+    derivatives are the mean cumulants of ``s`` under softmax(beta s): mean, variance, third central moment.
+    """
+    mom = _moments(s, beta, rows, order)
+    nll = float(np.mean(np.log(mom[0])) - beta * np.mean(s_y))
+    if order == 0:
+        return nll, 0.0, 0.0, None
+    m1 = mom[1] / mom[0]
+    m2 = mom[2] / mom[0]
+    grad = float(np.mean(m1) - np.mean(s_y))
+    curv = float(np.mean(np.maximum(m2 - m1 * m1, 0.0)))
+    third = float(np.mean(mom[3] / mom[0] - m1 * (3.0 * m2 - 2.0 * m1 * m1))) if order >= 3 else None
+    return nll, grad, curv, third
+
+
+def _member_eval(s, s_y, beta, rows, order=2):
+    """As ``_post_eval`` for mean_m softmax(beta s_m); ``s`` (M, N, C), ``s_y`` (M, n) for the rows."""
+    m, n_all, c = s.shape
+    n = s_y.shape[1]
+    flat_rows = None if rows is None else (np.arange(m)[:, None] * n_all + rows[None, :]).ravel()
+    mom = [x.reshape(m, n) for x in _moments(s.reshape(m * n_all, c), beta, flat_rows, order)]
+    log_a = beta * s_y - np.log(mom[0])  # log softmax(beta s_m) at the label
+    log_sum = special.logsumexp(log_a, axis=0)
+    nll = float(np.log(m) - np.mean(log_sum))
+    if order == 0:
+        return nll, 0.0, 0.0, None
+    mean = mom[1] / mom[0]
+    var = np.maximum(mom[2] / mom[0] - mean * mean, 0.0)
+    w = np.exp(log_a - log_sum)  # posterior weight of each member at the label; sums to 1 over members
+    d = s_y - mean  # d log_a / d beta
+    wd = np.sum(w * d, axis=0)
+    grad = float(-np.mean(wd))
+    curv = float(np.mean(np.sum(w * var, axis=0) - (np.sum(w * d * d, axis=0) - wd * wd)))
+    return nll, grad, curv, None
+
+
+def _minimize_beta(evaluate, beta_lo: float, beta_hi: float, beta0: float, rtol: float):
+    """Safeguarded Newton for dNLL/dbeta = 0 on ``[beta_lo, beta_hi]``; returns (beta, nll, hit_bound).
+
+    ``evaluate(beta) -> (nll, d1, d2, d3)`` (derivatives in beta; ``d3`` may be None). Works in ``u = log beta``:
+    Newton in u where the NLL is convex in u (Halley's correction when ``d3`` is known and the correction factor
+    lies in [0.5, 2]), else Newton in beta (the NLL of one softmax is convex in beta), else bisection of the
+    bracket; steps are capped at a factor e**2 and a bracket
+    ``lo < root < hi`` shrinks with every evaluation. Stops when the step is below ``rtol`` (relative in beta),
+    or at a bound whose derivative still points outward. Deterministic.
+    """
+    u_min, u_max = np.log(beta_lo), np.log(beta_hi)
+    lo, hi, lo_known, hi_known = u_min, u_max, False, False
+    u = float(np.clip(np.log(beta0), u_min, u_max))
+    best = (np.inf, u)
+    for _ in range(_MAX_ITER):
+        beta = float(np.exp(u))
+        nll, grad, curv, third = evaluate(beta)
+        best = min(best, (nll, u))
+        if grad == 0.0:
+            return beta, nll, False
+        if grad < 0:
+            lo, lo_known = u, True
+            if u >= u_max:
+                return beta, nll, True  # NLL still falling at the smallest temperature (e.g. separable data)
+        else:
+            hi, hi_known = u, True
+            if u <= u_min:
+                return beta, nll, True  # NLL still falling at the largest temperature
+        d1, d2 = beta * grad, beta * beta * curv + beta * grad  # derivatives in u
+        if d2 > 0:
+            step = -d1 / d2
+            if third is not None:
+                d3 = beta**3 * third + 3.0 * beta * beta * curv + beta * grad
+                factor = 1.0 + 0.5 * step * d3 / d2  # Halley: step / (1 - d1 d3 / (2 d2^2))
+                if 0.5 <= factor <= 2.0:
+                    step /= factor
+        elif curv > 0 and -grad / (curv * beta) > -1.0:
+            step = float(np.log1p(-grad / (curv * beta)))
+        else:
+            step = -2.0 * np.sign(grad)
+        if abs(step) <= rtol:
+            return beta, nll, False
+        target = u + float(np.clip(step, -2.0, 2.0))
+        if lo < target < hi:
+            u = target
+        elif target >= hi and not hi_known:
+            u = u_max  # test the bound before bisecting towards it
+        elif target <= lo and not lo_known:
+            u = u_min
+        else:
+            u = 0.5 * (lo + hi)
+        if lo_known and hi_known and hi - lo <= rtol:
+            break
+    nll, u = best
+    return float(np.exp(u)), nll, bool(u <= u_min or u >= u_max)
+
+
+def _fit_scalar(evaluate, nll_one: float, bounds, beta0: float = 1.0) -> TemperatureFit:
+    """Run the solver; the fit never reports an NLL above the one at T = 1 (the start is always feasible)."""
+    t_lo, t_hi = bounds
+    beta, nll, hit = _minimize_beta(evaluate, 1.0 / t_hi, 1.0 / t_lo, beta0, _RTOL)
+    if not nll < nll_one:  # T = 1 is optimal to rounding (or the non-convex per-member fit went astray)
+        beta, nll, hit = 1.0, nll_one, False
+    temperature = (t_lo if beta > 1.0 else t_hi) if hit else 1.0 / beta  # report a bound exactly
+    return TemperatureFit(temperature=float(temperature), nll_before=nll_one, nll_after=nll, hit_bound=bool(hit))
+
+
+def _fit_post(s, s_y, lse1, bounds, rows=None) -> TemperatureFit:
+    """Temperature for softmax(s / T) over ``rows``; ``s_y``, ``lse1`` are full-length (N,) arrays."""
+    if rows is not None:
+        s_y, lse1 = s_y[rows], lse1[rows]
+    nll_one = float(np.mean(lse1) - np.mean(s_y))
+    beta0 = 1.0
+    n = s_y.shape[0]
+    if n >= 4 * _WARM_START_ROWS:
+        # Warm start from a strided sub-sample (deterministic): the full-data Newton then needs about three
+        # passes instead of five; the answer still satisfies the full-data stopping rule.
+        stride = n // _WARM_START_ROWS
+        s_sub, sub = (s[::stride], None) if rows is None else (s, rows[::stride])
+        beta0, _, _ = _minimize_beta(
+            lambda b: _post_eval(s_sub, s_y[::stride], b, sub), 1.0 / bounds[1], 1.0 / bounds[0], 1.0, 1e-3
+        )
+    return _fit_scalar(lambda b: _post_eval(s, s_y, b, rows), nll_one, bounds, beta0)
+
+
+def _fit_per_member(s, s_y, lse1, bounds, rows=None) -> TemperatureFit:
+    """Temperature for mean_m softmax(s_m / T) over ``rows``; ``s`` (M, N, C), ``s_y``/``lse1`` (M, N)."""
+    if rows is not None:
+        s_y, lse1 = s_y[:, rows], lse1[:, rows]
+    m = s.shape[0]
+    nll_one = float(np.log(m) - np.mean(special.logsumexp(s_y - lse1, axis=0)))
+    return _fit_scalar(lambda b: _member_eval(s, s_y, b, rows), nll_one, bounds)
+
+
+def _softmax_scaled(s: NDArray, beta) -> NDArray[np.float64]:
+    """softmax(beta * s) on the last axis (``beta`` a scalar or (C,) vector), float64; rows of ``s`` max 0."""
+    z = np.multiply(s, beta, dtype=np.float64)
+    z -= z.max(axis=-1, keepdims=True)
+    np.exp(z, out=z)
+    z /= z.sum(axis=-1, keepdims=True)
+    return z
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# argument checks
+
+
+def _check_eps(eps: float) -> float:
+    eps = float(eps)
+    if not (np.isfinite(eps) and 0.0 < eps < 1e-2):
+        raise ValueError(f"eps must be in (0, 0.01); found {eps}")
+    return eps
+
+
+def _check_bounds(bounds) -> tuple[float, float]:
+    try:
+        lo, hi = (float(b) for b in bounds)
+    except (TypeError, ValueError):
+        raise ValueError(f"bounds must be a pair (t_min, t_max); found {bounds!r}") from None
+    if not (np.isfinite(lo) and np.isfinite(hi) and 0.0 < lo < 1.0 < hi):
+        raise ValueError(f"bounds must satisfy 0 < t_min < 1 < t_max (finite); found ({lo}, {hi})")
+    return lo, hi
+
+
+def _check_temperature(temperature, name: str = "temperature") -> float:
+    t = float(temperature)
+    if not (np.isfinite(t) and t > 0):
+        raise ValueError(f"{name} must be a finite positive number; found {t}")
+    return t
+
+
+def _check_placement(placement: str) -> str:
+    if placement not in PLACEMENTS:
+        raise ValueError(f"placement must be one of {PLACEMENTS}; found {placement!r}")
+    return placement
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# public API
+
+
+def fit_temperature(
+    probs: ArrayLike, labels: ArrayLike, *, eps: float = DEFAULT_EPS,
+    bounds: tuple[float, float] = DEFAULT_TEMPERATURE_BOUNDS,
+) -> TemperatureFit:
+    r"""Fit one temperature to stored probabilities by minimising the NLL.
+
+    Parameters
+    ----------
+    probs : ndarray of shape (n_samples, n_classes), float32 or float64, rows on the simplex
+    labels : ndarray of shape (n_samples,), integers in ``[0, n_classes)``
+    eps : float, default=1e-12
+        Floor inside the log: ``L = log(probs + eps)``.
+    bounds : (float, float), default=(0.01, 100)
+        Search interval ``(t_min, t_max)`` with ``0 < t_min < 1 < t_max``.
+
+    Returns
+    -------
+    TemperatureFit
+        ``temperature`` in ``bounds``; ``nll_before`` (``T = 1``) and ``nll_after`` on this data, with
+        ``nll_after <= nll_before``; ``hit_bound`` when the optimum is at an end of ``bounds``.
+
+    Raises
+    ------
+    TypeError, ValueError
+        Invalid ``probs``/``labels`` (see ``_validation``), ``eps`` outside ``(0, 0.01)``, bad ``bounds``.
+
+    Notes
+    -----
+    .. math:: T^* = \arg\min_T \; -\frac{1}{N}\sum_i \log \operatorname{softmax}\!\big(L_i / T\big)_{y_i},
+              \qquad L_{ic} = \log(p_{ic} + \varepsilon)
+
+    Minimised over :math:`\beta = 1/T` by safeguarded Newton with analytic derivatives (the NLL is convex in
+    :math:`\beta`), to a relative step of 1e-9. ``nll_before`` is the NLL of ``softmax(L)``, which differs from
+    ``-mean log p_y`` by at most ``C * eps``.
+
+    Convention: the log floor is added (``log(p + eps)``, as the Pitfalls code), not clipped as in scikit-learn;
+    the temperature divides the log-probabilities, equal to dividing the logits (Guo et al., 2017).
+
+    References
+    ----------
+    .. [1] A. Ashukha, A. Lyzhov, D. Molchanov, D. Vetrov (2020), Pitfalls of In-Domain Uncertainty Estimation
+       and Ensembling in Deep Learning, ICLR, Sec. 2.6.
+    .. [2] C. Guo, G. Pleiss, Y. Sun, K. Q. Weinberger (2017), On Calibration of Modern Neural Networks, ICML.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> p = np.array([[0.9, 0.1], [0.9, 0.1], [0.9, 0.1], [0.1, 0.9]])
+    >>> fit = fit_temperature(p, np.array([0, 0, 1, 1]))
+    >>> round(fit.temperature, 4), fit.hit_bound
+    (2.0, False)
+    """
+    probs = check_probs(probs)
+    labels = check_labels(labels, probs.shape[1])
+    check_n_samples(probs, "probs", labels, "labels")
+    eps, bounds = _check_eps(eps), _check_bounds(bounds)
+    s, lse1 = _prep_probs(probs, eps)
+    return _fit_post(s, _label_values(s, labels), lse1, bounds)
+
+
+def fit_temperature_from_logits(
+    logits: ArrayLike, labels: ArrayLike, *, bounds: tuple[float, float] = DEFAULT_TEMPERATURE_BOUNDS,
+) -> TemperatureFit:
+    r"""Fit one temperature to logits: minimise the NLL of ``softmax(logits / T)``.
+
+    Parameters
+    ----------
+    logits : ndarray of shape (n_samples, n_classes), float32 or float64, finite
+    labels : ndarray of shape (n_samples,), integers in ``[0, n_classes)``
+    bounds : (float, float), default=(0.01, 100)
+        Search interval ``(t_min, t_max)`` with ``0 < t_min < 1 < t_max``.
+
+    Returns
+    -------
+    TemperatureFit
+        As :func:`fit_temperature`; ``nll_before`` is the NLL of ``softmax(logits)``.
+
+    Notes
+    -----
+    .. math:: T^* = \arg\min_T \; -\frac{1}{N}\sum_i \log \operatorname{softmax}(z_i / T)_{y_i}
+
+    Same solver as :func:`fit_temperature`; no floor is needed because there is no log.
+
+    Convention: the objective of Guo et al.'s ``temperature_scaling`` (cross-entropy of ``logits / T``), solved to
+    a relative step of 1e-9 rather than by a fixed number of L-BFGS steps.
+
+    References
+    ----------
+    .. [1] C. Guo, G. Pleiss, Y. Sun, K. Q. Weinberger (2017), On Calibration of Modern Neural Networks, ICML.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> z = np.array([[np.log(9.0), 0.0]] * 3 + [[0.0, np.log(9.0)]])
+    >>> round(fit_temperature_from_logits(z, np.array([0, 0, 1, 1])).temperature, 4)
+    2.0
+    """
+    logits = check_logits(logits)
+    labels = check_labels(labels, logits.shape[1])
+    check_n_samples(logits, "logits", labels, "labels")
+    bounds = _check_bounds(bounds)
+    s, lse1 = _prep_logits(logits)
+    return _fit_post(s, _label_values(s, labels), lse1, bounds)
+
+
+def fit_ensemble_temperature(
+    member_probs: ArrayLike, labels: ArrayLike, *, placement: str = "post", eps: float = DEFAULT_EPS,
+    bounds: tuple[float, float] = DEFAULT_TEMPERATURE_BOUNDS,
+) -> TemperatureFit:
+    r"""Fit one temperature to an ensemble, after averaging (``post``) or on each member (``per_member``).
+
+    Parameters
+    ----------
+    member_probs : ndarray of shape (n_members, n_samples, n_classes), float32 or float64, rows on the simplex
+    labels : ndarray of shape (n_samples,), integers in ``[0, n_classes)``
+    placement : {"post", "per_member"}, default="post"
+        ``post``: scale the log of the averaged probabilities (the Pitfalls code). ``per_member``: scale each
+        member's log-probabilities, then average (Laves et al., Eq. 25).
+    eps : float, default=1e-12
+        Floor inside the log: ``log(p + eps)``.
+    bounds : (float, float), default=(0.01, 100)
+        Search interval ``(t_min, t_max)`` with ``0 < t_min < 1 < t_max``.
+
+    Returns
+    -------
+    TemperatureFit
+
+    Notes
+    -----
+    .. math::
+        \text{post:}\quad \hat p_i = \operatorname{softmax}\!\Big(\tfrac{1}{T}\log\big(\bar p_i + \varepsilon\big)\Big),
+        \qquad \bar p_i = \tfrac{1}{M}\sum_m p_{mi}
+
+        \text{per\_member:}\quad \hat p_i = \tfrac{1}{M}\sum_m \operatorname{softmax}\!\Big(\tfrac{1}{T}
+        \log\big(p_{mi} + \varepsilon\big)\Big)
+
+    For one member both placements are the same. ``post`` is convex in :math:`1/T`; ``per_member`` need not be
+    (a mixture of softmaxes), and the solver returns the bracketed stationary point it converges to.
+
+    Convention: ``post`` is the default, as in the Pitfalls experiments; ``per_member`` is the MC-dropout
+    calibration of Laves et al.
+
+    References
+    ----------
+    .. [1] A. Ashukha et al. (2020), Pitfalls of In-Domain Uncertainty Estimation and Ensembling in Deep
+       Learning, ICLR.
+    .. [2] M.-H. Laves, S. Ihler, K.-P. Kortmann, T. Ortmaier (2019), Calibration of Model Uncertainty for
+       Dropout Variational Inference, Sec. 3.5.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> mp = np.array([[[0.9, 0.1], [0.9, 0.1], [0.9, 0.1], [0.1, 0.9]]])
+    >>> y = np.array([0, 0, 1, 1])
+    >>> a = fit_ensemble_temperature(mp, y, placement="post").temperature
+    >>> b = fit_ensemble_temperature(mp, y, placement="per_member").temperature
+    >>> bool(abs(a - b) < 1e-8)
+    True
+    """
+    member_probs = check_member_probs(member_probs)
+    labels = check_labels(labels, member_probs.shape[2])
+    check_n_samples(member_probs, "member_probs", labels, "labels", a_axis=1)
+    placement, eps, bounds = _check_placement(placement), _check_eps(eps), _check_bounds(bounds)
+    if placement == "post":
+        s, lse1 = _prep_probs(member_probs.mean(axis=0, dtype=np.float64), eps)
+        return _fit_post(s, _label_values(s, labels), lse1, bounds)
+    s, lse1 = _prep_probs(member_probs, eps)
+    return _fit_per_member(s, _label_values(s, labels), lse1, bounds)
+
+
+def apply_temperature(probs: ArrayLike, temperature: float, *, eps: float = DEFAULT_EPS) -> NDArray[np.float64]:
+    r"""Rescale stored probabilities by a temperature: ``softmax(log(probs + eps) / T)``.
+
+    Parameters
+    ----------
+    probs : ndarray of shape (n_samples, n_classes), rows on the simplex
+    temperature : float > 0
+    eps : float, default=1e-12
+
+    Returns
+    -------
+    ndarray of shape (n_samples, n_classes), float64, rows on the simplex; argmax unchanged
+
+    Notes
+    -----
+    .. math:: \hat p_{ic} = \frac{(p_{ic} + \varepsilon)^{1/T}}{\sum_j (p_{ij} + \varepsilon)^{1/T}}
+
+    Convention: as :func:`fit_temperature`.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> apply_temperature(np.array([[0.9, 0.1]]), 2.0).round(4)
+    array([[0.75, 0.25]])
+    """
+    probs = check_probs(probs)
+    eps, t = _check_eps(eps), _check_temperature(temperature)
+    return _softmax_scaled(_prep_probs(probs, eps)[0], 1.0 / t)
+
+
+def apply_ensemble_temperature(
+    member_probs: ArrayLike, temperature: float, *, placement: str = "post", eps: float = DEFAULT_EPS,
+) -> NDArray[np.float64]:
+    r"""Temperature-scaled ensemble prediction (N, C) for either placement (see :func:`fit_ensemble_temperature`).
+
+    Parameters
+    ----------
+    member_probs : ndarray of shape (n_members, n_samples, n_classes), rows on the simplex
+    temperature : float > 0
+    placement : {"post", "per_member"}, default="post"
+    eps : float, default=1e-12
+
+    Returns
+    -------
+    ndarray of shape (n_samples, n_classes), float64, rows on the simplex
+
+    Notes
+    -----
+    ``post``: :math:`\operatorname{softmax}(\log(\bar p + \varepsilon)/T)`; ``per_member``:
+    :math:`\frac{1}{M}\sum_m \operatorname{softmax}(\log(p_m + \varepsilon)/T)`.
+
+    Convention: as :func:`fit_ensemble_temperature`.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> apply_ensemble_temperature(np.array([[[0.9, 0.1]], [[0.5, 0.5]]]), 1.0).round(4)
+    array([[0.7, 0.3]])
+    """
+    member_probs = check_member_probs(member_probs)
+    placement, eps, t = _check_placement(placement), _check_eps(eps), _check_temperature(temperature)
+    if placement == "post":
+        return _softmax_scaled(_prep_probs(member_probs.mean(axis=0, dtype=np.float64), eps)[0], 1.0 / t)
+    return _softmax_scaled(_prep_probs(member_probs, eps)[0], 1.0 / t).mean(axis=0)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# vector scaling
+
+
+def _vector_nll_grad(log_beta: NDArray, s: NDArray, labels: NDArray):
+    """NLL of softmax(beta * s) (beta per class = exp(log_beta)) and its gradient in log_beta."""
+    beta = np.exp(log_beta)
+    z = s * beta
+    lse = special.logsumexp(z, axis=1)
+    n = s.shape[0]
+    rows = np.arange(n)
+    nll = float(np.mean(lse - z[rows, labels]))
+    q = np.exp(z - lse[:, None])
+    # d nll / d beta_c = mean_i (q_ic - [y_i = c]) s_ic
+    q[rows, labels] -= 1.0
+    grad_beta = np.einsum("ij,ij->j", q, s) / n
+    return nll, grad_beta * beta
+
+
+def fit_vector_scaling(
+    probs: ArrayLike, labels: ArrayLike, *, eps: float = DEFAULT_EPS,
+    bounds: tuple[float, float] = DEFAULT_TEMPERATURE_BOUNDS,
+) -> VectorScalingFit:
+    r"""Fit one temperature per class (vector scaling without bias) to stored probabilities.
+
+    Parameters
+    ----------
+    probs : ndarray of shape (n_samples, n_classes), rows on the simplex
+    labels : ndarray of shape (n_samples,), integers in ``[0, n_classes)``
+    eps : float, default=1e-12
+    bounds : (float, float), default=(0.01, 100)
+        Each per-class temperature is searched in ``(t_min, t_max)``.
+
+    Returns
+    -------
+    VectorScalingFit
+        ``temperatures`` (n_classes,), NLL before (all ``T_c = 1``) and after, ``hit_bound`` when any
+        temperature ends at a bound.
+
+    Notes
+    -----
+    .. math:: \hat p_i = \operatorname{softmax}\big(L_i \oslash T\big), \quad L_{ic} = \log(p_{ic} + \varepsilon)
+              - \max_j \log(p_{ij} + \varepsilon)
+
+    Minimised by L-BFGS-B over :math:`\log(1/T_c)` with the analytic gradient, from all ones. Unlike one
+    temperature, unequal ``T_c`` can change the argmax, and the result depends on the per-row constant removed
+    from the log-probabilities: here the row max, so the top class keeps logit 0 (logits themselves are not in
+    the archive). With all ``T_c`` equal it is temperature scaling.
+
+    Convention: Laves et al. (Eq. 26) scale raw logits by ``diag(t)``; ubench uses ``1 / T_c`` on max-shifted
+    log-probabilities and no bias (Guo et al.'s vector scaling adds one).
+
+    References
+    ----------
+    .. [1] M.-H. Laves et al. (2019), Calibration of Model Uncertainty for Dropout Variational Inference, Sec. 3.6.
+    .. [2] C. Guo et al. (2017), On Calibration of Modern Neural Networks, ICML.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> p = np.array([[0.9, 0.1], [0.9, 0.1], [0.9, 0.1], [0.1, 0.9]])
+    >>> fit = fit_vector_scaling(p, np.array([0, 0, 1, 1]))
+    >>> fit.nll_after <= fit.nll_before
+    True
+    """
+    probs = check_probs(probs)
+    labels = check_labels(labels, probs.shape[1])
+    check_n_samples(probs, "probs", labels, "labels")
+    eps, (t_lo, t_hi) = _check_eps(eps), _check_bounds(bounds)
+    s = _prep_probs(probs, eps)[0]
+    c = s.shape[1]
+    lb = (np.log(1.0 / t_hi), np.log(1.0 / t_lo))
+    nll0, _ = _vector_nll_grad(np.zeros(c), s, labels)
+    res = optimize.minimize(
+        _vector_nll_grad, np.zeros(c), args=(s, labels), jac=True, method="L-BFGS-B", bounds=[lb] * c,
+        options={"maxiter": 500, "ftol": 1e-15, "gtol": 1e-10},
+    )
+    log_beta = np.asarray(res.x, dtype=np.float64)
+    nll, _ = _vector_nll_grad(log_beta, s, labels)
+    if not nll <= nll0:  # the start is feasible; never report a worse point than it
+        log_beta, nll = np.zeros(c), nll0
+    at_bound = np.isclose(log_beta, lb[0], rtol=0, atol=1e-6) | np.isclose(log_beta, lb[1], rtol=0, atol=1e-6)
+    return VectorScalingFit(
+        temperatures=np.exp(-log_beta), nll_before=nll0, nll_after=float(nll), hit_bound=bool(at_bound.any())
+    )
+
+
+def apply_vector_scaling(
+    probs: ArrayLike, temperatures: ArrayLike, *, eps: float = DEFAULT_EPS,
+) -> NDArray[np.float64]:
+    r"""Rescale stored probabilities per class: ``softmax(L / T)``, ``L`` the max-shifted ``log(probs + eps)``.
+
+    Parameters
+    ----------
+    probs : ndarray of shape (n_samples, n_classes), rows on the simplex
+    temperatures : ndarray of shape (n_classes,), finite and positive
+    eps : float, default=1e-12
+
+    Returns
+    -------
+    ndarray of shape (n_samples, n_classes), float64, rows on the simplex
+
+    Notes
+    -----
+    .. math:: \hat p_{ic} \propto \exp(L_{ic} / T_c)
+
+    Convention: as :func:`fit_vector_scaling`.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> apply_vector_scaling(np.array([[0.9, 0.1]]), np.array([2.0, 2.0])).round(4)
+    array([[0.75, 0.25]])
+    """
+    probs = check_probs(probs)
+    eps = _check_eps(eps)
+    t = np.asarray(temperatures)
+    if t.dtype.kind not in "fiu" or t.shape != (probs.shape[1],):
+        raise ValueError(
+            f"temperatures must be a real array of shape ({probs.shape[1]},); found dtype {t.dtype}, shape {t.shape}"
+        )
+    t = t.astype(np.float64)
+    if not (np.all(np.isfinite(t)) and np.all(t > 0)):
+        i = int(np.argmax(~(np.isfinite(t) & (t > 0))))
+        raise ValueError(f"temperatures must be finite and positive; found {t[i]} at index {i}")
+    return _softmax_scaled(_prep_probs(probs, eps)[0], 1.0 / t)
