@@ -18,7 +18,8 @@ from .read_v1 import Parsed
 from .safe_h5py import h5py
 from .scan import UNREADABLE_CHECKS
 from .spec import ReadLimits
-from .validator import block_rows, inspect_file, iter_blocks
+from .scan import Scan
+from .validator import block_rows, check_probs_block, check_split_values, inspect_file, iter_blocks
 
 __all__ = ["ArchiveReader", "open_archive", "read_archive"]
 
@@ -55,6 +56,30 @@ class ArchiveReader:
         if rows is None:
             rows = block_rows(ds.shape[0], ds.shape[2], self.limits.block_bytes)
         return iter_blocks(ds, rows)
+
+    def probs_dtype(self, split: str) -> np.dtype:
+        return self._node(split, "probs").dtype
+
+    def chunk_rows(self, split: str) -> int | None:
+        """Samples per stored chunk of a split's probs (None when not chunked)."""
+        chunks = self._node(split, "probs").chunks
+        return None if chunks is None else chunks[1]
+
+    def iter_checked_probs(self, split: str, rows: int | None = None) -> Iterator[tuple[int, np.ndarray]]:
+        """``iter_probs`` for an archive opened with ``check_values=False``: each block passes the validator's
+        value checks before it is yielded (so every byte is decompressed once), else ``InvalidArchiveError``."""
+        scan = Scan(self.header.path, self.limits)
+        for start, block in self.iter_probs(split, rows):
+            if not check_probs_block(scan, f"/splits/{split}/probs", start, block):
+                raise InvalidArchiveError(self.header.path, self.findings + scan.findings)
+            yield start, block
+
+    def check_labels_and_ids(self) -> None:
+        """The validator's value checks of labels and sample ids (for ``check_values=False`` opens)."""
+        scan = Scan(self.header.path, self.limits)
+        check_split_values(scan, Parsed(self.header, {k: v for k, v in self._parsed.nodes.items() if k[1] != "probs"}))
+        if not scan.ok:
+            raise InvalidArchiveError(self.header.path, self.findings + scan.findings)
 
     def labels(self, split: str) -> np.ndarray | None:
         ds = self._node(split, "labels")

@@ -22,7 +22,8 @@ from .safe_h5py import h5py
 from .scan import Scan, check_container, open_readonly, read_attr, walk
 from .spec import ArchiveSpec, ReadLimits
 
-__all__ = ["validate_archive", "inspect_file", "iter_blocks", "block_rows", "is_partial_run"]
+__all__ = ["validate_archive", "inspect_file", "iter_blocks", "block_rows", "is_partial_run", "check_probs_block",
+           "check_split_values"]
 
 
 def is_partial_run(path: str | Path) -> bool:
@@ -50,7 +51,7 @@ def iter_blocks(ds: h5py.Dataset, rows: int) -> Iterator[tuple[int, np.ndarray]]
         yield start, ds[:, start : min(n, start + rows), :]
 
 
-def _check_probs_block(scan: Scan, path: str, start: int, block: np.ndarray) -> bool:
+def check_probs_block(scan: Scan, path: str, start: int, block: np.ndarray) -> bool:
     with np.errstate(all="ignore"):
         finite = np.isfinite(block.sum(dtype=np.float64))
     if not finite:
@@ -73,7 +74,7 @@ def _check_probs_block(scan: Scan, path: str, start: int, block: np.ndarray) -> 
     return True
 
 
-def _check_values(scan: Scan, parsed: Parsed) -> None:
+def check_split_values(scan: Scan, parsed: Parsed) -> None:
     C = parsed.header.n_classes
     for (split, key), ds in parsed.nodes.items():
         path = f"/splits/{split}/{key}"
@@ -81,7 +82,7 @@ def _check_values(scan: Scan, parsed: Parsed) -> None:
             if key == "probs":
                 rows = block_rows(ds.shape[0], C, scan.limits.block_bytes)
                 for start, block in iter_blocks(ds, rows):
-                    if not _check_probs_block(scan, path, start, block):
+                    if not check_probs_block(scan, path, start, block):
                         break
             else:
                 values = ds[()]
@@ -135,7 +136,7 @@ def inspect_file(path: str | Path, limits: ReadLimits = ReadLimits(), *, check_v
         if scan.ok:
             parsed = reader(scan, f, safe, version)
         if parsed is not None and check_values and scan.ok:
-            _check_values(scan, parsed)
+            check_split_values(scan, parsed)
     except UnsupportedArchiveError:
         f.close()
         raise

@@ -64,37 +64,13 @@ def score_archive(path: str | Path, *, reference: str | Path | None = None,
     return run_score(path, reference=reference, protocol=protocol, limits=limits)
 
 
-def _checked_blocks(reader, scan, split: str, rows: int) -> Iterator[tuple[int, np.ndarray]]:
-    """The split's probs blocks, each passed through the validator's value checks before it is used."""
-    from ..archive_schema.errors import InvalidArchiveError
-    from ..archive_schema.validator import _check_probs_block
-
-    for start, block in reader.iter_probs(split, rows):
-        if not _check_probs_block(scan, f"/splits/{split}/probs", start, block):
-            raise InvalidArchiveError(str(reader.header.path), scan.findings)
-        yield start, block
-
-
-def _aligned_rows(ds, rows: int) -> int:
+def _aligned_rows(chunk_rows: int | None, rows: int) -> int:
     """Round a block's rows down to whole chunks along samples (at least one chunk), so that no chunk straddles
     two blocks: a straddling chunk is decompressed twice (h5py's chunk cache holds less than one 1 MiB chunk),
     which more than doubled the read time in bench/bench_score.py."""
-    if ds.chunks is None:
+    if chunk_rows is None:
         return rows
-    step = ds.chunks[1]
-    return max(step, rows // step * step)
-
-
-def _check_small_values(reader, scan) -> None:
-    """The validator's value checks of labels and sample ids (probs are checked block by block while scoring)."""
-    from ..archive_schema.errors import InvalidArchiveError
-    from ..archive_schema.read_v1 import Parsed
-    from ..archive_schema.validator import _check_values
-
-    parsed = reader._parsed
-    _check_values(scan, Parsed(parsed.header, {k: v for k, v in parsed.nodes.items() if k[1] != "probs"}))
-    if not scan.ok:
-        raise InvalidArchiveError(str(reader.header.path), scan.findings)
+    return max(chunk_rows, rows // chunk_rows * chunk_rows)
 
 
 def _file_info(path: str | Path, header) -> dict[str, Any]:
@@ -128,7 +104,6 @@ def run_score(path: str | Path, *, reference: str | Path | None = None,
               progress: ProgressFn | None = None) -> dict:
     """:func:`score_archive` with an optional ``progress`` callback (the CLI draws progress bars with it)."""
     from ..archive_schema import open_archive
-    from ..archive_schema.scan import Scan
     from ..archive_schema.validator import block_rows
     from ..metrics import report as R
     from .reference import ReferenceMismatchError, compare_to_reference, read_reference
@@ -137,8 +112,7 @@ def run_score(path: str | Path, *, reference: str | Path | None = None,
     notes: list[str] = []
     with open_archive(path, limits, check_values=False) as reader:
         h = reader.header
-        scan = Scan(str(path), limits)
-        _check_small_values(reader, scan)
+        reader.check_labels_and_ids()
         ids = {name: reader.sample_ids(name) for name in h.splits}
         if ref is not None:
             diffs = compare_to_reference(h, ids, ref)
@@ -160,13 +134,12 @@ def run_score(path: str | Path, *, reference: str | Path | None = None,
         for name in order:
             info = h.splits[name]
             ds_shape = (h.n_members, info.n_samples, h.n_classes)
-            rows = _aligned_rows(reader._node(name, "probs"), block_rows(h.n_members, h.n_classes,
-                                                                           limits.block_bytes))
+            rows = _aligned_rows(reader.chunk_rows(name), block_rows(h.n_members, h.n_classes, limits.block_bytes))
             keep = (name == primary and p.placement == "per_member"
                     and np.prod(ds_shape) * 8 <= MEMBER_CACHE_BLOCKS * limits.block_bytes)
             acc = R.SplitAccumulator(*ds_shape, smoothing=p.smoothing, keep_members=keep,
-                                     dtype=reader._node(name, "probs").dtype)
-            for start, block in _checked_blocks(reader, scan, name, rows):
+                                     dtype=reader.probs_dtype(name))
+            for start, block in reader.iter_checked_probs(name, rows):
                 acc.add(start, block)
                 if progress is not None:
                     progress(name, min(info.n_samples, start + block.shape[1]), info.n_samples)
