@@ -231,8 +231,8 @@ def _minimize_beta(evaluate, beta_lo: float, beta_hi: float, beta0: float, rtol:
         beta = float(np.exp(u))
         nll, grad, curv, third = evaluate(beta)
         best = min(best, (nll, u))
-        if grad == 0.0:
-            return beta, nll, False
+        if grad == 0.0:  # flat to underflow; at a bound this is the separable limit
+            return beta, nll, bool(u <= u_min or u >= u_max)
         if grad < 0:
             lo, lo_known = u, True
             if u >= u_max:
@@ -255,6 +255,16 @@ def _minimize_beta(evaluate, beta_lo: float, beta_hi: float, beta0: float, rtol:
             step = -2.0 * np.sign(grad)
         if abs(step) <= rtol:
             return beta, nll, False
+        if abs(d1 * step) <= 1e-15 * max(1.0, abs(nll)):
+            # The predicted gain is below rounding: the NLL is flat here (e.g. a separable fit split, where it
+            # approaches its infimum as T -> 0 at a geometric rate). Test the bound it drifts to, else stop.
+            if step > 0 and not hi_known:
+                u = u_max
+                continue
+            if step < 0 and not lo_known:
+                u = u_min
+                continue
+            break
         target = u + float(np.clip(step, -2.0, 2.0))
         if lo < target < hi:
             u = target
