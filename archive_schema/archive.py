@@ -109,8 +109,8 @@ class PredictionArchive:
     sample_ids: dict[str, NDArray[np.int64] | None]
 
     def __getattr__(self, name: str) -> Any:
-        # Header fields read through (``archive.method``, ``archive.splits``) so callers need not care.
-        if name in {f.name for f in fields(ArchiveHeader)}:
+        # Header fields and methods read through (``archive.method``, ``archive.splits_with_role``).
+        if name != "header" and hasattr(ArchiveHeader, name) or name in {f.name for f in fields(ArchiveHeader)}:
             return getattr(self.header, name)
         raise AttributeError(name)
 

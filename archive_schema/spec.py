@@ -51,8 +51,8 @@ ROLES = ("in_domain", "ood", "shift")
 #: What one member is. Scorers do not branch on it; it documents how the members were obtained.
 MEMBER_KINDS = ("point", "independent", "snapshot", "posterior_sample", "mc_sample", "augmentation")
 
-#: Split names are path-safe identifiers.
-SPLIT_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,128}$")
+#: Split names are path-safe identifiers; "." alone is refused (HDF5 reads it as the group itself).
+SPLIT_NAME = re.compile(r"^(?!\.$)[A-Za-z0-9_.-]{1,128}$")
 
 #: Root attributes of a v1 archive: name -> (kind, required). kind is "str" or "int".
 ROOT_ATTRS_V1 = {

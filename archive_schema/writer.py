@@ -40,8 +40,10 @@ from .spec import CURRENT, MEMBER_KINDS, SPLIT_NAME
 
 __all__ = ["ArchiveWriter", "finalize_partial", "partial_dir_for", "chunk_shape", "DEFAULT_CHUNK_BYTES"]
 
-#: Target uncompressed chunk size of ``probs``; see SPEC.md "Storage layout" for the measurements behind it.
-DEFAULT_CHUNK_BYTES = 1 * 2**20
+#: Target uncompressed chunk size of ``probs``, capped so that the M chunks of one block of samples fit HDF5's
+#: default 8 MiB chunk cache; see SPEC.md §7 for the measurements behind both numbers.
+DEFAULT_CHUNK_BYTES = 256 * 2**10
+CHUNK_CACHE_BYTES = 8 * 2**20
 #: deflate level of ``probs`` (with the shuffle filter); see SPEC.md "Storage layout".
 DEFAULT_DEFLATE = 1
 
@@ -376,7 +378,8 @@ def _write_probs(split: h5py.Group, name: str, members: list[Path], n_classes: i
     n = int(split.attrs["n_samples"])
     with h5py.File(members[0], "r") as m:
         dtype = m[f"probs/{name}"].dtype
-    kwargs: dict[str, Any] = {"chunks": chunk_shape(n, n_classes, dtype.itemsize)}
+    target = max(n_classes * dtype.itemsize, min(DEFAULT_CHUNK_BYTES, CHUNK_CACHE_BYTES // len(members)))
+    kwargs: dict[str, Any] = {"chunks": chunk_shape(n, n_classes, dtype.itemsize, target)}
     if compression == "deflate":
         kwargs.update(shuffle=True, compression="gzip", compression_opts=DEFAULT_DEFLATE)
     ds = split.create_dataset("probs", shape=(len(members), n, n_classes), dtype=dtype, **kwargs)
