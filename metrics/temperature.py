@@ -213,7 +213,7 @@ def _member_eval(s, s_y, beta, rows, order=2):
     return nll, grad, curv, None
 
 
-def _minimize_beta(evaluate, beta_lo: float, beta_hi: float, beta0: float, rtol: float):
+def _minimize_beta(evaluate, beta_lo: float, beta_hi: float, beta0: float, rtol: float, polish: bool = False):
     """Safeguarded Newton for dNLL/dbeta = 0 on ``[beta_lo, beta_hi]``; returns (beta, nll, hit_bound).
 
     ``evaluate(beta) -> (nll, d1, d2, d3)`` (derivatives in beta; ``d3`` may be None). Works in ``u = log beta``:
@@ -221,7 +221,9 @@ def _minimize_beta(evaluate, beta_lo: float, beta_hi: float, beta0: float, rtol:
     lies in [0.5, 2]), else Newton in beta (the NLL of one softmax is convex in beta), else bisection of the
     bracket; steps are capped at a factor e**2 and a bracket
     ``lo < root < hi`` shrinks with every evaluation. Stops when the step is below ``rtol`` (relative in beta),
-    or at a bound whose derivative still points outward. Deterministic.
+    or at a bound whose derivative still points outward. Deterministic. With ``polish`` the final step is taken
+    without another evaluation (its error is about the square of a step below ``rtol``; the returned NLL is
+    then that of the previous point), for callers that need only the temperature.
     """
     u_min, u_max = np.log(beta_lo), np.log(beta_hi)
     lo, hi, lo_known, hi_known = u_min, u_max, False, False
@@ -254,6 +256,8 @@ def _minimize_beta(evaluate, beta_lo: float, beta_hi: float, beta0: float, rtol:
         else:
             step = -2.0 * np.sign(grad)
         if abs(step) <= rtol:
+            if polish and lo < u + step < hi:
+                return float(np.exp(u + step)), nll, False
             return beta, nll, False
         if abs(d1 * step) <= 1e-15 * max(1.0, abs(nll)):
             # The predicted gain is below rounding: the NLL is flat here (e.g. a separable fit split, where it
@@ -290,14 +294,20 @@ def _fit_scalar(evaluate, nll_one: float, bounds, beta0: float = 1.0) -> Tempera
     return TemperatureFit(temperature=float(temperature), nll_before=nll_one, nll_after=nll, hit_bound=bool(hit))
 
 
-def _fit_post(s, s_y, lse1, bounds, rows=None) -> TemperatureFit:
-    """Temperature for softmax(s / T) over ``rows``; ``s_y``, ``lse1`` are full-length (N,) arrays."""
+def _fit_post(s, s_y, lse1, bounds, rows=None, beta0=None) -> TemperatureFit:
+    """Temperature for softmax(s / T) over ``rows``; ``s_y``, ``lse1`` are full-length (N,) arrays.
+
+    ``beta0``: a starting 1/T (e.g. a neighbouring fold's); the answer meets the same stopping rule either way.
+    """
     if rows is not None:
         s_y, lse1 = s_y[rows], lse1[rows]
     nll_one = float(np.mean(lse1) - np.mean(s_y))
-    beta0 = 1.0
     n = s_y.shape[0]
-    if n >= 4 * _WARM_START_ROWS:
+    if beta0 is not None:
+        pass
+    elif n < 4 * _WARM_START_ROWS:
+        beta0 = 1.0
+    else:
         # Warm start from a strided sub-sample (deterministic): the full-data Newton then needs about three
         # passes instead of five; the answer still satisfies the full-data stopping rule.
         stride = n // _WARM_START_ROWS
@@ -308,13 +318,13 @@ def _fit_post(s, s_y, lse1, bounds, rows=None) -> TemperatureFit:
     return _fit_scalar(lambda b: _post_eval(s, s_y, b, rows), nll_one, bounds, beta0)
 
 
-def _fit_per_member(s, s_y, lse1, bounds, rows=None) -> TemperatureFit:
+def _fit_per_member(s, s_y, lse1, bounds, rows=None, beta0=None) -> TemperatureFit:
     """Temperature for mean_m softmax(s_m / T) over ``rows``; ``s`` (M, N, C), ``s_y``/``lse1`` (M, N)."""
     if rows is not None:
         s_y, lse1 = s_y[:, rows], lse1[:, rows]
     m = s.shape[0]
     nll_one = float(np.log(m) - np.mean(special.logsumexp(s_y - lse1, axis=0)))
-    return _fit_scalar(lambda b: _member_eval(s, s_y, b, rows), nll_one, bounds)
+    return _fit_scalar(lambda b: _member_eval(s, s_y, b, rows), nll_one, bounds, 1.0 if beta0 is None else beta0)
 
 
 def _softmax_scaled(s: NDArray, beta) -> NDArray[np.float64]:
