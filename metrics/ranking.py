@@ -46,7 +46,12 @@ def _check_scores_labels(scores: ArrayLike, labels: ArrayLike) -> tuple[NDArray,
 def _split_sorted(scores: NDArray, labels: NDArray) -> tuple[NDArray, NDArray]:
     """Ascending-sorted scores of positives and of negatives."""
     is_pos = labels.astype(bool)
-    return np.sort(scores[is_pos]), np.sort(scores[~is_pos])
+    pos = scores[is_pos]  # boolean indexing copies, so sorting in place leaves the input alone
+    pos.sort()
+    np.logical_not(is_pos, out=is_pos)
+    neg = scores[is_pos]
+    neg.sort()
+    return pos, neg
 
 
 def _require_both(pos: NDArray, neg: NDArray, metric: str) -> None:
@@ -75,15 +80,22 @@ def _average_precision_sorted(pos: NDArray, neg: NDArray) -> float:
     n_pos, n_neg = pos.size, neg.size
     # Distinct positive scores, descending, with their multiplicities.
     desc = pos[::-1]
-    first = np.empty(desc.size, dtype=bool)
-    first[0] = True
-    np.not_equal(desc[1:], desc[:-1], out=first[1:])
-    starts = np.flatnonzero(first)
-    thresholds = desc[starts]
-    tp = np.append(starts[1:], desc.size).astype(np.float64)  # #pos >= t
-    fp = (n_neg - np.searchsorted(neg, thresholds, side="left")).astype(np.float64)  # #neg >= t
-    gained = np.diff(np.concatenate(([0.0], tp)))
-    return float(np.sum(gained * (tp / (tp + fp))) / n_pos)
+    # tp[j]: positives with score >= the j-th distinct positive score (descending), i.e. the end of its run.
+    last = np.empty(desc.size, dtype=bool)
+    np.not_equal(desc[1:], desc[:-1], out=last[:-1])
+    last[-1] = True
+    tp = np.flatnonzero(last)
+    tp += 1
+    thresholds = desc[tp - 1]
+    # fp[j]: negatives with score >= that threshold; computed in place to keep the extra memory small.
+    fp = np.searchsorted(neg, thresholds, side="left")
+    del thresholds
+    np.subtract(n_neg, fp, out=fp)
+    fp += tp  # now tp + fp
+    gained = np.diff(tp, prepend=0)
+    precision = tp / fp
+    precision *= gained
+    return float(precision.sum() / n_pos)
 
 
 def _average_precision(scores: NDArray, labels: NDArray) -> float:

@@ -88,11 +88,23 @@ class UncertaintyDecomposition:
 
 
 def _uncertainty_decomposition(member_probs: NDArray) -> UncertaintyDecomposition:
-    """Total, data and knowledge uncertainty; assumes validated input."""
-    mean = _ensemble_mean(member_probs)
-    # The mean's logs are taken in the members' precision so that identical members give exactly zero MI.
-    total = _entropy_rows(mean, member_probs.dtype)
-    data = _expected_entropy(member_probs)
+    """Total, data and knowledge uncertainty; assumes validated input.
+
+    Works on blocks of samples across all members, so each member block is read from memory once and the
+    float64 ensemble mean never exists for more than one block.
+    """
+    m, n, c = member_probs.shape
+    total = np.empty(n, dtype=np.float64)
+    data = np.zeros(n, dtype=np.float64)
+    step = _block_rows(c)
+    for start in range(0, n, step):
+        block = member_probs[:, start : start + step]
+        # The mean's logs are taken in the members' precision so that identical members give exactly zero MI.
+        total[start : start + block.shape[1]] = _entropy_rows(_ensemble_mean(block), member_probs.dtype)
+        acc = data[start : start + block.shape[1]]
+        for member in block:
+            acc += _entropy_rows(member)
+    data /= m
     knowledge = total - data
     # MI >= 0 (Jensen); a negative value is rounding of two nearly equal entropies.
     np.maximum(knowledge, 0.0, out=knowledge)

@@ -86,7 +86,7 @@ def test_brier_decomposition_identity(data):
 def test_brier_decomposition_three_terms_exact_for_cellwise_constant_forecasts(c, n_per, seed):
     """When every prediction in a predicted-class cell is the same, BS = UNC - RES + REL exactly (COV = 0)."""
     rng = np.random.default_rng(seed)
-    forecasts = softmax64(rng.normal(size=(c, c)) + 5 * np.eye(c))  # row k predicts class k
+    forecasts = softmax64(rng.uniform(size=(c, c)) + 5 * np.eye(c))  # row k predicts class k
     cells = rng.integers(0, c, c * n_per)
     p = forecasts[cells]
     y = rng.integers(0, c, p.shape[0])
@@ -99,7 +99,7 @@ def test_brier_decomposition_sums_within_o_c_over_n_for_calibrated_constant_fore
     """Calibrated cell-constant forecasts: REL ~ O(C/N), and UNC - RES + REL equals BS."""
     rng = np.random.default_rng(0)
     c, n = 5, 20000
-    forecasts = softmax64(rng.normal(size=(c, c)) + 3 * np.eye(c))
+    forecasts = softmax64(rng.uniform(size=(c, c)) + 3 * np.eye(c))  # row k predicts class k
     cells = rng.integers(0, c, n)
     p = forecasts[cells]
     y = np.array([rng.choice(c, p=f) for f in p])

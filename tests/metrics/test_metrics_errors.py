@@ -8,6 +8,8 @@ import sys
 
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from ubench import metrics as M
 
@@ -134,3 +136,24 @@ def test_import_leaves_heavy_frameworks_out():
             "print(','.join(bad)); sys.exit(1 if bad else 0)")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert r.returncode == 0, f"imported: {r.stdout} {r.stderr}"
+
+
+@given(
+    c=st.integers(2, 300),
+    n=st.integers(1, 50),
+    offsets=st.lists(st.floats(-3e-4, 3e-4), min_size=1, max_size=50),
+    dtype=st.sampled_from([np.float32, np.float64]),
+    seed=st.integers(0, 2**32 - 1),
+)
+def test_fast_simplex_screen_agrees_with_float64_reference(c, n, offsets, dtype, seed):
+    """For rows summing to 1 + offset around the tolerance, the BLAS screen finds the same first bad row as the
+    plain float64 row sums (the validation pass is fast but its answer is unchanged)."""
+    from ubench.metrics._validation import _first_bad_simplex_row_nonneg, first_bad_simplex_row, simplex_tolerance
+
+    rng = np.random.default_rng(seed)
+    p = rng.dirichlet(np.ones(c), size=n)
+    tol = simplex_tolerance(c)
+    scale = 1.0 + np.resize(np.asarray(offsets), n) * (tol / 1e-4)
+    p = (p * scale[:, None]).astype(dtype)
+    assert _first_bad_simplex_row_nonneg(p, tol) == first_bad_simplex_row(p, tol)
+    assert _first_bad_simplex_row_nonneg(p[None], tol) == first_bad_simplex_row(p[None], tol)
