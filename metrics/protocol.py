@@ -182,10 +182,10 @@ def _halves(problem, placement: str, n_repeats: int, seed: int):
     for _ in range(n_repeats):
         perm = rng.permutation(n)
         if placement == "post":
-            sp, syp, lp = s[perm], s_y[perm], lse1[perm]
+            sp, syp, lp = np.take(s, perm, axis=0), s_y[perm], lse1[perm]  # take: ~2x faster than s[perm]
             a, b = (sp[:half], syp[:half], lp[:half]), (sp[half:], syp[half:], lp[half:])
         else:
-            sp, syp, lp = s[:, perm], s_y[:, perm], lse1[:, perm]
+            sp, syp, lp = np.take(s, perm, axis=1), s_y[:, perm], lse1[:, perm]
             a = (np.ascontiguousarray(sp[:, :half]), syp[:, :half], lp[:, :half])
             b = (np.ascontiguousarray(sp[:, half:]), syp[:, half:], lp[:, half:])
         yield a, b, perm[half:]

@@ -147,15 +147,13 @@ def _moments(s: NDArray, beta: float, rows: NDArray | None, order: int):
     e_buf = np.empty((min(step, n), c))
     es_buf = np.empty((min(step, n), c)) if order >= 1 else None
     es2_buf = np.empty((min(step, n), c)) if order >= 3 else None
-    g_buf = np.empty((min(step, n), c)) if rows is not None else None
     ones = np.ones(c)
     for a, b in _row_blocks(n, c):
         k = b - a
         if rows is None:
             blk = s[a:b]
         else:
-            blk = g_buf[:k]
-            np.take(s, rows[a:b], axis=0, out=blk)
+            blk = np.take(s, rows[a:b], axis=0)  # (np.take with out= is several times slower)
         e = e_buf[:k]
         np.multiply(blk, beta, out=e)
         np.exp(e, out=e)
