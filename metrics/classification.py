@@ -80,9 +80,8 @@ def _row_sum_squares(probs: NDArray) -> NDArray[np.float64]:
         block = probs[start : start + step]
         b = buf[: block.shape[0]]
         b[...] = block
-        np.multiply(b, b, out=b)
-        # Same summation order for every row (a BLAS dot rounds rows differently by position).
-        np.add.reduce(b, axis=1, out=out[start : start + block.shape[0]])
+        # Same summation loop for every row (a BLAS dot rounds rows differently by position).
+        np.einsum("ij,ij->i", b, b, out=out[start : start + block.shape[0]])
     return out
 
 

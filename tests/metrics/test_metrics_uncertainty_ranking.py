@@ -126,13 +126,17 @@ def test_misclassification_and_ood_detection():
         M.ood_detection_scores(p, np.ones((1, 2, 3)) / 3)
 
 
+@pytest.mark.parametrize("c", [3, 37, 100, 1000])
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-def test_identical_rows_give_identical_values_wherever_they_sit(dtype):
+def test_identical_rows_give_identical_values_wherever_they_sit(dtype, c):
     """Per-sample values do not depend on a row's position (ties between identical samples stay ties)."""
     rng = np.random.default_rng(0)
-    row = rng.dirichlet(np.ones(37)).astype(dtype)
-    row /= row.sum(dtype=np.float64).astype(dtype)
+    row = rng.dirichlet(np.ones(c)).astype(dtype)
     p = np.tile(row, (3001, 1))
+    mp = np.stack([p, np.roll(p, 1, axis=1)])
+    d = M.uncertainty_decomposition(mp)
+    for v in (d.total, d.data, d.knowledge):
+        assert np.all(v == v[0])
     for f in (M.predictive_entropy, M.normalized_entropy, M.confidence):
         v = f(p)
         assert np.all(v == v[0]), f.__name__
