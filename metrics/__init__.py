@@ -44,6 +44,20 @@ from .uncertainty import (
     uncertainty_decomposition,
 )
 
+from .dee import DeeCurve, DeeScore, dee_curve, dee_reference, dee_score
+from .protocol import CalibratedCV, MemberCurves, cross_validated_calibration, cv_splits, member_curves
+from .shift import ShiftSummary, shift_summary
+from .temperature import (
+    TemperatureFit,
+    VectorScalingFit,
+    apply_ensemble_temperature,
+    apply_temperature,
+    apply_vector_scaling,
+    fit_ensemble_temperature,
+    fit_temperature,
+    fit_temperature_from_logits,
+    fit_vector_scaling,
+)
 __all__ = [
     "UndefinedMetricError",
     # classification
@@ -93,4 +107,26 @@ __all__ = [
     # ensembles
     "ensemble_mean_probs",
     "smooth_probs",
+    # temperature scaling and the calibrated protocol
+    "fit_temperature",
+    "fit_temperature_from_logits",
+    "fit_ensemble_temperature",
+    "apply_temperature",
+    "apply_ensemble_temperature",
+    "TemperatureFit",
+    "fit_vector_scaling",
+    "apply_vector_scaling",
+    "VectorScalingFit",
+    "cross_validated_calibration",
+    "cv_splits",
+    "CalibratedCV",
+    "member_curves",
+    "MemberCurves",
+    "dee_score",
+    "dee_curve",
+    "dee_reference",
+    "DeeScore",
+    "DeeCurve",
+    "shift_summary",
+    "ShiftSummary",
 ]
