@@ -87,14 +87,15 @@ def first_bad_simplex_row(arr: NDArray[np.floating], tol: float) -> int | None:
 def _first_bad_simplex_row_nonneg(arr: NDArray[np.floating], tol: float) -> int | None:
     """Same answer as :func:`first_bad_simplex_row` for arrays with no negative entry, but fast.
 
-    Screens with a BLAS matrix-vector product in the input's precision, then recomputes in float64 (exactly as
-    :func:`first_bad_simplex_row` does) only the rows the screen cannot clear. For non-negative terms the screen's
-    rounding error is at most ``C * u * sum`` (``u`` the unit roundoff), so a row cleared with that margin
-    passes the float64 check too.
+    Screens with row sums in the input's precision (``einsum``: SIMD, no float64 cast), then recomputes in
+    float64 (exactly as :func:`first_bad_simplex_row` does) only the rows the screen cannot clear. For
+    non-negative terms any summation order errs by at most ``(C - 1) * u * sum`` (``u`` the unit roundoff), so a
+    row cleared with that margin passes the float64 check too. (Not a BLAS product: OpenBLAS worker threads
+    keep spinning after a call and slow the metric kernel that runs next on a small machine.)
     """
     rows = arr.reshape(-1, arr.shape[-1])
     c = rows.shape[1]
-    approx = rows @ np.ones(c, dtype=rows.dtype)
+    approx = np.einsum("ij->i", rows)
     u = float(np.finfo(rows.dtype).eps)  # 2u: generous
     margin = c * u * np.maximum(np.abs(approx), 1.0) + c * float(np.finfo(np.float64).eps)
     unsure = np.flatnonzero(~(np.abs(approx - 1.0) <= tol - margin))

@@ -76,26 +76,18 @@ def _auroc(scores: NDArray, labels: NDArray) -> float:
 
 
 def _average_precision_sorted(pos: NDArray, neg: NDArray) -> float:
-    """Step-wise AP: sum over distinct positive scores t of (#pos == t / n_pos) * precision(score >= t)."""
+    """Step-wise AP from sorted scores: the mean over positives i of precision at threshold s_i.
+
+    Every positive tied at a threshold t adds 1/n_pos to recall there, so sum_t dR_t P_t equals
+    (1/n_pos) sum_i P(s_i), with P(t) = #pos>=t / (#pos>=t + #neg>=t); no de-duplication needed.
+    """
     n_pos, n_neg = pos.size, neg.size
-    # Distinct positive scores, descending, with their multiplicities.
-    desc = pos[::-1]
-    # tp[j]: positives with score >= the j-th distinct positive score (descending), i.e. the end of its run.
-    last = np.empty(desc.size, dtype=bool)
-    np.not_equal(desc[1:], desc[:-1], out=last[:-1])
-    last[-1] = True
-    tp = np.flatnonzero(last)
-    tp += 1
-    thresholds = desc[tp - 1]
-    # fp[j]: negatives with score >= that threshold; computed in place to keep the extra memory small.
-    fp = np.searchsorted(neg, thresholds, side="left")
-    del thresholds
-    np.subtract(n_neg, fp, out=fp)
-    fp += tp  # now tp + fp
-    gained = np.diff(tp, prepend=0)
-    precision = tp / fp
-    precision *= gained
-    return float(precision.sum() / n_pos)
+    tp = np.searchsorted(pos, pos, side="left")
+    np.subtract(n_pos, tp, out=tp)  # positives with score >= s_i
+    fp = np.searchsorted(neg, pos, side="left")
+    np.subtract(n_neg, fp, out=fp)  # negatives with score >= s_i
+    fp += tp
+    return float(np.divide(tp, fp).sum() / n_pos)
 
 
 def _average_precision(scores: NDArray, labels: NDArray) -> float:
