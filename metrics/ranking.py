@@ -60,11 +60,17 @@ def _require_both(pos: NDArray, neg: NDArray, metric: str) -> None:
         raise UndefinedMetricError(f"{metric} is undefined: labels contain no {missing} samples")
 
 
+# Positives per chunk in the counting kernels: bounds their scratch memory to a few MiB whatever N is.
+_CHUNK = 1 << 16
+
+
 def _auroc_sorted(pos: NDArray, neg: NDArray) -> float:
     """Mann-Whitney U / (n_pos n_neg) from sorted scores, ties counting one half."""
-    below = np.searchsorted(neg, pos, side="left")
-    not_above = np.searchsorted(neg, pos, side="right")
-    u2 = int(below.sum(dtype=np.int64)) + int(not_above.sum(dtype=np.int64))  # 2U, exact in integers
+    u2 = 0  # 2U, exact in Python integers
+    for start in range(0, pos.size, _CHUNK):
+        chunk = pos[start : start + _CHUNK]
+        u2 += int(np.searchsorted(neg, chunk, side="left").sum(dtype=np.int64))
+        u2 += int(np.searchsorted(neg, chunk, side="right").sum(dtype=np.int64))
     return u2 / (2.0 * pos.size * neg.size)
 
 
@@ -82,12 +88,16 @@ def _average_precision_sorted(pos: NDArray, neg: NDArray) -> float:
     (1/n_pos) sum_i P(s_i), with P(t) = #pos>=t / (#pos>=t + #neg>=t); no de-duplication needed.
     """
     n_pos, n_neg = pos.size, neg.size
-    tp = np.searchsorted(pos, pos, side="left")
-    np.subtract(n_pos, tp, out=tp)  # positives with score >= s_i
-    fp = np.searchsorted(neg, pos, side="left")
-    np.subtract(n_neg, fp, out=fp)  # negatives with score >= s_i
-    fp += tp
-    return float(np.divide(tp, fp).sum() / n_pos)
+    total = 0.0
+    for start in range(0, n_pos, _CHUNK):
+        chunk = pos[start : start + _CHUNK]
+        tp = np.searchsorted(pos, chunk, side="left")
+        np.subtract(n_pos, tp, out=tp)  # positives with score >= s_i
+        fp = np.searchsorted(neg, chunk, side="left")
+        np.subtract(n_neg, fp, out=fp)  # negatives with score >= s_i
+        fp += tp
+        total += float(np.divide(tp, fp).sum())
+    return total / n_pos
 
 
 def _average_precision(scores: NDArray, labels: NDArray) -> float:

@@ -142,3 +142,12 @@ def test_identical_rows_give_identical_values_wherever_they_sit(dtype, c):
         assert np.all(v == v[0]), f.__name__
     b = M.brier_loss(p, np.zeros(3001, dtype=int), per_sample=True)
     assert np.all(b == b[0])
+
+
+def test_ranking_across_chunk_boundaries_matches_sklearn():
+    """More positives than one counting chunk (2**16), with heavy ties: still equal to scikit-learn."""
+    rng = np.random.default_rng(7)
+    y = rng.integers(0, 2, 150_000)
+    s = np.round(rng.normal(size=y.size) + 0.5 * y, 2).astype(np.float32)
+    assert M.auroc_score(s, y) == pytest.approx(skm.roc_auc_score(y, s), abs=1e-12)
+    assert M.average_precision_score(s, y) == pytest.approx(skm.average_precision_score(y, s), abs=1e-12)
