@@ -77,17 +77,31 @@ def _equal_width_error(values: NDArray, hits: NDArray, n_bins: int) -> float:
 
 
 def _equal_count_abs_gaps(values: NDArray, hits: NDArray, n_bins: int) -> float:
-    """sum over equal-count bins of |sum hits - sum values| (Pitfalls layout, ties sorted by (value, hit))."""
+    """sum over equal-count bins of |sum hits - sum values| (Pitfalls layout, ties sorted by (value, hit)).
+
+    Sorting (value, hit) pairs lexicographically would need a lexsort; instead the values are sorted alone
+    (hit order does not change value sums) and the hits in each prefix are counted: inside a run of tied values
+    the non-hits come first, so a prefix ending k elements into a run of E ties with h hits holds
+    ``max(0, k - (E - h))`` of them.
+    """
     n = values.shape[0]
     if n == 0:
         return 0.0
-    order = np.lexsort((hits, values))
-    v, h = values[order], hits[order]
+    hit_mask = hits.astype(bool)
+    sv = np.sort(values).astype(np.float64, copy=False)
+    hv = np.sort(values[hit_mask]).astype(np.float64, copy=False)
     size = n // n_bins
     starts = np.array([0]) if size == 0 else np.arange(n_bins) * size
-    sv = np.add.reduceat(v, starts)
-    sh = np.add.reduceat(h, starts)
-    return float(np.abs(sh - sv).sum())
+    value_sums = np.add.reduceat(sv, starts)
+    ends = starts[1:]  # prefix lengths at the internal bin boundaries
+    t = sv[ends - 1]
+    lo = np.searchsorted(sv, t, side="left")
+    ties = np.searchsorted(sv, t, side="right") - lo
+    hits_lo = np.searchsorted(hv, t, side="left")
+    hit_ties = np.searchsorted(hv, t, side="right") - hits_lo
+    prefix_hits = hits_lo + np.maximum(0, (ends - lo) - (ties - hit_ties))
+    hit_sums = np.diff(np.concatenate(([0], prefix_hits, [hv.size])))
+    return float(np.abs(hit_sums - value_sums).sum())
 
 
 def _ece(probs: NDArray, labels: NDArray, n_bins: int = DEFAULT_BINS) -> float:
@@ -276,13 +290,14 @@ def classwise_calibration_error(probs: ArrayLike, labels: ArrayLike, *, n_bins: 
 def _tace(probs: NDArray, labels: NDArray, n_bins: int = DEFAULT_BINS, threshold: float = TACE_THRESHOLD) -> float:
     """TACE with the Pitfalls-code normalisation; assumes validated input."""
     n, c = probs.shape
+    # One transposed copy (the input's size) so that each class's probabilities are contiguous; reading
+    # strided columns would stream the whole matrix from memory once per class.
+    by_class = np.ascontiguousarray(probs.T)
     total = 0.0
     for k in range(c):
-        col = probs[:, k]
+        col = by_class[k]
         keep = col > threshold
-        values = col[keep].astype(np.float64)
-        hits = (labels[keep] == k).astype(np.float64)
-        total += _equal_count_abs_gaps(values, hits, n_bins)
+        total += _equal_count_abs_gaps(col[keep], labels[keep] == k, n_bins)
     return total / (n * c)
 
 

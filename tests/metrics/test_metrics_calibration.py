@@ -173,3 +173,20 @@ def test_bad_n_bins(bad):
     p, y = _binary([0.7], [0])
     with pytest.raises(ValueError, match="n_bins"):
         M.expected_calibration_error(p, y, n_bins=bad)
+
+
+@pytest.mark.parametrize("n,n_bins,seed", [(100, 15, 0), (47, 4, 1), (300, 7, 2), (9, 15, 3)])
+def test_tace_and_adaptive_ece_with_heavy_ties_match_lexsort_reference(n, n_bins, seed):
+    """Rows drawn from 3 templates tie across bin boundaries; the counting kernel equals a (value, hit) lexsort."""
+    rng = np.random.default_rng(seed)
+    templates = softmax64(rng.normal(scale=2, size=(3, 5)))
+    p = templates[rng.integers(0, 3, n)]
+    y = rng.integers(0, 5, n)
+    assert M.tace_error(p, y, n_bins=n_bins) == pytest.approx(_tace_reference(p, y, n_bins, 1e-3), abs=1e-14)
+    conf = p.max(1)
+    hits = (p.argmax(1) == y).astype(float)
+    order = np.lexsort((hits, conf))
+    size = n // n_bins
+    bounds = [0, n] if size == 0 else [i * size for i in range(n_bins)] + [n]
+    expected = sum(abs(hits[order][a:b].sum() - conf[order][a:b].sum()) for a, b in zip(bounds[:-1], bounds[1:]))
+    assert M.adaptive_calibration_error(p, y, n_bins=n_bins) == pytest.approx(expected / n, abs=1e-14)
