@@ -185,20 +185,25 @@ def _protocol_options(f):
                      help="URSABench decision-cost matrix to report the decision cost under."),
         click.option("--cost-matrix", type=click.Path(exists=True, dir_okay=False), default=None,
                      help="Decision-cost matrix file (.npy or .csv), cost[true, decided]."),
+        click.option("--member-curves/--no-member-curves", "member_curves", default=None,
+                     help="CLL, accuracy and Brier against the number of members (a cross-validated fit per "
+                          "prefix of every order).  [default: on with --html and for dee, else off]"),
     ]
     for opt in reversed(opts):
         f = opt(f)
     return f
 
 
-def _protocol_from(preset, placement, folds, repeats, seed, bins, smoothing, orders, cost_preset, cost_matrix):
+def _protocol_from(preset, placement, folds, repeats, seed, bins, smoothing, orders, cost_preset, cost_matrix,
+                   member_curves=None):
     from .scoring.protocols import Protocol, load_cost_matrix
 
     try:
         matrix = None if cost_matrix is None else load_cost_matrix(cost_matrix)
         return Protocol.preset(preset).replace(
             placement=placement, folds=folds, repeats=repeats, seed=seed, bins=bins, smoothing=smoothing,
-            orders=orders, cost_preset=cost_preset, cost_matrix=matrix, cost_source=cost_matrix)
+            orders=orders, cost_preset=cost_preset, cost_matrix=matrix, cost_source=cost_matrix,
+            member_curves=member_curves)
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None
 
@@ -323,6 +328,8 @@ def score(archive: Path, reference: Path | None, as_json: bool, html_path: Path 
     ubench score upload.h5 --reference test_labels.h5 --json
     ubench score run.h5 --protocol ursabench --cost-preset mnist --html report.html
     """
+    if html_path is not None and options.get("member_curves") is None:
+        options["member_curves"] = True
     protocol = _protocol_from(**options)
     if sandbox if sandbox is not None else reference is not None:
         report = _score_sandboxed_or_exit(archive, reference=reference, protocol=protocol,
@@ -368,25 +375,88 @@ def reference(archive: Path, out: Path, overwrite: bool) -> None:
 @click.argument("archives", type=_ARCHIVE, nargs=-1, required=True)
 @click.option("--reference", type=click.Path(path_type=Path), default=None,
               help="Trusted reference label file shared by every archive.")
+@click.option("--ensemble", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
+              help="Deep-ensemble archive: adds a DEE column (Deep Ensemble Equivalent of each method's CLL).")
 @_protocol_options
 @click.option("--json", "as_json", is_flag=True, help="Print {'methods': [...], 'reports': [...]} as JSON.")
-def compare(archives: tuple[Path, ...], reference: Path | None, as_json: bool, **options) -> None:
+def compare(archives: tuple[Path, ...], reference: Path | None, ensemble: Path | None, as_json: bool,
+            **options) -> None:
     """Score several archives under one protocol: one table, methods as rows, comparable columns marked.
 
     \b
     ubench compare de.h5 mc_dropout.h5 swag.h5
-    ubench compare de.h5 swag.h5 --protocol ursabench --json
+    ubench compare sgd.h5 swag.h5 --ensemble de.h5 --json
     """
     protocol = _protocol_from(**options)
     progress = _progress(not as_json)
     reports = [_score_or_exit(a, reference=reference, protocol=protocol, progress=progress) for a in archives]
     names = [f"{r['archive']['method']} ({Path(r['archive']['path']).name})" for r in reports]
+    if ensemble is not None:
+        from .scoring.dee import DeeUnavailableError, dee_of_report
+
+        ens = _score_or_exit(ensemble, reference=reference, protocol=_dee_protocol(protocol), progress=progress)
+        for r in reports:
+            try:
+                r["summary"]["dee"] = dee_of_report(r, ens)["dee"]
+            except DeeUnavailableError as exc:
+                r["summary"]["dee"] = None
+                r["notes"].append(f"no DEE: {exc}")
     if as_json:
-        click.echo(_dump_json({"methods": names, "protocol": protocol.to_dict(), "reports": reports}))
+        click.echo(_dump_json({"methods": names, "protocol": protocol.to_dict(), "reports": reports,
+                               "ensemble": None if ensemble is None else str(ensemble)}))
     else:
         from .scoring.tables import format_compare
 
         click.echo(format_compare(reports, names), nl=False)
+
+
+def _dee_protocol(protocol):
+    """The protocol a DEE reference is scored under: member curves on, temperature after averaging."""
+    return protocol.replace(member_curves=True, placement="post")
+
+
+@cli.command(epilog=EPILOG)
+@click.argument("method", type=_ARCHIVE)
+@click.option("--ensemble", type=click.Path(exists=True, dir_okay=False, path_type=Path), required=True,
+              help="Deep-ensemble archive whose CLL-against-members curve is the reference.")
+@click.option("--reference", type=click.Path(path_type=Path), default=None,
+              help="Trusted reference label file (`ubench reference`); both archives are checked against it.")
+@_protocol_options
+@click.option("--json", "as_json", is_flag=True, help="Print the DEE curve as JSON.")
+@click.option("--plot", "plot_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Also write the DEE curve as an SVG figure to this path.")
+def dee(method: Path, ensemble: Path, reference: Path | None, as_json: bool, plot_path: Path | None,
+        **options) -> None:
+    """Deep Ensemble Equivalent of a method: how many deep-ensemble members match its calibrated log-likelihood.
+
+    \b
+    ubench dee swag.h5 --ensemble de.h5
+    ubench dee mc_dropout.h5 --ensemble de.h5 --reference ref.h5 --json --plot dee.svg
+    """
+    from .scoring.dee import DeeUnavailableError, dee_between
+
+    protocol = _protocol_from(**options)
+    if not protocol.temperature_scaling:
+        raise click.UsageError("DEE compares calibrated log-likelihoods: choose a protocol with temperature scaling")
+    progress = _progress(not as_json)
+    method_report = _score_or_exit(method, reference=reference, protocol=protocol.replace(member_curves=True),
+                                   progress=progress)
+    ens_report = _score_or_exit(ensemble, reference=reference, protocol=_dee_protocol(protocol), progress=progress)
+    try:
+        result = dee_between(method_report, ens_report)
+    except DeeUnavailableError as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(1)
+    if plot_path is not None:
+        from .scoring.plots import dee_figure
+
+        plot_path.write_text(dee_figure(result, protocol.describe()), encoding="utf-8")
+    if as_json:
+        click.echo(_dump_json(result))
+    else:
+        from .scoring.tables import format_dee
+
+        click.echo(format_dee(result), nl=False)
 
 
 def _register_produce() -> None:

@@ -67,12 +67,43 @@ class ArchiveReader:
 
     def iter_checked_probs(self, split: str, rows: int | None = None) -> Iterator[tuple[int, np.ndarray]]:
         """``iter_probs`` for an archive opened with ``check_values=False``: each block passes the validator's
-        value checks before it is yielded (so every byte is decompressed once), else ``InvalidArchiveError``."""
+        value checks before it is yielded (so every byte is decompressed once), else ``InvalidArchiveError``
+        (also when HDF5 fails to read a block: a corrupt deflate stream or a fletcher32 mismatch)."""
         scan = Scan(self.header.path, self.limits)
-        for start, block in self.iter_probs(split, rows):
-            if not check_probs_block(scan, f"/splits/{split}/probs", start, block):
+        path = f"/splits/{split}/probs"
+        blocks = self.iter_probs(split, rows)
+        while True:
+            try:
+                start, block = next(blocks)
+            except StopIteration:
+                return
+            except (OSError, RuntimeError, ValueError) as exc:
+                self._read_failed(scan, path, exc)
+            if not check_probs_block(scan, path, start, block):
                 raise InvalidArchiveError(self.header.path, self.findings + scan.findings)
             yield start, block
+
+    def iter_checked_member_rows(self, split: str, rows: int) -> Iterator[tuple[int, int, np.ndarray]]:
+        """``(start, member, probs[member, start:start+rows])`` for every run of ``rows`` samples, members in order
+        within each run; value-checked like :meth:`iter_checked_probs`. With ``rows`` a multiple of the chunk rows
+        every chunk is still decompressed once, and memory holds one member's rows only."""
+        scan = Scan(self.header.path, self.limits)
+        path = f"/splits/{split}/probs"
+        ds = self._node(split, "probs")
+        m_total, n, _ = ds.shape
+        for start in range(0, n, rows):
+            for m in range(m_total):
+                try:
+                    block = ds[m : m + 1, start : min(n, start + rows), :]
+                except (OSError, RuntimeError, ValueError) as exc:
+                    self._read_failed(scan, path, exc)
+                if not check_probs_block(scan, path, start, block, member_offset=m):
+                    raise InvalidArchiveError(self.header.path, self.findings + scan.findings)
+                yield start, m, block[0]
+
+    def _read_failed(self, scan: Scan, path: str, exc: Exception) -> None:
+        scan.add(path, "hdf5-read", f"reading the data failed: {exc}")
+        raise InvalidArchiveError(self.header.path, self.findings + scan.findings) from None
 
     def check_labels_and_ids(self) -> None:
         """The validator's value checks of labels and sample ids (for ``check_values=False`` opens)."""

@@ -51,16 +51,18 @@ def iter_blocks(ds: h5py.Dataset, rows: int) -> Iterator[tuple[int, np.ndarray]]
         yield start, ds[:, start : min(n, start + rows), :]
 
 
-def check_probs_block(scan: Scan, path: str, start: int, block: np.ndarray) -> bool:
+def check_probs_block(scan: Scan, path: str, start: int, block: np.ndarray, member_offset: int = 0) -> bool:
+    """Value checks of one (m, rows, C) block whose first member is ``member_offset`` and first sample ``start``;
+    the first problem becomes a finding naming member, sample and class."""
     with np.errstate(all="ignore"):
         finite = np.isfinite(block.sum(dtype=np.float64))
     if not finite:
         m, i, c = np.unravel_index(int(np.argmax(~np.isfinite(block))), block.shape)
-        scan.add(path, "finite", f"non-finite value {block[m, i, c]} at member {m}, sample {start + i}, class {c}")
+        scan.add(path, "finite", f"non-finite value {block[m, i, c]} at member {member_offset + m}, sample {start + i}, class {c}")
         return False
     if block.min() < 0 or block.max() > 1:
         m, i, c = np.unravel_index(int(np.argmax((block < 0) | (block > 1))), block.shape)
-        scan.add(path, "range", f"probability {block[m, i, c]} outside [0, 1] at member {m}, sample {start + i}, "
+        scan.add(path, "range", f"probability {block[m, i, c]} outside [0, 1] at member {member_offset + m}, sample {start + i}, "
                  f"class {c}")
         return False
     tol = simplex_tolerance(block.shape[2])
@@ -68,7 +70,7 @@ def check_probs_block(scan: Scan, path: str, start: int, block: np.ndarray) -> b
     bad = np.abs(sums - 1.0) > tol
     if bad.any():
         m, i = np.unravel_index(int(np.argmax(bad)), bad.shape)
-        scan.add(path, "row-sum", f"row of member {m}, sample {start + i} sums to {sums[m, i]:.6g} "
+        scan.add(path, "row-sum", f"row of member {member_offset + m}, sample {start + i} sums to {sums[m, i]:.6g} "
                  f"(rows must sum to 1 within {tol:.1e})")
         return False
     return True

@@ -37,7 +37,9 @@ from .decision import _check_cost, _decision_cost, cost_matrix_preset
 from .ensemble import _ensemble_mean, _smooth
 from .ranking import _detection_scores
 from .rejection import _rejection_curve
-from .uncertainty import _confidence, _normalized_entropy, _uncertainty_decomposition
+from .protocol import cross_validated_calibration as _cross_validated_calibration
+from .protocol import member_curves as _member_curves
+from .uncertainty import _confidence, _entropy_rows, _normalized_entropy, _uncertainty_decomposition
 
 __all__ = [
     "SplitArrays",
@@ -57,6 +59,10 @@ __all__ = [
 
 #: Detection scores, higher = more uncertain: report name -> SplitArrays field.
 UNCERTAINTY_SCORES = {"total": "total", "knowledge": "knowledge", "confidence": "neg_confidence"}
+
+#: Keys of the calibrated section copied into the headline summary.
+CALIBRATED_HEADLINE = ("cll", "temperature", "calibrated_accuracy", "calibrated_nll", "calibrated_brier",
+                       "calibrated_ece")
 
 #: Headline keys that may be compared across models (Ashukha et al. 2020, Sec. 2-3): calibrated metrics and
 #: DEE, plus accuracy and the OOD/shift scores, whose task does not depend on the model.
@@ -113,24 +119,56 @@ class SplitAccumulator:
                  keep_members: bool = False, dtype: type | np.dtype = np.float32):
         self.gamma = float(smoothing)
         self.shape = (int(n_members), int(n_samples), int(n_classes))
+        self.dtype = np.dtype(dtype)
         self._mean = np.empty((n_samples, n_classes), dtype=np.float64)
         self._u = {k: np.empty(n_samples, dtype=np.float64) for k in ("total", "data", "knowledge", "neg_confidence")}
         self._members = np.empty(self.shape, dtype=dtype) if keep_members else None
         self._seen = 0
+        self._partial: dict[str, NDArray] | None = None
 
     def add(self, start: int, block: NDArray[np.floating]) -> None:
+        """Add samples ``start:start+rows`` of every member: ``block`` is (M, rows, C)."""
         stop = start + block.shape[1]
         self._mean[start:stop] = _ensemble_mean(block)
         smoothed = _smooth(block, self.gamma) if self.gamma else block
         dec = _uncertainty_decomposition(smoothed)
-        self._u["total"][start:stop] = dec.total
-        self._u["data"][start:stop] = dec.data
-        self._u["knowledge"][start:stop] = dec.knowledge
-        mean_s = self._mean[start:stop] if not self.gamma else _smooth(self._mean[start:stop], self.gamma)
-        self._u["neg_confidence"][start:stop] = -_confidence(mean_s)
+        self._finish_rows(start, stop, dec.total, dec.data, dec.knowledge)
         if self._members is not None:
             self._members[:, start:stop] = block
         self._seen += block.shape[1]
+
+    def add_member_rows(self, start: int, member: int, rows: NDArray[np.floating]) -> None:
+        """Add samples ``start:start+r`` of one member (``rows`` is (r, C)); members of a row range come in order
+        0..M-1. Memory then depends on N x C only, whatever M; the sums run in the same order as :meth:`add`, so
+        the results are the same to the last bit."""
+        m_total, n, c = self.shape
+        if self._partial is None:
+            self._partial = {"sum": np.zeros((n, c), dtype=np.float64), "data": np.zeros(n, dtype=np.float64)}
+            if self.gamma:
+                self._partial["sum_s"] = np.zeros((n, c), dtype=np.float64)
+        stop = start + rows.shape[0]
+        self._partial["sum"][start:stop] += rows
+        smoothed = _smooth(rows, self.gamma) if self.gamma else rows
+        if self.gamma:
+            self._partial["sum_s"][start:stop] += smoothed
+        self._partial["data"][start:stop] += _entropy_rows(smoothed)
+        if self._members is not None:
+            self._members[member, start:stop] = rows
+        if member == m_total - 1:
+            mean = self._partial["sum"][start:stop] / m_total
+            self._mean[start:stop] = mean
+            mean_s = self._partial["sum_s"][start:stop] / m_total if self.gamma else mean
+            total = _entropy_rows(mean_s, smoothed.dtype)
+            data = self._partial["data"][start:stop] / m_total
+            self._finish_rows(start, stop, total, data, np.maximum(total - data, 0.0))
+            self._seen += stop - start
+
+    def _finish_rows(self, start: int, stop: int, total: NDArray, data: NDArray, knowledge: NDArray) -> None:
+        self._u["total"][start:stop] = total
+        self._u["data"][start:stop] = data
+        self._u["knowledge"][start:stop] = knowledge
+        mean_s = self._mean[start:stop] if not self.gamma else _smooth(self._mean[start:stop], self.gamma)
+        self._u["neg_confidence"][start:stop] = -_confidence(mean_s)
 
     def result(self) -> SplitArrays:
         if self._seen != self.shape[1]:
@@ -313,16 +351,58 @@ def shift_split_section(arrays: SplitArrays, labels: NDArray, *, bins: int, eps:
     return out
 
 
-def calibrated_section(arrays: SplitArrays, labels: NDArray, *, placement: str, folds: int, repeats: int,
-                       seed: int, bins: int, eps: float, smoothing: float,
-                       members: NDArray[np.floating] | None = None) -> dict[str, Any] | None:
-    """The calibrated protocol (test-time cross-validation of the temperature) on one in-domain split.
+def calibrated_section(arrays: SplitArrays, labels: NDArray, *, placement: str, repeats: int, seed: int, bins: int,
+                       eps: float, smoothing: float) -> dict[str, Any] | None:
+    """The calibrated protocol on one in-domain split: test-time cross-validated temperature scaling.
 
-    Delegates to ``metrics/protocol.py`` (test-time cross-validation); returns ``cll``, ``temperature`` and the
-    calibrated metrics, or ``None`` while that module is not available in this ubench (the caller notes it).
+    ``post`` fits the temperature on the log of the (smoothed) ensemble mean, ``per_member`` on every member's
+    log-probabilities before averaging (needs ``arrays.member_probs``; ``None`` is returned without them). Keys:
+    ``cll`` (mean held-out log-likelihood after scaling), ``temperature`` (mean over folds), ``temperature_std``,
+    ``temperatures``, ``n_hit_bound``, ``calibrated_{accuracy,nll,brier,ece}`` and the same metrics before
+    scaling averaged over the held-out halves (``cv_{nll,brier,ece}_before``).
     """
-    # TODO(#4): wire metrics/protocol.py's test-time cross-validation here once it is committed.
-    return None
+    if placement == "per_member":
+        if arrays.member_probs is None:
+            return None
+        members = _smooth(arrays.member_probs, smoothing) if smoothing else arrays.member_probs
+    else:
+        members = (_smooth(arrays.mean_probs, smoothing) if smoothing else arrays.mean_probs)[None]
+    cv = _cross_validated_calibration(members, labels, placement=placement, n_repeats=repeats, seed=seed, eps=eps,
+                                      n_bins=bins)
+    return {
+        "cll": cv.cll,
+        "temperature": cv.temperature_mean,
+        "temperature_std": cv.temperature_std,
+        "temperatures": list(cv.temperatures),
+        "n_hit_bound": cv.n_hit_bound,
+        "calibrated_accuracy": cv.accuracy_after,
+        "calibrated_nll": cv.nll_after,
+        "calibrated_brier": cv.brier_after,
+        "calibrated_ece": cv.ece_after,
+        "cv_nll_before": cv.nll_before,
+        "cv_brier_before": cv.brier_before,
+        "cv_ece_before": cv.ece_before,
+        "placement": placement,
+        "folds": cv.n_folds,
+        "repeats": cv.n_repeats,
+        "seed": cv.seed,
+    }
+
+
+def member_curves_section(member_probs: NDArray, labels: NDArray, *, placement: str, orders: int, repeats: int,
+                          seed: int, eps: float, smoothing: float) -> dict[str, Any]:
+    """CLL, accuracy and Brier of the ensemble of the first k members, k = 1..M, over ``orders`` member orders:
+    ``n_members`` and, per metric, ``mean`` and ``std`` over orders (also the DEE reference of a deep ensemble)."""
+    members = _smooth(member_probs, smoothing) if smoothing else member_probs
+    mc = _member_curves(members, labels, n_orders=orders, seed=seed,
+                        placement="post" if placement == "none" else placement, n_repeats=repeats, eps=eps)
+    return {
+        "n_members": mc.n_members.tolist(),
+        "metrics": {name: {"mean": _float_list(getattr(mc, f"{name}_mean")),
+                           "std": _float_list(getattr(mc, f"{name}_std"))} for name in ("cll", "accuracy", "brier")},
+        "orders": mc.orders.tolist(),
+        "placement": mc.placement,
+    }
 
 
 def shift_summary(sections: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
@@ -357,7 +437,7 @@ def headline(report: Mapping[str, Any], primary: str | None) -> dict[str, Any]:
                     if k != "calibrated" and (isinstance(v, (int, float)) or v is None)})
         cal = sec.get("calibrated")
         if cal:
-            out.update({k: v for k, v in cal.items() if isinstance(v, (int, float)) and k != "n_samples"})
+            out.update({k: cal[k] for k in CALIBRATED_HEADLINE})
     out.update(summarize_ood(report["ood"]))
     if report["shift"]:
         for key in ("accuracy", "nll", "brier", "ece"):

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as _dt
+import dataclasses
 import hashlib
 import json
 import os
@@ -30,6 +31,7 @@ from typing import Any
 
 from .. import __version__
 from ..archive_schema.durable import atomic_path, fsync_dir
+from .dee import DeeUnavailableError, dee_of_report, reference_curve
 from .sandbox import SandboxLimits, SandboxOutcome, SandboxTask, run_sandboxed
 
 __all__ = ["BoardConfig", "archive_digest", "list_uploads", "score_one", "score_directory", "build_board",
@@ -245,7 +247,9 @@ def score_directory(directory: str | Path, board: str | Path, config: BoardConfi
             progress(done, len(uploads), record)
     ensemble_record = None
     if ensemble is not None:
-        ensemble_record = score_one(ensemble, board=board, config=config)
+        # The DEE reference: the same protocol with member curves on and temperature after averaging.
+        ens_protocol = {**(config.protocol or {}), "member_curves": True, "placement": "post"}
+        ensemble_record = score_one(ensemble, board=board, config=dataclasses.replace(config, protocol=ens_protocol))
     result = build_board([r for r in records if r is not None], config, ensemble_record)
     write_board(result, board)
     return result
@@ -258,32 +262,22 @@ def _metrics(report: dict[str, Any] | None) -> dict[str, float]:
             if isinstance(v, (int, float)) and not isinstance(v, bool) and k != "n_samples"}
 
 
-def _dee(cll: float | None, curve: Sequence[float] | None) -> float | None:
-    """Deep-ensemble equivalent: members of the reference deep ensemble whose CLL matches ``cll``, linearly
-    interpolated between ensemble sizes (Ashukha et al. 2020, Sec. 4); clipped to ``[1, len(curve)]``."""
-    if cll is None or not curve:
+def _ensemble_report(record: dict[str, Any] | None) -> dict[str, Any] | None:
+    report = (record or {}).get("outcome", {}).get("report")
+    if not report:
         return None
-    if cll <= curve[0]:
-        return 1.0
-    for k in range(1, len(curve)):
-        lo, hi = curve[k - 1], curve[k]
-        if cll <= hi:
-            return k + (cll - lo) / (hi - lo) if hi > lo else float(k + 1)
-    return float(len(curve))
-
-
-def _ensemble_curve(record: dict[str, Any] | None) -> list[float] | None:
-    report = (record or {}).get("outcome", {}).get("report") or {}
-    primary = report.get("primary_split")
-    sec = (report.get("in_domain") or {}).get(primary) or {}
-    curve = (sec.get("calibrated") or {}).get("cll_curve") or sec.get("cll_curve")
-    return [float(x) for x in curve] if curve else None
+    try:
+        reference_curve(report)
+    except DeeUnavailableError:
+        return None
+    return report
 
 
 def build_board(records: Sequence[dict[str, Any]], config: BoardConfig,
                 ensemble_record: dict[str, Any] | None = None) -> dict[str, Any]:
     """Rows (scored uploads ranked by CLL, then accuracy; rejected ones after them) and column metadata."""
-    curve = _ensemble_curve(ensemble_record)
+    ens_report = _ensemble_report(ensemble_record)
+    curve = None if ens_report is None else reference_curve(ens_report)[0]
     comparable: list[str] = []
     not_comparable: list[str] = []
     rows = []
@@ -291,8 +285,11 @@ def build_board(records: Sequence[dict[str, Any]], config: BoardConfig,
         outcome = rec.get("outcome", {})
         report = outcome.get("report") or {}
         metrics = _metrics(report)
-        if curve is not None and "cll" in metrics:
-            metrics["dee"] = _dee(metrics["cll"], curve)
+        if ens_report is not None and "cll" in metrics:
+            try:
+                metrics["dee"] = dee_of_report(report, ens_report)["dee"]
+            except DeeUnavailableError:
+                pass
         comp = (report.get("comparability") or {})
         comparable += [k for k in comp.get("comparable", []) if k not in comparable]
         not_comparable += [k for k in comp.get("not_comparable", []) if k not in not_comparable]

@@ -50,6 +50,9 @@ class Protocol:
     bins : bins of ECE, TACE, UCE and the reliability diagrams.
     smoothing : central smoothing weight applied to every member before NLL, detection scores and decisions.
     orders : random member orders averaged in the metric-against-members and DEE curves.
+    member_curves : compute the metric-against-members curves of the main in-domain split (a cross-validated
+        temperature fit per prefix of every order: the slow part of a report, so on request; ``--html`` and
+        ``ubench dee`` turn it on).
     eps : floor inside every log (``log(p + eps)``).
     tpr : true-positive rate of FPR@TPR (FPR95 uses 0.95).
     cost_preset : named decision-cost matrix, or ``None``.
@@ -67,6 +70,7 @@ class Protocol:
     bins: int = 15
     smoothing: float = 0.0
     orders: int = 5
+    member_curves: bool = False
     eps: float = 1e-12
     tpr: float = 0.95
     cost_preset: str | None = None
@@ -78,8 +82,8 @@ class Protocol:
     def __post_init__(self) -> None:
         if self.placement not in PLACEMENTS:
             raise ValueError(f"placement must be one of {PLACEMENTS}; found {self.placement!r}")
-        if self.folds < 2:
-            raise ValueError(f"folds must be at least 2; found {self.folds}")
+        if self.folds != 2:
+            raise ValueError(f"folds must be 2 (random halves, the Pitfalls protocol); found {self.folds}")
         if self.repeats < 1:
             raise ValueError(f"repeats must be at least 1; found {self.repeats}")
         if self.bins < 1:

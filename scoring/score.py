@@ -12,7 +12,7 @@ along the archive's ``(1, rows, C)`` chunks.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -134,15 +134,29 @@ def run_score(path: str | Path, *, reference: str | Path | None = None,
         for name in order:
             info = h.splits[name]
             ds_shape = (h.n_members, info.n_samples, h.n_classes)
-            rows = _aligned_rows(reader.chunk_rows(name), block_rows(h.n_members, h.n_classes, limits.block_bytes))
-            keep = (name == primary and p.placement == "per_member"
-                    and np.prod(ds_shape) * 8 <= MEMBER_CACHE_BLOCKS * limits.block_bytes)
+            rows = block_rows(h.n_members, h.n_classes, limits.block_bytes)
+            chunk = reader.chunk_rows(name)
+            needs_members = name == primary and (p.placement == "per_member"
+                                                 or (p.member_curves and h.n_members > 1))
+            keep = needs_members and np.prod(ds_shape) * 8 <= MEMBER_CACHE_BLOCKS * limits.block_bytes
+            if needs_members and not keep:
+                notes.append(f"split {name!r}: its member stack ({np.prod(ds_shape) * 8 / 2**20:.0f} MiB as float64) "
+                             f"exceeds the member budget ({MEMBER_CACHE_BLOCKS * limits.block_bytes / 2**20:.0f} MiB); "
+                             "per-member temperature scaling and member curves were not computed")
             acc = R.SplitAccumulator(*ds_shape, smoothing=p.smoothing, keep_members=keep,
                                      dtype=reader.probs_dtype(name))
-            for start, block in reader.iter_checked_probs(name, rows):
-                acc.add(start, block)
-                if progress is not None:
-                    progress(name, min(info.n_samples, start + block.shape[1]), info.n_samples)
+            if chunk is not None and chunk > rows:
+                # A whole chunk row across all members would exceed the block budget: read member by member,
+                # one chunk each, so memory depends on N x C only (each chunk is still decompressed once).
+                for start, m, member_rows in reader.iter_checked_member_rows(name, chunk):
+                    acc.add_member_rows(start, m, member_rows)
+                    if progress is not None and m == h.n_members - 1:
+                        progress(name, min(info.n_samples, start + member_rows.shape[0]), info.n_samples)
+            else:
+                for start, block in reader.iter_checked_probs(name, _aligned_rows(chunk, rows)):
+                    acc.add(start, block)
+                    if progress is not None:
+                        progress(name, min(info.n_samples, start + block.shape[1]), info.n_samples)
             arrays = acc.result()
             y = labels[name]
             if info.role == "in_domain":
@@ -151,13 +165,18 @@ def run_score(path: str | Path, *, reference: str | Path | None = None,
                     continue
                 sec = R.in_domain_section(arrays, y, tpr=p.tpr, cost_preset=p.cost_preset,
                                           cost_matrix=p.cost_matrix, cost_reduction=p.cost_reduction, **metric_kw)
-                if p.temperature_scaling:
+                if p.temperature_scaling and info.n_samples >= 2:
                     sec["calibrated"] = R.calibrated_section(
-                        arrays, y, placement=p.placement, folds=p.folds, repeats=p.repeats, seed=p.seed,
-                        members=arrays.member_probs, **metric_kw)
-                    if sec["calibrated"] is None:
-                        notes.append(f"split {name!r}: the calibrated protocol (test-time cross-validation, CLL) "
-                                     "is not available in this ubench build; calibrated metrics were not computed")
+                        arrays, y, placement=p.placement, repeats=p.repeats, seed=p.seed, bins=p.bins, eps=p.eps,
+                        smoothing=p.smoothing)
+                if arrays.member_probs is not None and p.member_curves and h.n_members > 1:
+                    if progress is not None:
+                        progress(f"{name}: member curves", 0, 1)
+                    sec["member_curves"] = R.member_curves_section(
+                        arrays.member_probs, y, placement=p.placement, orders=p.orders, repeats=p.repeats,
+                        seed=p.seed, eps=p.eps, smoothing=p.smoothing)
+                    if progress is not None:
+                        progress(f"{name}: member curves", 1, 1)
                 report["in_domain"][name] = sec
                 if name == primary:
                     primary_arrays = arrays

@@ -46,8 +46,8 @@ def _table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> list[str]:
 
 _IN_DOMAIN_KEYS = ("accuracy", "nll", "brier", "ece", "tace", "uce", "misclassification_auroc_total",
                    "misclassification_auroc_confidence", "aurc_confidence", "decision_cost")
-_CAL_KEYS = ("cll", "temperature", "calibrated_accuracy", "calibrated_nll", "calibrated_brier", "calibrated_ece",
-             "calibrated_tace")
+_CAL_KEYS = ("cll", "temperature", "temperature_std", "calibrated_accuracy", "calibrated_nll", "calibrated_brier",
+             "calibrated_ece")
 
 
 def format_score(report: Mapping[str, Any]) -> str:

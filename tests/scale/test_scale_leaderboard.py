@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from conftest import make_archive
+from scale_archives import make_archive
 from ubench.cli import cli
 from ubench.scoring.leaderboard import HOLD_ENV, MARKERS_ENV, BoardConfig, archive_digest, score_directory
 from ubench.scoring.sandbox import SandboxLimits
@@ -132,7 +132,7 @@ def test_dask_worker_killed_mid_run_every_upload_scored_once(uploads, reference_
     monkeypatch.setenv(HOLD_ENV, "team2.h5")
     board = tmp_path / "board"
     config = BoardConfig.create(reference=reference_file, sandbox=LIMITS)
-    from conftest import make_archive as mk
+    from scale_archives import make_archive as mk
 
     for i in range(3, 8):
         mk(uploads / f"team{i}.h5", seed=i)

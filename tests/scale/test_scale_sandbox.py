@@ -92,7 +92,7 @@ def test_unreadable_and_rejected_keep_the_reader_exit_codes(tmp_path, valid_arch
 
 
 def test_reference_mismatch_is_a_rejection(tmp_path, reference_file):
-    from conftest import make_archive
+    from scale_archives import make_archive
 
     other = make_archive(tmp_path / "other.h5", n=30)
     out = run_sandboxed(SandboxTask("score", str(other), str(reference_file)), FAST)

@@ -1,0 +1,118 @@
+# SPDX-License-Identifier: MIT
+"""The calibrated protocol, member curves and DEE in reports: the numbers equal the metrics functions'."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from ubench.archive_schema import InvalidArchiveError, ReadLimits
+from ubench.archive_schema.safe_h5py import h5py
+from ubench.cli import cli
+from ubench.metrics import ensemble_mean_probs
+from ubench.metrics.dee import dee_curve, dee_score
+from ubench.metrics.protocol import cross_validated_calibration, member_curves
+from ubench.scoring.dee import DeeUnavailableError, dee_between, dee_of_report
+from ubench.scoring.protocols import Protocol
+from ubench.scoring.score import score_archive
+
+from scoring_archives import build_archive
+
+PITFALLS = Protocol.preset("pitfalls")
+
+
+def test_calibrated_section_equals_cross_validated_calibration(archive):
+    """post placement: the report's CLL and temperatures are those of test-time CV on the ensemble mean."""
+    path, data = archive
+    cal = score_archive(path)["in_domain"]["test"]["calibrated"]
+    cv = cross_validated_calibration(ensemble_mean_probs(data["probs"]["test"])[None], data["labels"], seed=0)
+    assert cal["cll"] == cv.cll and cal["temperatures"] == list(cv.temperatures)
+    assert cal["calibrated_nll"] == cv.nll_after == -cal["cll"]
+    assert cal["calibrated_ece"] == cv.ece_after and cal["placement"] == "post" and cal["folds"] == 2
+
+
+def test_per_member_placement_uses_the_members(archive):
+    path, data = archive
+    report = score_archive(path, protocol=PITFALLS.replace(placement="per_member"))
+    cv = cross_validated_calibration(data["probs"]["test"], data["labels"], placement="per_member", seed=0)
+    assert report["in_domain"]["test"]["calibrated"]["cll"] == cv.cll
+    assert report["summary"]["cll"] == cv.cll
+
+
+def test_member_curves_equal_the_protocol_function(archive):
+    """With member curves on, the report's curve is member_curves() of the stack, and k = M equals the CLL."""
+    path, data = archive
+    report = score_archive(path, protocol=PITFALLS.replace(member_curves=True, orders=3))
+    mc = report["in_domain"]["test"]["member_curves"]
+    ref = member_curves(data["probs"]["test"], data["labels"], n_orders=3, seed=0)
+    assert mc["n_members"] == [1, 2, 3, 4]
+    assert mc["metrics"]["cll"]["mean"] == ref.cll_mean.tolist()
+    assert mc["metrics"]["accuracy"]["std"] == ref.accuracy_std.tolist()
+    assert mc["metrics"]["cll"]["mean"][-1] == pytest.approx(report["summary"]["cll"], abs=1e-12)
+    assert "member_curves" not in score_archive(path)["in_domain"]["test"]  # off by default
+
+
+def test_member_curves_skipped_with_a_note_beyond_the_member_budget(archive):
+    path, _ = archive
+    report = score_archive(path, protocol=PITFALLS.replace(member_curves=True), limits=ReadLimits(block_bytes=512))
+    assert "member_curves" not in report["in_domain"]["test"]
+    assert any("member budget" in n for n in report["notes"])
+
+
+def test_dee_of_an_ensemble_against_itself_is_its_size(tmp_path):
+    """Every order of all K members gives the same ensemble, so the full ensemble's DEE is exactly K."""
+    path, _ = build_archive(tmp_path / "de.h5", m=5)
+    ens = score_archive(path, protocol=PITFALLS.replace(member_curves=True))
+    result = dee_between(ens, ens)
+    assert [p["n_members"] for p in result["curve"]] == [1, 2, 3, 4, 5]
+    assert result["dee"] == pytest.approx(5.0)
+    mean = ens["in_domain"]["test"]["member_curves"]["metrics"]["cll"]["mean"]
+    std = ens["in_domain"]["test"]["member_curves"]["metrics"]["cll"]["std"]
+    assert [p["dee"] for p in result["curve"]] == dee_curve(mean, mean, std).dee.tolist()
+    single = score_archive(build_archive(tmp_path / "one.h5", m=1, seed=3)[0])
+    assert dee_of_report(single, ens)["dee"] == dee_score(single["summary"]["cll"], mean, std).dee
+
+
+def test_dee_refuses_different_tasks_and_missing_curves(tmp_path):
+    a = score_archive(build_archive(tmp_path / "a.h5", n=120)[0], protocol=PITFALLS.replace(member_curves=True))
+    b = score_archive(build_archive(tmp_path / "b.h5", n=100)[0], protocol=PITFALLS.replace(member_curves=True))
+    with pytest.raises(DeeUnavailableError, match="100 in-domain samples"):
+        dee_between(b, a)
+    with pytest.raises(DeeUnavailableError, match="no member curves"):
+        dee_between(a, score_archive(tmp_path / "a.h5"))
+
+
+def test_dee_and_compare_commands(tmp_path):
+    de, _ = build_archive(tmp_path / "de.h5", m=4)
+    other, _ = build_archive(tmp_path / "mc.h5", m=3, seed=1)
+    res = CliRunner().invoke(cli, ["dee", str(other), "--ensemble", str(de), "--json", "--orders", "2",
+                                   "--plot", str(tmp_path / "dee.svg")])
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.stdout)
+    assert [p["n_members"] for p in out["curve"]] == [1, 2, 3]
+    assert all(1.0 <= p["dee_lower"] <= p["dee"] <= p["dee_upper"] <= 4.0 for p in out["curve"])
+    assert (tmp_path / "dee.svg").read_text().lstrip().startswith("<")
+    res = CliRunner().invoke(cli, ["compare", str(other), str(de), "--ensemble", str(de), "--json"])
+    assert res.exit_code == 0, res.output
+    reports = json.loads(res.stdout)["reports"]
+    assert reports[1]["summary"]["dee"] == pytest.approx(4.0)
+    assert 1.0 <= reports[0]["summary"]["dee"] <= 4.0
+    assert CliRunner().invoke(cli, ["dee", str(other), "--ensemble", str(de), "--protocol", "shift"]).exit_code == 2
+
+
+def test_corrupt_compressed_chunk_is_a_finding_not_an_oserror(archive, tmp_path):
+    path, _ = archive
+    with h5py.File(path, "r") as f:
+        info = f["splits/test/probs"].id.get_chunk_info(0)
+    body = bytearray(path.read_bytes())
+    body[info.byte_offset + info.size // 2] ^= 0xFF
+    bad = tmp_path / "bad.h5"
+    bad.write_bytes(bytes(body))
+    for limits in (ReadLimits(), ReadLimits(block_bytes=512)):  # whole blocks, and member by member
+        with pytest.raises(InvalidArchiveError) as err:
+            score_archive(bad, limits=limits)
+        assert [(f.path, f.check) for f in err.value.findings if f.severity == "error"] == [
+            ("/splits/test/probs", "hdf5-read")]
