@@ -39,6 +39,7 @@ from .ranking import _detection_scores
 from .rejection import _rejection_curve
 from .protocol import cross_validated_calibration as _cross_validated_calibration
 from .protocol import member_curves as _member_curves
+from .shift import shift_summary as _shift_summary
 from .uncertainty import _confidence, _entropy_rows, _normalized_entropy, _uncertainty_decomposition
 
 __all__ = [
@@ -406,25 +407,34 @@ def member_curves_section(member_probs: NDArray, labels: NDArray, *, placement: 
 
 
 def shift_summary(sections: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
-    """Shift splits grouped by kind and intensity, plus quartiles over kinds of each metric per intensity.
+    """Shift splits by kind, and quartiles over kinds per intensity among kinds measured on the same scale.
 
-    ``by_kind[kind]`` lists ``{intensity, split, accuracy, nll, brier, ece, ...}`` sorted by intensity;
-    ``by_intensity[str(intensity)][metric]`` holds ``min, q1, median, q3, max`` over the kinds at that intensity
-    (the shift paper's box plots).
+    ``by_kind[kind]`` lists ``{intensity, split, accuracy, nll, brier, ece, tace, uce}`` sorted by intensity.
+    Intensities are only comparable between kinds that share an intensity grid (noise and blur at levels 1-5 are;
+    rotation in degrees and translation in pixels are not), so ``groups`` holds one entry per distinct grid:
+    ``kinds``, ``intensities`` and ``by_intensity[str(intensity)]`` = ``{intensity, n_splits, <metric>: {min, q1,
+    median, q3, max}}`` over its kinds (:func:`ubench.metrics.shift.shift_summary`; Ovadia et al. 2019's box plots).
     """
     metrics = ("accuracy", "nll", "brier", "ece", "tace", "uce")
     by_kind: dict[str, list] = {}
-    by_int: dict[float, list] = {}
     for name, sec in sections.items():
         row = {"split": name, "intensity": sec["shift_intensity"], **{m: sec[m] for m in metrics}}
         by_kind.setdefault(sec["shift_kind"], []).append(row)
-        by_int.setdefault(float(sec["shift_intensity"]), []).append(row)
-    return {
-        "by_kind": {k: sorted(v, key=lambda r: (r["intensity"], r["split"])) for k, v in sorted(by_kind.items())},
-        "by_intensity": {f"{i:g}": {"intensity": i, "n_splits": len(rows),
-                                    **{m: _quantiles([r[m] for r in rows]) for m in metrics}}
-                         for i, rows in sorted(by_int.items())},
-    }
+    by_kind = {k: sorted(v, key=lambda r: (r["intensity"], r["split"])) for k, v in sorted(by_kind.items())}
+    grids: dict[tuple[float, ...], list[str]] = {}
+    for kind, rows in by_kind.items():
+        grids.setdefault(tuple(r["intensity"] for r in rows), []).append(kind)
+    groups = []
+    for grid, kinds in sorted(grids.items(), key=lambda g: (len(g[0]), g[0])):
+        summary = _shift_summary([{"kind": k, "intensity": r["intensity"], **{m: r[m] for m in metrics}}
+                                  for k in kinds for r in by_kind[k]])
+        by_int = {}
+        for i, stats in summary.quartiles.items():
+            by_int[f"{i:g}"] = {"intensity": i, "n_splits": stats[metrics[0]]["n_kinds"],
+                                **{m: {"min": s["min"], "q1": s["q25"], "median": s["median"], "q3": s["q75"],
+                                       "max": s["max"]} for m, s in stats.items()}}
+        groups.append({"kinds": kinds, "intensities": list(grid), "by_intensity": by_int})
+    return {"by_kind": by_kind, "groups": groups}
 
 
 def headline(report: Mapping[str, Any], primary: str | None) -> dict[str, Any]:

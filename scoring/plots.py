@@ -94,18 +94,21 @@ def _ood_hist(plt, name: str, hists: Mapping[str, Any], line: str) -> str:
     return _svg(fig)
 
 
-def _shift(plt, summary: Mapping[str, Any], line: str) -> str:
-    fig, (a, b) = _new(plt, "accuracy and ECE against shift intensity", line, 2)
-    for kind, rows in summary["by_kind"].items():
+def _shift(plt, summary: Mapping[str, Any], group: Mapping[str, Any], line: str) -> str:
+    """Accuracy and ECE against intensity for the kinds of one intensity grid, with their quartile band."""
+    fig, (a, b) = _new(plt, f"accuracy and ECE against shift intensity ({', '.join(group['kinds'])})", line, 2)
+    for kind in group["kinds"]:
+        rows = summary["by_kind"][kind]
         x = [r["intensity"] for r in rows]
         a.plot(x, [r["accuracy"] for r in rows], marker="o", label=kind)
         b.plot(x, [r["ece"] for r in rows], marker="o", label=kind)
-    q = list(summary["by_intensity"].values())
+    q = list(group["by_intensity"].values())
     xs = [v["intensity"] for v in q]
     for ax, key in ((a, "accuracy"), (b, "ece")):
-        ax.fill_between(xs, [v[key]["q1"] for v in q], [v[key]["q3"] for v in q], color="grey", alpha=0.2,
-                        label="quartiles")
-        ax.plot(xs, [v[key]["median"] for v in q], "k--", lw=1, label="median")
+        if len(group["kinds"]) > 1:
+            ax.fill_between(xs, [v[key]["q1"] for v in q], [v[key]["q3"] for v in q], color="grey", alpha=0.2,
+                            label="quartiles over kinds")
+            ax.plot(xs, [v[key]["median"] for v in q], "k--", lw=1, label="median")
         ax.set(xlabel="shift intensity", ylabel=key)
     a.legend(fontsize=7)
     return _svg(fig)
@@ -138,7 +141,9 @@ def figures(report: Mapping[str, Any]) -> list[tuple[str, str]]:
     for name, sec in report["ood"].items():
         out.append((f"OOD score histograms of {name}", _ood_hist(plt, name, sec["histograms"], line)))
     if report.get("shift_summary"):
-        out.append(("Accuracy and ECE against shift intensity", _shift(plt, report["shift_summary"], line)))
+        for group in report["shift_summary"]["groups"]:
+            out.append((f"Accuracy and ECE against shift intensity: {', '.join(group['kinds'])}",
+                        _shift(plt, report["shift_summary"], group, line)))
     if report.get("dee"):
         out.append(("Deep Ensemble Equivalent", dee_figure(report["dee"], line)))
     return out

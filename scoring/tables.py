@@ -72,15 +72,18 @@ def format_score(report: Mapping[str, Any]) -> str:
                                                "AUPR tot", "FPR95 tot"), rows)] + [""]
     if report["shift"]:
         lines.append("shift")
-        rows = [(name, s["shift_kind"], s["shift_intensity"], s["accuracy"], s["nll"], s["brier"], s["ece"])
-                for name, s in report["shift"].items()]
+        rows = sorted(((name, s["shift_kind"], s["shift_intensity"], s["accuracy"], s["nll"], s["brier"], s["ece"])
+                       for name, s in report["shift"].items()), key=lambda r: (r[1], r[2]))
         lines += ["  " + ln for ln in _table(("split", "kind", "intensity", "acc", "NLL", "Brier", "ECE"), rows)]
-        q = report["shift_summary"]["by_intensity"]
-        rows = [(k, v["n_splits"], v["accuracy"]["q1"], v["accuracy"]["median"], v["accuracy"]["q3"],
-                 v["ece"]["median"]) for k, v in q.items()]
-        lines += ["", "  quartiles over shift kinds per intensity"]
-        lines += ["  " + ln for ln in _table(("intensity", "splits", "acc q1", "acc median", "acc q3",
-                                               "ECE median"), rows)] + [""]
+        for group in report["shift_summary"]["groups"]:
+            if len(group["kinds"]) < 2:
+                continue
+            rows = [(k, v["n_splits"], v["accuracy"]["q1"], v["accuracy"]["median"], v["accuracy"]["q3"],
+                     v["ece"]["median"]) for k, v in group["by_intensity"].items()]
+            lines += ["", f"  quartiles over shift kinds per intensity ({', '.join(group['kinds'])})"]
+            lines += ["  " + ln for ln in _table(("intensity", "kinds", "acc q1", "acc median", "acc q3",
+                                                   "ECE median"), rows)]
+        lines.append("")
     for n in report["notes"]:
         lines.append(f"note: {n}")
     return "\n".join(lines).rstrip() + "\n"

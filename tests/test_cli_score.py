@@ -40,8 +40,9 @@ def test_score_json(run):
     assert report["archive"]["path"] == str(path)
 
 
-def test_score_table_and_html(run, tmp_path):
-    path, _ = run
+def test_score_table_and_html(tmp_path):
+    shifts = ((("blur", 1.0), 1.5), (("blur", 2.0), 0.8), (("noise", 1.0), 1.2), (("noise", 2.0), 0.6))
+    path, _ = build_archive(tmp_path / "run.h5", shifts=shifts)
     html = tmp_path / "r.html"
     res = CliRunner().invoke(cli, ["score", str(path), "--protocol", "shift", "--html", str(html)])
     assert res.exit_code == 0, res.output

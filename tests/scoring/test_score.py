@@ -72,11 +72,24 @@ def test_shift_sections_and_quartiles(archive):
         assert sec["ece"] == pytest.approx(expected_calibration_error(mean, data["labels"]), rel=1e-12)
     summ = report["shift_summary"]
     assert [r["intensity"] for r in summ["by_kind"]["blur"]] == [1.0, 2.0]
-    at1 = summ["by_intensity"]["1"]
-    accs = sorted([shift["blur_1"]["accuracy"], shift["noise_1"]["accuracy"]])
-    assert at1["n_splits"] == 2
-    assert at1["accuracy"]["min"] == accs[0] and at1["accuracy"]["max"] == accs[1]
-    assert at1["accuracy"]["median"] == pytest.approx(sum(accs) / 2)
+    assert [g["kinds"] for g in summ["groups"]] == [["noise"], ["blur"]]  # grids {1} and {1, 2} differ
+    at1 = summ["groups"][1]["by_intensity"]["1"]
+    assert at1["n_splits"] == 1 and at1["accuracy"]["median"] == shift["blur_1"]["accuracy"]
+
+
+def test_shift_quartiles_pool_kinds_of_one_intensity_grid(tmp_path):
+    """Kinds on the same grid (two corruptions at levels 1, 2) are pooled per level; another grid stays apart."""
+    shifts = ((("blur", 1.0), 1.5), (("blur", 2.0), 0.8), (("noise", 1.0), 1.2), (("noise", 2.0), 0.5),
+              (("rotate", 15.0), 1.0))
+    path, _ = build_archive(tmp_path / "g.h5", shifts=shifts)
+    report = score_archive(path, protocol=NO_TS)
+    shift, groups = report["shift"], report["shift_summary"]["groups"]
+    assert [(g["kinds"], g["intensities"]) for g in groups] == [(["rotate"], [15.0]),
+                                                               (["blur", "noise"], [1.0, 2.0])]
+    at2 = groups[1]["by_intensity"]["2"]
+    accs = sorted([shift["blur_2"]["accuracy"], shift["noise_2"]["accuracy"]])
+    assert at2["n_splits"] == 2 and (at2["accuracy"]["min"], at2["accuracy"]["max"]) == tuple(accs)
+    assert at2["accuracy"]["median"] == pytest.approx(sum(accs) / 2)
 
 
 def test_streaming_blocks_equal_one_block(archive):
