@@ -44,7 +44,7 @@ __all__ = ["ArchiveWriter", "finalize_partial", "partial_dir_for", "chunk_shape"
 #: default 8 MiB chunk cache; see SPEC.md §7 for the measurements behind both numbers.
 DEFAULT_CHUNK_BYTES = 256 * 2**10
 CHUNK_CACHE_BYTES = 8 * 2**20
-#: deflate level of ``probs`` (with the shuffle filter); see SPEC.md "Storage layout".
+#: deflate level of ``probs`` (with the shuffle filter) when compression is asked for; see SPEC.md §7.
 DEFAULT_DEFLATE = 1
 
 
@@ -84,7 +84,8 @@ class ArchiveWriter:
     config : JSON-serialisable hyperparameters of the run, stored verbatim.
     framework, framework_version, description : provenance strings.
     dtype : float32 (default) or float64 storage of the probabilities.
-    compression : ``"deflate"`` (shuffle + deflate, default) or ``None``.
+    compression : ``None`` (default: softmax floats compress only ~1.2x and deflate makes scoring ~10x slower to
+        read; SPEC.md §7) or ``"deflate"`` (shuffle + deflate level 1) where file size matters more.
     overwrite : replace an existing finished archive at ``path``.
 
     Examples
@@ -111,7 +112,7 @@ class ArchiveWriter:
         framework_version: str = "",
         description: str = "",
         dtype: type | np.dtype = np.float32,
-        compression: str | None = "deflate",
+        compression: str | None = None,
         overwrite: bool = False,
     ):
         self.path = Path(path)
@@ -322,7 +323,7 @@ def _finished_members(partial_dir: Path) -> list[Path]:
     return found
 
 
-def finalize_partial(partial_dir: str | Path, *, compression: str | None = "deflate", overwrite: bool = False) -> Path:
+def finalize_partial(partial_dir: str | Path, *, compression: str | None = None, overwrite: bool = False) -> Path:
     """Assemble the archive from a partial run directory (``<out>.partial``) and remove the directory.
 
     Returns the archive's path. Raises ``ArchiveError`` when there is no finished member, or when the target

@@ -73,10 +73,8 @@ def _aligned_rows(chunk_rows: int | None, rows: int) -> int:
     return max(chunk_rows, rows // chunk_rows * chunk_rows)
 
 
-def _file_info(path: str | Path, header) -> dict[str, Any]:
-    from ..archive_schema.scan import file_sha256
-
-    return {"path": str(path), "sha256": file_sha256(path), "format_version": header.format_version,
+def _file_info(path: str | Path, header, sha256: str) -> dict[str, Any]:
+    return {"path": str(path), "sha256": sha256, "format_version": header.format_version,
             "method": header.method, "model": header.model, "dataset": header.dataset,
             "n_classes": header.n_classes, "n_members": header.n_members}
 
@@ -108,9 +106,15 @@ def run_score(path: str | Path, *, reference: str | Path | None = None,
     from ..metrics import report as R
     from .reference import ReferenceMismatchError, compare_to_reference, read_reference
 
+    from concurrent.futures import ThreadPoolExecutor
+
+    from ..archive_schema.scan import file_sha256
+
     ref = read_reference(reference) if reference is not None else None
     notes: list[str] = []
-    with open_archive(path, limits, check_values=False) as reader:
+    # hashlib releases the GIL: the file's sha256 is computed beside the scoring instead of before it.
+    with ThreadPoolExecutor(max_workers=1) as pool, open_archive(path, limits, check_values=False) as reader:
+        digest = pool.submit(file_sha256, path)
         h = reader.header
         reader.check_labels_and_ids()
         ids = {name: reader.sample_ids(name) for name in h.splits}
@@ -202,7 +206,7 @@ def run_score(path: str | Path, *, reference: str | Path | None = None,
         report["summary"] = R.headline(report, primary)
         report["comparability"] = {"comparable": list(R.COMPARABLE_KEYS),
                                    "not_comparable": list(R.NOT_COMPARABLE_KEYS)}
-        archive = _file_info(path, h)
+        archive = _file_info(path, h, digest.result())
         archive["splits"] = {n: {"role": s.role, "dataset": s.dataset, "n_samples": s.n_samples,
                                  "shift_kind": s.shift_kind, "shift_intensity": s.shift_intensity}
                              for n, s in h.splits.items()}

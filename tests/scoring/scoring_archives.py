@@ -23,7 +23,7 @@ def member_predictions(rng, n, c, labels, m, strength):
 
 
 def build_archive(path, *, m=4, n=120, c=5, seed=0, ood=True, shifts=((("blur", 1.0), 1.5), (("blur", 2.0), 0.8),
-                                                                      (("noise", 1.0), 1.2)), ids_offset=0):
+                                                                      (("noise", 1.0), 1.2)), ids_offset=0, compression=None):
     """An archive with an in-domain split 'test', an OOD split 'ood' and shift splits; returns (path, data)."""
     rng = np.random.default_rng(seed)
     y = rng.integers(0, c, n)
@@ -38,7 +38,8 @@ def build_archive(path, *, m=4, n=120, c=5, seed=0, ood=True, shifts=((("blur", 
         specs[name] = SplitSpec(role="shift", dataset="toy", labels=y, sample_ids=ids, shift_kind=kind,
                                 shift_intensity=level)
         probs[name] = member_predictions(rng, n, c, y, m, strength)
-    w = ArchiveWriter(path, method="deep_ensemble", model="mlp", dataset="toy", n_classes=c, splits=specs)
+    w = ArchiveWriter(path, method="deep_ensemble", model="mlp", dataset="toy", n_classes=c, splits=specs,
+                      compression=compression)
     for j in range(m):
         w.add_member({k: v[j] for k, v in probs.items()}, seed=j)
     w.finalize()
