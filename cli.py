@@ -315,12 +315,14 @@ def _score_sandboxed_or_exit(archive: Path, *, reference, protocol, limits) -> d
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON (scoring/REPORT_KEYS.md).")
 @click.option("--html", "html_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Also write a self-contained HTML report with plots to this path.")
+@click.option("--ensemble", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
+              help="Deep-ensemble archive (trusted): adds the DEE curve of this archive against it.")
 @click.option("--sandbox/--no-sandbox", "sandbox", default=None,
               help="Read and score in a limited child process (crash, memory, CPU and time limits).  "
                    "[default: on with --reference, off otherwise]")
 @_sandbox_limit_options
-def score(archive: Path, reference: Path | None, as_json: bool, html_path: Path | None, sandbox: bool | None,
-          memory_limit: int, cpu_limit: int, timeout: float, **options) -> None:
+def score(archive: Path, reference: Path | None, as_json: bool, html_path: Path | None, ensemble: Path | None,
+          sandbox: bool | None, memory_limit: int, cpu_limit: int, timeout: float, **options) -> None:
     """Score an archive: every split by its role, under a paper's protocol.
 
     \b
@@ -328,7 +330,7 @@ def score(archive: Path, reference: Path | None, as_json: bool, html_path: Path 
     ubench score upload.h5 --reference test_labels.h5 --json
     ubench score run.h5 --protocol ursabench --cost-preset mnist --html report.html
     """
-    if html_path is not None and options.get("member_curves") is None:
+    if (html_path is not None or ensemble is not None) and options.get("member_curves") is None:
         options["member_curves"] = True
     protocol = _protocol_from(**options)
     if sandbox if sandbox is not None else reference is not None:
@@ -336,6 +338,16 @@ def score(archive: Path, reference: Path | None, as_json: bool, html_path: Path 
                                           limits=_sandbox_limits(memory_limit, cpu_limit, timeout))
     else:
         report = _score_or_exit(archive, reference=reference, protocol=protocol, progress=_progress(not as_json))
+    if ensemble is not None:
+        from .scoring.dee import DeeUnavailableError, dee_between
+
+        ens = _score_or_exit(ensemble, reference=reference, protocol=_dee_protocol(protocol),
+                             progress=_progress(not as_json))
+        try:
+            report["dee"] = dee_between(report, ens)
+            report["summary"]["dee"] = report["dee"]["dee"]
+        except DeeUnavailableError as exc:
+            report["notes"].append(f"no DEE: {exc}")
     if html_path is not None:
         from .scoring.html import write_html
 

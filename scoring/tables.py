@@ -84,6 +84,13 @@ def format_score(report: Mapping[str, Any]) -> str:
             lines += ["  " + ln for ln in _table(("intensity", "kinds", "acc q1", "acc median", "acc q3",
                                                    "ECE median"), rows)]
         lines.append("")
+    if report.get("dee"):
+        d = report["dee"]
+        last = d["curve"][-1]
+        lines.append(f"DEE against {d['ensemble']['path']} ({d['ensemble']['n_members']} members): "
+                     f"{last['dee']:.2f} (bounds {last['dee_lower']:.2f}-{last['dee_upper']:.2f})"
+                     + (" — beyond the reference" if last["beyond_reference"] else ""))
+        lines.append("")
     for n in report["notes"]:
         lines.append(f"note: {n}")
     return "\n".join(lines).rstrip() + "\n"

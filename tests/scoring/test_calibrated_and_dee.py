@@ -116,3 +116,15 @@ def test_corrupt_compressed_chunk_is_a_finding_not_an_oserror(tmp_path):
             score_archive(bad, limits=limits)
         assert [(f.path, f.check) for f in err.value.findings if f.severity == "error"] == [
             ("/splits/test/probs", "hdf5-read")]
+
+
+def test_score_with_ensemble_adds_the_dee_curve_to_json_and_html(tmp_path):
+    de, _ = build_archive(tmp_path / "de.h5", m=4)
+    other, _ = build_archive(tmp_path / "mc.h5", m=3, seed=1)
+    html = tmp_path / "r.html"
+    res = CliRunner().invoke(cli, ["score", str(other), "--ensemble", str(de), "--json", "--html", str(html)])
+    assert res.exit_code == 0, res.output
+    report = json.loads(res.stdout)
+    assert [p["n_members"] for p in report["dee"]["curve"]] == [1, 2, 3]
+    assert report["summary"]["dee"] == report["dee"]["curve"][-1]["dee"]
+    assert "Deep Ensemble Equivalent" in html.read_text() and "Metrics against members" in html.read_text()
