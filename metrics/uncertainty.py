@@ -54,7 +54,7 @@ def _entropy_rows(probs: NDArray, log_dtype: type | None = None) -> NDArray[np.f
         # einsum sums every row with the same loop (a BLAS dot with ones would round rows differently by
         # position, breaking ties between identical samples); it is faster than add.reduce on short rows.
         np.einsum("ij->i", b64, out=out[start : start + k])
-    np.negative(out, out=out)
+    np.subtract(0.0, out, out=out)  # not np.negative: 0 - 0.0 is +0.0, where -(0.0) would print as -0.
     # 0 <= H <= log C exactly; rounding (a float32 log is good to ~1e-7) may step an ulp outside, never more.
     np.clip(out, 0.0, np.log(c), out=out)
     return out

@@ -40,6 +40,7 @@ def test_entropy_known_values():
     """Uniform rows have entropy log C (normalized 1); one-hot rows 0 (0 log 0 = 0)."""
     p = np.array([[0.25] * 4, [1.0, 0, 0, 0]])
     np.testing.assert_allclose(M.predictive_entropy(p), [np.log(4), 0.0])
+    assert not np.signbit(M.predictive_entropy(p)).any()  # +0.0, never -0.0, for one-hot rows
     np.testing.assert_allclose(M.normalized_entropy(p), [1.0, 0.0])
     np.testing.assert_allclose(M.confidence(p), [0.25, 1.0])
     mp = np.stack([np.eye(2), np.eye(2)[::-1]])  # two confident members that disagree
