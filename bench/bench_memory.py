@@ -51,7 +51,7 @@ def in_memory(path: Path, reference: Path) -> dict:
     arrays = R.split_arrays(a.probs["test"], smoothing=p.smoothing)
     kw = dict(bins=p.bins, eps=p.eps, smoothing=p.smoothing)
     sec = R.in_domain_section(arrays, y, tpr=p.tpr, **kw)
-    sec["calibrated"] = R.calibrated_section(arrays, y, placement=p.placement, folds=p.folds, repeats=p.repeats,
+    sec["calibrated"] = R.calibrated_section(arrays, y, placement=p.placement, repeats=p.repeats,
                                              seed=p.seed, **kw)
     return sec
 
