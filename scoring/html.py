@@ -13,7 +13,7 @@ __all__ = ["render_html", "write_html"]
 
 _CSS = """body{font-family:system-ui,sans-serif;margin:2em;max-width:1100px}table{border-collapse:collapse;margin:1em 0}
 td,th{border:1px solid #ccc;padding:3px 8px;text-align:right}th:first-child,td:first-child{text-align:left}
-figure{margin:1.5em 0}figcaption{font-size:90%;color:#444}.note{color:#844}code{font-size:90%}"""
+figure{margin:1.5em 0}figure svg{max-width:100%;height:auto}figcaption{font-size:90%;color:#444}.note{color:#844}code{font-size:90%}"""
 
 
 def _fmt(v: Any) -> str:
@@ -50,8 +50,9 @@ def render_html(report: Mapping[str, Any], *, title: str | None = None) -> str:
     if report.get("shift"):
         parts.append("<h2>Shift</h2>")
         parts.append(_table(("split", "kind", "intensity", "accuracy", "NLL", "Brier", "ECE"),
-                            [(n, s["shift_kind"], s["shift_intensity"], s["accuracy"], s["nll"], s["brier"],
-                              s["ece"]) for n, s in report["shift"].items()]))
+                            sorted(((n, s["shift_kind"], s["shift_intensity"], s["accuracy"], s["nll"],
+                                     s["brier"], s["ece"]) for n, s in report["shift"].items()),
+                                   key=lambda r: (r[1], r[2]))))
     parts.append("<h2>Figures</h2>")
     for caption, svg in figures(report):
         parts.append(f"<figure>{svg}<figcaption>{html.escape(caption)} — "

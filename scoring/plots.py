@@ -25,7 +25,8 @@ def _svg(fig) -> str:
 
 
 def _new(plt, title: str, protocol_line: str, ncols: int = 1):
-    fig, axes = plt.subplots(1, ncols, figsize=(4.2 * ncols, 3.4), squeeze=False)
+    # constrained layout keeps the two-line title (what, and the protocol that produced it) clear of the axes
+    fig, axes = plt.subplots(1, ncols, figsize=(4.6 * ncols, 3.8), squeeze=False, layout="constrained")
     fig.suptitle(f"{title}\n{protocol_line}", fontsize=8)
     return fig, axes[0]
 
@@ -68,16 +69,18 @@ def _rejection(plt, name: str, curves: Mapping[str, Any], line: str) -> str:
 
 
 def _member_curve(plt, name: str, mc: Mapping[str, Any], line: str) -> str:
+    """One panel per metric (their scales differ): mean over member orders, with a one-std band."""
     import numpy as np
 
-    fig, (a,) = _new(plt, f"metrics against members, split {name}", line)
+    metrics = mc["metrics"]
+    fig, axes = _new(plt, f"metrics against members, split {name}", line, len(metrics))
     k = np.asarray(mc["n_members"])
-    for key, vals in mc["metrics"].items():
+    for a, (key, vals) in zip(axes, metrics.items()):
         mean, std = np.asarray(vals["mean"]), np.asarray(vals["std"])
-        a.plot(k, mean, marker=".", label=key)
-        a.fill_between(k, mean - std, mean + std, alpha=0.2)
-    a.set(xlabel="members", ylabel="value")
-    a.legend(fontsize=7)
+        a.plot(k, mean, marker=".")
+        a.fill_between(k, mean - std, mean + std, alpha=0.2, label="± std over orders")
+        a.set(xlabel="members in the ensemble", ylabel=key)
+    axes[0].legend(fontsize=7)
     return _svg(fig)
 
 
