@@ -47,30 +47,6 @@ def cli() -> None:
     """ubench: score uncertainty estimates the way the papers say they must be scored."""
 
 
-@cli.command(epilog=EPILOG)
-@click.argument("archive", type=_ARCHIVE)
-@click.option("--json", "as_json", is_flag=True, help="Print the findings as JSON.")
-def validate(archive: Path, as_json: bool) -> None:
-    """Check an archive against the spec and the reader's safety limits; list every finding.
-
-    \b
-    ubench validate run.h5
-    ubench validate upload.h5 --json
-    """
-    from .archive_schema import validate_archive
-
-    findings = validate_archive(archive)
-    code = _exit_code(findings)
-    if as_json:
-        click.echo(_dump_json({"archive": str(archive), "valid": code == 0, "exit_code": code,
-                               "findings": [f.to_dict() for f in findings]}))
-    else:
-        _echo_findings(findings)
-        click.echo(f"{archive}: {'valid' if code == 0 else 'INVALID' if code == 1 else 'UNREADABLE'}"
-                   f" ({sum(f.severity == 'error' for f in findings)} error(s))")
-    sys.exit(code)
-
-
 def _open_or_exit(archive: Path, **kwargs):
     """Open an archive through the safe reader, or print its findings and exit with the right code."""
     from .archive_schema import (ArchiveError, InvalidArchiveError, UnreadableArchiveError,
@@ -305,6 +281,43 @@ def _score_sandboxed_or_exit(archive: Path, *, reference, protocol, limits) -> d
     _echo_findings([Finding(**f) for f in outcome.findings if f["severity"] == "error"], err=True)
     click.echo(f"{archive}: rejected ({outcome.status}; run `ubench validate {archive}` for every finding)", err=True)
     sys.exit(outcome.exit_code or 1)
+
+
+@cli.command(epilog=EPILOG)
+@click.argument("archive", type=_ARCHIVE)
+@click.option("--json", "as_json", is_flag=True, help="Print the findings as JSON.")
+@click.option("--sandbox/--no-sandbox", "sandbox", default=False, show_default=True,
+              help="Validate in a limited child process: for files from strangers, since a corrupt file can make "
+                   "libhdf5 crash or spin, which only a process limit stops.")
+@_sandbox_limit_options
+def validate(archive: Path, as_json: bool, sandbox: bool, memory_limit: int, cpu_limit: int, timeout: float) -> None:
+    """Check an archive against the spec and the reader's safety limits; list every finding.
+
+    \b
+    ubench validate run.h5
+    ubench validate upload.h5 --sandbox --json
+    """
+    if sandbox:
+        from .archive_schema import Finding
+        from .scoring.sandbox import SandboxTask, run_sandboxed
+
+        outcome = run_sandboxed(SandboxTask("validate", str(archive)),
+                                _sandbox_limits(memory_limit, cpu_limit, timeout))
+        findings = [Finding(**f) for f in outcome.findings]
+        code = outcome.exit_code
+    else:
+        from .archive_schema import validate_archive
+
+        findings = validate_archive(archive)
+        code = _exit_code(findings)
+    if as_json:
+        click.echo(_dump_json({"archive": str(archive), "valid": code == 0, "exit_code": code,
+                               "findings": [f.to_dict() for f in findings]}))
+    else:
+        _echo_findings(findings)
+        click.echo(f"{archive}: {'valid' if code == 0 else 'INVALID' if code == 1 else 'UNREADABLE'}"
+                   f" ({sum(f.severity == 'error' for f in findings)} error(s))")
+    sys.exit(code)
 
 
 @cli.command(epilog=EPILOG)

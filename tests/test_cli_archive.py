@@ -106,3 +106,13 @@ def test_real_subprocess_exit_codes(tmp_path, archive, broken, kind, code):
     proc = subprocess.run([sys.executable, "-m", "ubench.cli", *args], capture_output=True, text=True)
     assert proc.returncode == code, proc.stderr
     assert "Traceback" not in proc.stdout + proc.stderr
+
+
+def test_validate_in_the_sandbox_gives_the_same_findings_and_exit_codes(tmp_path, archive, broken):
+    cut = tmp_path / "cut.h5"
+    cut.write_bytes(archive.read_bytes()[:2000])
+    for path, code in ((archive, 0), (broken, 1), (cut, 2)):
+        boxed = CliRunner().invoke(cli, ["validate", str(path), "--sandbox", "--json", "--timeout", "60"])
+        plain = CliRunner().invoke(cli, ["validate", str(path), "--json"])
+        assert boxed.exit_code == plain.exit_code == code, boxed.output
+        assert json.loads(boxed.output)["findings"] == json.loads(plain.output)["findings"]
