@@ -146,8 +146,9 @@ def _protocol_options(f):
                      help="Named preset of a paper's conventions (scoring/protocols.py)."),
         click.option("--placement", type=click.Choice(("post", "per_member", "none")), default=None,
                      help="Temperature-scaling placement; 'none' = no temperature scaling. [default: preset]"),
-        click.option("--folds", type=click.IntRange(min=2), default=None,
-                     help="Test-time cross-validation folds. [default: preset]"),
+        click.option("--folds", type=click.IntRange(min=2, max=2), default=None,
+                     help="Test-time cross-validation folds: 2 (random halves, as in the Pitfalls protocol) is the "
+                          "one implemented. [default: preset]"),
         click.option("--repeats", type=click.IntRange(min=1), default=None,
                      help="Test-time cross-validation repeats. [default: preset]"),
         click.option("--seed", type=int, default=None, help="Seed of folds and member orders. [default: preset]"),
