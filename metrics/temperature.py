@@ -316,6 +316,114 @@ def _fit_post(s, s_y, lse1, bounds, rows=None, beta0=None) -> TemperatureFit:
     return _fit_scalar(lambda b: _post_eval(s, s_y, b, rows), nll_one, bounds, beta0)
 
 
+def _fused_pass(x: NDArray, labels: NDArray, beta: float, kind: str, eps: float):
+    """One pass over raw ``x`` (N, C) (``kind`` "logits" or "probs") in ``x``'s dtype, prep done per row block.
+
+    Returns (nll_one, s_y, mom): the NLL at ``T = 1``, the label entries of ``s`` and the row sums of
+    ``exp(beta s) s**k``, k = 0..4, as float64. ``s`` is ``x`` minus a per-row constant (which a softmax ignores)
+    that makes ``s <= 0`` with row max >= -log C, and lives only per block: no full-size float64 copy. For probs
+    the constant is 0 (``s = log(p + eps)``; a row max >= 1/C); for logits it is the row's log-sum-exp, taken
+    from the ``exp`` that the NLL at ``T = 1`` needs anyway (shifted by the block max, a contiguous reduction,
+    instead of a per-row max, which numpy does several times slower). Float32 input is exponentiated in float32
+    (values in (0, 1]: no overflow), about 3x cheaper than float64.
+    """
+    n, c = x.shape
+    dt = x.dtype
+    step = max(1, _BLOCK_ENTRIES // c)
+    k0 = min(step, n)
+    sb, e = np.empty((k0, c), dt), np.empty((k0, c), dt)
+    ones = np.ones(c, dt)
+    row_sum = np.empty(n, dt)
+    shift = np.zeros(n)  # per-row constant removed from x (float64)
+    mom = [np.empty(n, dt) for _ in range(5)]
+    tiny = np.finfo(dt).tiny * 1e6
+    for a, b in _row_blocks(n, c):
+        k = b - a
+        s, ek = sb[:k], e[:k]
+        if kind == "logits":
+            top = x[a:b].max()
+            np.subtract(x[a:b], top, out=s)
+            np.exp(s, out=ek)
+            np.matmul(ek, ones, out=row_sum[a:b])
+            if row_sum[a:b].min() < tiny:  # a row far below the block max: shift each row by its own max
+                top = x[a:b].max(axis=1).astype(np.float64)
+                np.subtract(x[a:b], top[:, None].astype(dt), out=s)
+                np.exp(s, out=ek)
+                np.matmul(ek, ones, out=row_sum[a:b])
+            shift[a:b] = np.log(row_sum[a:b], dtype=np.float64)
+            shift[a:b] += top
+            np.subtract(x[a:b], shift[a:b, None].astype(dt), out=s)
+        else:
+            np.add(x[a:b], dt.type(eps), out=s)
+            np.matmul(s, ones, out=row_sum[a:b])  # sum_c (p + eps)
+            np.log(s, out=s)
+        np.multiply(s, dt.type(beta), out=ek)
+        np.exp(ek, out=ek)
+        np.matmul(ek, ones, out=mom[0][a:b])
+        for j in range(1, 5):
+            np.multiply(ek, s, out=ek)
+            np.matmul(ek, ones, out=mom[j][a:b])
+    x_y = x[np.arange(n), labels].astype(np.float64)
+    if kind == "logits":
+        nll_one = float(np.mean(shift) - np.mean(x_y))  # log-sum-exp minus the label logit
+        s_y = x_y - shift.astype(dt).astype(np.float64)  # the shift as rounded for s
+    else:
+        s_y = np.log(x_y + eps)
+        nll_one = float(np.mean(np.log(row_sum.astype(np.float64))) - np.mean(s_y))
+    return nll_one, s_y, [m.astype(np.float64) for m in mom]
+
+
+def _fit_post_fused(x: NDArray, labels: NDArray, kind: str, eps: float, bounds) -> TemperatureFit | None:
+    """One-pass temperature fit on large raw ``x`` (N >= 4 * _WARM_START_ROWS), or None when it cannot certify.
+
+    A strided sub-sample gives a start ``beta0`` near the optimum; one fused pass at ``beta0`` yields the NLL
+    and its first four derivatives (mean cumulants of ``s``), and the root of the cubic Taylor model of the
+    derivative is the answer when the model's last term moves ``beta`` by less than ``_RTOL`` (its error is
+    below the next, smaller term). Otherwise (or on any non-finite value) None: the caller runs the full solver.
+    """
+    n = x.shape[0]
+    beta_lo, beta_hi = 1.0 / bounds[1], 1.0 / bounds[0]
+    stride = n // _WARM_START_ROWS
+    s_sub, _ = _prep_logits(x[::stride]) if kind == "logits" else _prep_probs(x[::stride], eps)
+    s_y_sub = _label_values(s_sub, labels[::stride])
+    beta0 = 1.0
+    for sub in (8, 1):  # a coarse fit on every 8th sub-sample row, then about one step on all of them
+        s_k, s_y_k = s_sub[::sub], s_y_sub[::sub]
+        beta0, _, hit = _minimize_beta(lambda b: _post_eval(s_k, s_y_k, b, None), beta_lo, beta_hi, beta0, 1e-3)
+        if hit:
+            return None
+    with np.errstate(all="ignore"):
+        nll_one, s_y, mom = _fused_pass(x, labels, beta0, kind, eps)
+        r1, r2, r3, r4 = (m / mom[0] for m in mom[1:])
+        mu2 = np.maximum(r2 - r1 * r1, 0.0)
+        mu3 = r3 - r1 * (3.0 * r2 - 2.0 * r1 * r1)
+        mu4 = r4 - r1 * (4.0 * r3 - r1 * (6.0 * r2 - 3.0 * r1 * r1))
+        mean_sy = float(np.mean(s_y))
+        nll0 = float(np.mean(np.log(mom[0])) - beta0 * mean_sy)
+        g0 = float(np.mean(r1) - mean_sy)
+        g1 = float(np.mean(mu2))
+        g2 = float(np.mean(mu3))
+        g3 = float(np.mean(mu4 - 3.0 * mu2 * mu2))
+    if not (np.isfinite([nll_one, nll0, g0, g1, g2, g3]).all() and g1 > 0):
+        return None
+    h = -g0 / g1
+    for _ in range(8):  # Newton on the cubic model g0 + g1 h + g2 h^2 / 2 + g3 h^3 / 6 from the Newton step
+        f = g0 + h * (g1 + h * (0.5 * g2 + h * g3 / 6.0))
+        df = g1 + h * (g2 + 0.5 * h * g3)
+        if not df > 0:
+            return None
+        h -= f / df
+    beta = beta0 + h
+    f = g0 + h * (g1 + h * (0.5 * g2 + h * g3 / 6.0))
+    if not (abs(h) <= 0.05 * beta0 and abs(f) / g1 <= _RTOL * beta0 and abs(g3 * h**3 / 6.0) / g1 <= _RTOL * beta0
+            and beta_lo < beta < beta_hi):
+        return None
+    nll = nll0 + h * (g0 + h * (0.5 * g1 + h * (g2 / 6.0 + h * g3 / 24.0)))
+    if not nll < nll_one:
+        return None
+    return TemperatureFit(temperature=float(1.0 / beta), nll_before=nll_one, nll_after=float(nll), hit_bound=False)
+
+
 def _fit_per_member(s, s_y, lse1, bounds, rows=None, beta0=None) -> TemperatureFit:
     """Temperature for mean_m softmax(s_m / T) over ``rows``; ``s`` (M, N, C), ``s_y``/``lse1`` (M, N)."""
     if rows is not None:
@@ -428,6 +536,10 @@ def fit_temperature(
     labels = check_labels(labels, probs.shape[1])
     check_n_samples(probs, "probs", labels, "labels")
     eps, bounds = _check_eps(eps), _check_bounds(bounds)
+    if probs.shape[0] >= 4 * _WARM_START_ROWS:
+        fit = _fit_post_fused(probs, labels, "probs", eps, bounds)
+        if fit is not None:
+            return fit
     s, lse1 = _prep_probs(probs, eps)
     return _fit_post(s, _label_values(s, labels), lse1, bounds)
 
@@ -473,6 +585,10 @@ def fit_temperature_from_logits(
     labels = check_labels(labels, logits.shape[1])
     check_n_samples(logits, "logits", labels, "labels")
     bounds = _check_bounds(bounds)
+    if logits.shape[0] >= 4 * _WARM_START_ROWS:
+        fit = _fit_post_fused(logits, labels, "logits", 0.0, bounds)
+        if fit is not None:
+            return fit
     s, lse1 = _prep_logits(logits)
     return _fit_post(s, _label_values(s, labels), lse1, bounds)
 
