@@ -1,0 +1,77 @@
+# SPDX-License-Identifier: MIT
+"""The one-pass temperature fit on large inputs (N >= 4 x the warm-start rows; float32 arithmetic for float32
+input) agrees with an independent float64 minimisation of the same objective, across calibration regimes."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from scipy import optimize, special
+
+from ubench.metrics import temperature as T
+from ubench.metrics.temperature import fit_temperature, fit_temperature_from_logits
+
+N, C = 20_000, 50
+
+
+def _reference_temperature(s: np.ndarray, labels: np.ndarray) -> float:
+    """argmin_T of mean(logsumexp(s / T) - s_y / T) by scipy's bounded scalar search on log(1/T), float64."""
+    rows = np.arange(len(labels))
+
+    def nll(log_beta):
+        t = s * np.exp(log_beta)
+        return float(np.mean(special.logsumexp(t, axis=1) - t[rows, labels]))
+
+    res = optimize.minimize_scalar(nll, bounds=(np.log(0.01), np.log(100.0)), method="bounded",
+                                   options={"xatol": 1e-11})
+    return float(np.exp(-res.x))
+
+
+def _data(scale: float, peak: float, flip: float, seed: int):
+    rng = np.random.default_rng(seed)
+    y = rng.integers(0, C, N)
+    z = rng.normal(size=(N, C)) * scale
+    shown = np.where(rng.random(N) < flip, rng.integers(0, C, N), y)
+    z[np.arange(N), shown] += peak
+    return z, y
+
+
+REGIMES = [(1.0, 4.0, 0.1), (5.0, 8.0, 0.02), (10.0, 20.0, 0.005), (0.3, 1.0, 0.3), (3.0, 12.0, 0.05)]
+
+
+def test_inputs_are_large_enough_for_the_fused_path():
+    assert N >= 4 * T._WARM_START_ROWS
+
+
+@pytest.mark.parametrize("scale,peak,flip", REGIMES)
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_fused_logits_fit_matches_float64_reference(scale, peak, flip, dtype):
+    z, y = _data(scale, peak, flip, seed=int(scale * 10))
+    z = z.astype(dtype)
+    fit = fit_temperature_from_logits(z, y)
+    ref = _reference_temperature(z.astype(np.float64), y)
+    assert fit.temperature == pytest.approx(ref, rel=1e-6)
+    assert not fit.hit_bound and fit.nll_after <= fit.nll_before
+
+
+@pytest.mark.parametrize("scale,peak,flip", REGIMES)
+def test_fused_probs_fit_matches_float64_reference_of_the_eps_objective(scale, peak, flip):
+    z, y = _data(scale, peak, flip, seed=7 + int(scale * 10))
+    p = special.softmax(z, axis=1).astype(np.float32)
+    p /= p.sum(axis=1, keepdims=True)
+    fit = fit_temperature(p, y, eps=1e-12)
+    ref = _reference_temperature(np.log(p.astype(np.float64) + 1e-12), y)
+    assert fit.temperature == pytest.approx(ref, rel=1e-6)
+    assert fit.nll_after <= fit.nll_before
+
+
+def test_large_separable_data_falls_back_to_the_full_solver_and_reports_the_bound():
+    """Every label is the clear top class: the NLL keeps falling as T -> 0, the one-pass fit cannot certify an
+    interior optimum, and the full solver returns the lower bound with hit_bound set (never NaN)."""
+    rng = np.random.default_rng(3)
+    y = rng.integers(0, C, N)
+    z = rng.normal(size=(N, C)).astype(np.float32)
+    z[np.arange(N), y] += 30.0
+    fit = fit_temperature_from_logits(z, y)
+    assert fit.hit_bound and fit.temperature == pytest.approx(0.01)
+    assert np.isfinite(fit.nll_after) and fit.nll_after <= fit.nll_before
