@@ -7,6 +7,7 @@ that cannot be read as an archive at all.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 from pathlib import Path
@@ -47,23 +48,28 @@ def cli() -> None:
     """ubench: score uncertainty estimates the way the papers say they must be scored."""
 
 
-def _open_or_exit(archive: Path, **kwargs):
-    """Open an archive through the safe reader, or print its findings and exit with the right code."""
-    from .archive_schema import (ArchiveError, InvalidArchiveError, UnreadableArchiveError,
-                                 UnsupportedArchiveError, open_archive)
+@contextlib.contextmanager
+def _archive_errors_exit(archive: Path):
+    """Turn the reader's errors into the CLI's: error findings on stderr and exit 1 (2 when unreadable)."""
+    from .archive_schema import ArchiveError, InvalidArchiveError, UnreadableArchiveError
 
     try:
-        return open_archive(archive, **kwargs)
+        yield
     except (InvalidArchiveError, UnreadableArchiveError) as exc:
         _echo_findings([f for f in exc.findings if f.severity == "error"], err=True)
         click.echo(f"{archive}: rejected (run `ubench validate {archive}` for every finding)", err=True)
         sys.exit(_exit_code(exc.findings) or 1)
-    except UnsupportedArchiveError as exc:
+    except ArchiveError as exc:  # unsupported version, partial runs, …
         click.echo(f"error: {exc}", err=True)
         sys.exit(1)
-    except ArchiveError as exc:
-        click.echo(f"error: {exc}", err=True)
-        sys.exit(1)
+
+
+def _open_or_exit(archive: Path, **kwargs):
+    """Open an archive through the safe reader, or print its findings and exit with the right code."""
+    from .archive_schema import open_archive
+
+    with _archive_errors_exit(archive):
+        return open_archive(archive, **kwargs)
 
 
 def _human_bytes(n: float) -> str:
@@ -204,32 +210,24 @@ def _progress(enabled: bool):
 
 def _score_or_exit(archive: Path, *, reference=None, protocol, progress=None) -> dict:
     """Score one archive; the library's errors become findings or one line with the CLI's exit code."""
-    from .archive_schema import (ArchiveError, InvalidArchiveError, UnreadableArchiveError,
-                                 UnsupportedArchiveError)
     from .scoring.reference import ReferenceError, ReferenceMismatchError
     from .scoring.score import run_score
 
-    try:
-        return run_score(archive, reference=reference, protocol=protocol, progress=progress)
-    except (InvalidArchiveError, UnreadableArchiveError) as exc:
-        _echo_findings([f for f in exc.findings if f.severity == "error"], err=True)
-        click.echo(f"{archive}: rejected (run `ubench validate {archive}` for every finding)", err=True)
-        sys.exit(_exit_code(exc.findings) or 1)
-    except ReferenceMismatchError as exc:
-        click.echo(f"{archive}: does not match the reference:", err=True)
-        for d in exc.differences:
-            click.echo(f"  {d}", err=True)
-        sys.exit(1)
-    except ReferenceError as exc:
-        click.echo(f"error: {exc}", err=True)
-        sys.exit(2)
-    except (UnsupportedArchiveError, ArchiveError) as exc:
-        click.echo(f"error: {exc}", err=True)
-        sys.exit(1)
-    except ValueError as exc:
-        # a valid archive that cannot be scored under the protocol (e.g. a cost matrix of the wrong size)
-        click.echo(f"error: {archive}: cannot be scored: {exc}", err=True)
-        sys.exit(1)
+    with _archive_errors_exit(archive):
+        try:
+            return run_score(archive, reference=reference, protocol=protocol, progress=progress)
+        except ReferenceMismatchError as exc:
+            click.echo(f"{archive}: does not match the reference:", err=True)
+            for d in exc.differences:
+                click.echo(f"  {d}", err=True)
+            sys.exit(1)
+        except ReferenceError as exc:
+            click.echo(f"error: {exc}", err=True)
+            sys.exit(2)
+        except ValueError as exc:
+            # a valid archive that cannot be scored under the protocol (e.g. a cost matrix of the wrong size)
+            click.echo(f"error: {archive}: cannot be scored: {exc}", err=True)
+            sys.exit(1)
 
 
 # --- sandboxed scoring and leaderboards (issue #6) ----------------------------------------------------------------
