@@ -131,8 +131,69 @@ def _check_simplex(
         )
 
 
-def check_probs(probs: ArrayLike, name: str = "probs") -> NDArray[np.floating]:
-    """Validate ``probs`` of shape (n_samples, n_classes): float32/64, finite, rows on the simplex."""
+def _check_probs_values(arr: NDArray[np.floating], name: str) -> None:
+    """The value checks of :func:`check_probs` / :func:`check_member_probs` on the whole array, in their order."""
+    lo, hi = _finite_min_max(arr, name)
+    _check_simplex(arr, name, lo, hi)
+
+
+#: Elements per block of the cache-blocked value scan (float32: 256 KiB, inside a core's L2 cache).
+_SCAN_BLOCK_ELEMS = 1 << 16
+
+
+def _probs_block_clear(block: NDArray[np.floating], tol: float) -> tuple[bool, float]:
+    """(cleared, block min) for a (k, C) block: True only if the block passes every value check.
+
+    Cheap and conservative: min and max (they propagate NaN and expose +-inf, so any non-finite value fails the
+    comparisons) and row sums in the input's precision, cleared only with the rounding margin that
+    :func:`_first_bad_simplex_row_nonneg` proves sufficient (row sums within ``1 +- tol`` are below 2). False
+    means "not sure": the caller then runs the reference checks on the whole array, which raise the message.
+    """
+    lo, hi = block.min(), block.max()
+    if not (lo >= 0 and hi <= 1):
+        return False, float(lo)
+    c = block.shape[-1]
+    approx = np.einsum("ij->i", block)
+    room = tol - (2.0 * c * float(np.finfo(block.dtype).eps) + c * float(np.finfo(np.float64).eps))
+    return bool(approx.min() - 1.0 >= -room and approx.max() - 1.0 <= room), float(lo)
+
+
+class _BlockedProbsCheck:
+    """Value checks of a validated-shape probs array, run block by block inside a kernel's own pass.
+
+    ``clear(block)`` returns the block's min once the block is known to pass; at the first block the cheap test
+    cannot clear it runs the whole-array reference checks once (raising exactly what :func:`check_probs` raises,
+    for the first offending element of the whole array) and, if they pass, trusts every later block.
+    """
+
+    def __init__(self, arr: NDArray[np.floating], name: str) -> None:
+        self.arr, self.name = arr, name
+        self.tol = simplex_tolerance(arr.shape[-1])
+        self.done = False
+
+    def clear(self, block: NDArray[np.floating]) -> float:
+        if self.done:
+            return float(block.min())
+        ok, lo = _probs_block_clear(block, self.tol)
+        if not ok:
+            _check_probs_values(self.arr, self.name)
+            self.done = True
+        return lo
+
+
+def _scan_probs_values(arr: NDArray[np.floating], name: str) -> None:
+    """The value checks, read from memory once in cache-sized row blocks (same errors as the reference)."""
+    rows = arr.reshape(-1, arr.shape[-1])
+    step = max(1, _SCAN_BLOCK_ELEMS // rows.shape[1])
+    check = _BlockedProbsCheck(arr, name)
+    for start in range(0, rows.shape[0], step):
+        check.clear(rows[start : start + step])
+        if check.done:
+            return
+
+
+def _check_probs_shape(probs: ArrayLike, name: str = "probs") -> NDArray[np.floating]:
+    """The dtype and shape checks of :func:`check_probs`; values unchecked."""
     arr = _as_float_array(probs, name)
     if arr.ndim != 2:
         raise ValueError(f"{name} must have shape (n_samples, n_classes); found ndim {arr.ndim}, shape {arr.shape}")
@@ -140,13 +201,11 @@ def check_probs(probs: ArrayLike, name: str = "probs") -> NDArray[np.floating]:
         raise ValueError(f"{name} is empty: it has 0 samples")
     if arr.shape[1] < 2:
         raise ValueError(f"{name} must have at least 2 classes; found {arr.shape[1]}")
-    lo, hi = _finite_min_max(arr, name)
-    _check_simplex(arr, name, lo, hi)
     return arr
 
 
-def check_member_probs(member_probs: ArrayLike, name: str = "member_probs") -> NDArray[np.floating]:
-    """Validate ``member_probs`` of shape (n_members, n_samples, n_classes)."""
+def _check_member_probs_shape(member_probs: ArrayLike, name: str = "member_probs") -> NDArray[np.floating]:
+    """The dtype and shape checks of :func:`check_member_probs`; values unchecked."""
     arr = _as_float_array(member_probs, name)
     if arr.ndim != 3:
         raise ValueError(
@@ -156,8 +215,20 @@ def check_member_probs(member_probs: ArrayLike, name: str = "member_probs") -> N
         raise ValueError(f"{name} is empty: shape {arr.shape}")
     if arr.shape[2] < 2:
         raise ValueError(f"{name} must have at least 2 classes; found {arr.shape[2]}")
-    lo, hi = _finite_min_max(arr, name)
-    _check_simplex(arr, name, lo, hi)
+    return arr
+
+
+def check_probs(probs: ArrayLike, name: str = "probs") -> NDArray[np.floating]:
+    """Validate ``probs`` of shape (n_samples, n_classes): float32/64, finite, rows on the simplex."""
+    arr = _check_probs_shape(probs, name)
+    _scan_probs_values(arr, name)
+    return arr
+
+
+def check_member_probs(member_probs: ArrayLike, name: str = "member_probs") -> NDArray[np.floating]:
+    """Validate ``member_probs`` of shape (n_members, n_samples, n_classes)."""
+    arr = _check_member_probs_shape(member_probs, name)
+    _scan_probs_values(arr, name)
     return arr
 
 

@@ -12,12 +12,24 @@ from ._validation import check_member_probs, check_probs
 
 __all__ = ["ensemble_mean_probs", "smooth_probs"]
 
+#: Elements per row block of the unweighted mean (float64: 512 KiB).
+_MEAN_BLOCK_ELEMS = 1 << 16
+
 
 def _ensemble_mean(member_probs: NDArray, weights: NDArray[np.float64] | None = None) -> NDArray[np.float64]:
     """(Weighted) mean over axis 0 in float64; assumes validated input and weights summing to 1."""
     if weights is None:
-        out = np.add.reduce(member_probs, axis=0, dtype=np.float64)
-        out /= member_probs.shape[0]
+        m, n = member_probs.shape[:2]
+        out = np.empty(member_probs.shape[1:], dtype=np.float64)
+        # Row blocks that stay in cache, members added one by one in order (the same float64 sums as
+        # np.add.reduce over axis 0, whose buffered casting loop was ~4x slower than memory bandwidth).
+        step = max(1, _MEAN_BLOCK_ELEMS // max(1, int(np.prod(member_probs.shape[2:], dtype=np.int64))))
+        for start in range(0, n, step):
+            ob = out[start : start + step]
+            ob[...] = member_probs[0, start : start + step]
+            for j in range(1, m):
+                np.add(ob, member_probs[j, start : start + step], out=ob)
+            ob /= m
         return out
     out = np.zeros(member_probs.shape[1:], dtype=np.float64)
     for w, member in zip(weights, member_probs):

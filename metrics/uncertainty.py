@@ -10,14 +10,20 @@ clipped back into it.
 
 from __future__ import annotations
 
+import os
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from ._validation import check_member_probs, check_probs
-from .classification import _block_rows
-from .ensemble import _ensemble_mean
+from ._validation import (
+    _BlockedProbsCheck,
+    _check_member_probs_shape,
+    _check_probs_shape,
+    check_member_probs,
+    check_probs,
+)
 
 __all__ = [
     "predictive_entropy",
@@ -30,34 +36,113 @@ __all__ = [
 ]
 
 
-def _entropy_rows(probs: NDArray, log_dtype: type | None = None) -> NDArray[np.float64]:
-    """-sum_c p log p per row (0 log 0 = 0), logs in ``log_dtype`` (default: probs' dtype), sums in float64."""
-    n, c = probs.shape
-    dt = np.dtype(log_dtype if log_dtype is not None else probs.dtype)
-    tiny = np.finfo(dt).tiny
-    out = np.empty(n, dtype=np.float64)
-    step = _block_rows(c)
-    buf = np.empty((min(step, n), c), dtype=dt)
-    buf64 = buf if dt == np.float64 else np.empty(buf.shape, dtype=np.float64)
-    for start in range(0, n, step):
-        block = probs[start : start + step]
-        k = block.shape[0]
-        b = buf[:k]
-        b[...] = block
-        # p * log(max(p, tiny)) is exactly 0 at p = 0, and differs from p log p by < 1e-36 below tiny.
-        lg = np.maximum(b, tiny)
-        np.log(lg, out=lg)
-        np.multiply(b, lg, out=b)
-        b64 = buf64[:k]
-        if b64 is not b:
-            b64[...] = b
-        # einsum sums every row with the same loop (a BLAS dot with ones would round rows differently by
-        # position, breaking ties between identical samples); it is faster than add.reduce on short rows.
-        np.einsum("ij->i", b64, out=out[start : start + k])
+#: Rows per block of the entropy kernels hold about this many elements (float32: 512 KiB, inside a core's L2 cache).
+_ENTROPY_BLOCK_ELEMS = 1 << 17
+#: At most this many threads per kernel call, and only with at least this many blocks per thread.
+_MAX_THREADS = 4
+_MIN_BLOCKS_PER_THREAD = 4
+
+
+def _entropy_step(n_classes: int) -> int:
+    """Rows per block of the entropy kernels."""
+    return max(1, _ENTROPY_BLOCK_ELEMS // max(1, n_classes))
+
+
+class _EntropyBuffers:
+    """Scratch space for :func:`_entropy_block`: one block of terms in the log dtype, and a float64 copy."""
+
+    def __init__(self, rows: int, n_classes: int, log_dtype: np.dtype) -> None:
+        self.dt = np.dtype(log_dtype)
+        self.tiny = self.dt.type(np.finfo(self.dt).tiny)
+        self.terms = np.empty((rows, n_classes), dtype=self.dt)
+        self.terms64 = self.terms if self.dt == np.float64 else np.empty((rows, n_classes), dtype=np.float64)
+
+
+def _entropy_block(block: NDArray, out: NDArray[np.float64], bufs: _EntropyBuffers, lo: float | None = None) -> None:
+    """out = sum_c p log p for a (k, C) block already in the log dtype (not negated, not clipped); ``lo`` its min."""
+    k = block.shape[0]
+    t = bufs.terms[:k]
+    if lo is None:
+        lo = block.min()
+    # p * log(max(p, tiny)) is exactly 0 at p = 0, and differs from p log p by < 1e-36 below tiny; when no entry
+    # is below tiny the max is the identity and is skipped (same bits, so rows agree wherever they sit).
+    if lo >= bufs.tiny:
+        np.log(block, out=t)
+    else:
+        np.maximum(block, bufs.tiny, out=t)
+        np.log(t, out=t)
+    np.multiply(block, t, out=t)
+    t64 = bufs.terms64[:k]
+    if t64 is not t:
+        t64[...] = t
+    # einsum sums every row with the same loop (a BLAS dot with ones would round rows differently by
+    # position, breaking ties between identical samples); it is faster than add.reduce on short rows.
+    np.einsum("ij->i", t64, out=out)
+
+
+def _finish_entropy(out: NDArray[np.float64], n_classes: int) -> NDArray[np.float64]:
+    """sum p log p -> H, clipped into [0, log C]."""
     np.subtract(0.0, out, out=out)  # not np.negative: 0 - 0.0 is +0.0, where -(0.0) would print as -0.
     # 0 <= H <= log C exactly; rounding (a float32 log is good to ~1e-7) may step an ulp outside, never more.
-    np.clip(out, 0.0, np.log(c), out=out)
+    np.clip(out, 0.0, np.log(n_classes), out=out)
     return out
+
+
+def _row_chunks(n: int, step: int) -> list[tuple[int, int]]:
+    """Split rows [0, n) into up to one contiguous range per available core, each a whole number of blocks.
+
+    NumPy releases the GIL inside these ufuncs and einsum, so the ranges run in parallel threads. Every row goes
+    through the same block code whichever range or block holds it, so the results do not depend on the split.
+    """
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        cores = os.cpu_count() or 1
+    blocks = -(-n // step)
+    parts = max(1, min(cores, _MAX_THREADS, blocks // _MIN_BLOCKS_PER_THREAD))
+    per = -(-blocks // parts) * step
+    return [(lo, min(lo + per, n)) for lo in range(0, n, per)]
+
+
+def _run_chunks(fn, chunks: list[tuple[int, int]]) -> None:
+    """fn(start, stop) for every chunk, in threads when there is more than one (worker errors re-raised)."""
+    if len(chunks) == 1:
+        fn(*chunks[0])
+        return
+    # A pool per call: its threads end with the call, so nothing is left spinning for the next kernel.
+    with ThreadPoolExecutor(max_workers=len(chunks)) as pool:
+        futures = [pool.submit(fn, lo, hi) for lo, hi in chunks]
+        for f in futures:
+            f.result()
+
+
+def _entropy_rows(
+    probs: NDArray, log_dtype: type | None = None, *, check: _BlockedProbsCheck | None = None
+) -> NDArray[np.float64]:
+    """-sum_c p log p per row (0 log 0 = 0), logs in ``log_dtype`` (default: probs' dtype), sums in float64.
+
+    With ``check``, each block is validated as it is read (the fused single pass of :func:`predictive_entropy`).
+    """
+    n, c = probs.shape
+    dt = np.dtype(log_dtype if log_dtype is not None else probs.dtype)
+    out = np.empty(n, dtype=np.float64)
+    step = _entropy_step(c)
+
+    def work(first: int, stop: int) -> None:
+        rows = min(step, stop - first)
+        bufs = _EntropyBuffers(rows, c, dt)
+        cast = np.empty((rows, c), dtype=dt) if probs.dtype != dt else None
+        for start in range(first, stop, step):
+            block = probs[start : min(start + step, stop)]
+            k = block.shape[0]
+            lo = check.clear(block) if check is not None else None
+            if cast is not None:
+                cast[:k] = block
+                block, lo = cast[:k], None
+            _entropy_block(block, out[start : start + k], bufs, lo)
+
+    _run_chunks(work, _row_chunks(n, step))
+    return _finish_entropy(out, c)
 
 
 def _confidence(probs: NDArray) -> NDArray[np.float64]:
@@ -87,23 +172,48 @@ class UncertaintyDecomposition:
     knowledge: NDArray[np.float64]
 
 
-def _uncertainty_decomposition(member_probs: NDArray) -> UncertaintyDecomposition:
-    """Total, data and knowledge uncertainty; assumes validated input.
+def _uncertainty_decomposition(
+    member_probs: NDArray, *, check: _BlockedProbsCheck | None = None
+) -> UncertaintyDecomposition:
+    """Total, data and knowledge uncertainty; assumes validated input unless ``check`` validates each block.
 
-    Works on blocks of samples across all members, so each member block is read from memory once and the
-    float64 ensemble mean never exists for more than one block.
+    One pass over blocks of samples: each member block is read from memory once (checked, its entropy taken and
+    added into the float64 mean), and the float64 ensemble mean never exists for more than one block.
     """
     m, n, c = member_probs.shape
+    dt = member_probs.dtype
     total = np.empty(n, dtype=np.float64)
     data = np.zeros(n, dtype=np.float64)
-    step = _block_rows(c)
-    for start in range(0, n, step):
-        block = member_probs[:, start : start + step]
+    step = _entropy_step(c)
+
+    def work(first: int, stop: int) -> None:
+        rows = min(step, stop - first)
+        bufs = _EntropyBuffers(rows, c, dt)
+        mean = np.empty((rows, c), dtype=np.float64)
         # The mean's logs are taken in the members' precision so that identical members give exactly zero MI.
-        total[start : start + block.shape[1]] = _entropy_rows(_ensemble_mean(block), member_probs.dtype)
-        acc = data[start : start + block.shape[1]]
-        for member in block:
-            acc += _entropy_rows(member)
+        mean_dt = mean if dt == np.float64 else np.empty((rows, c), dtype=dt)
+        h = np.empty(rows, dtype=np.float64)
+        for start in range(first, stop, step):
+            k = min(step, stop - start)
+            mb, hk, acc = mean[:k], h[:k], data[start : start + k]
+            for j in range(m):
+                block = member_probs[j, start : start + k]
+                lo = check.clear(block) if check is not None else None
+                # Member by member, in member order: the same float64 sums as np.add.reduce over axis 0.
+                if j == 0:
+                    mb[...] = block
+                else:
+                    np.add(mb, block, out=mb)
+                _entropy_block(block, hk, bufs, lo)
+                acc += _finish_entropy(hk, c)
+            mb /= m
+            md = mean_dt[:k]
+            if md is not mb:
+                md[...] = mb
+            _entropy_block(md, total[start : start + k], bufs)
+
+    _run_chunks(work, _row_chunks(n, step))
+    _finish_entropy(total, c)
     data /= m
     knowledge = total - data
     # MI >= 0 (Jensen); a negative value is rounding of two nearly equal entropies.
@@ -144,7 +254,8 @@ def predictive_entropy(probs: ArrayLike) -> NDArray[np.float64]:
     >>> predictive_entropy(np.array([[0.5, 0.5], [1.0, 0.0]])).round(6)
     array([0.693147, 0.      ])
     """
-    return _entropy_rows(check_probs(probs))
+    probs = _check_probs_shape(probs)
+    return _entropy_rows(probs, check=_BlockedProbsCheck(probs, "probs"))
 
 
 def normalized_entropy(probs: ArrayLike) -> NDArray[np.float64]:
@@ -271,7 +382,9 @@ def mutual_information(member_probs: ArrayLike) -> NDArray[np.float64]:
     >>> mutual_information(np.array([[[1.0, 0.0]], [[0.0, 1.0]]])).round(6)
     array([0.693147])
     """
-    return _uncertainty_decomposition(check_member_probs(member_probs)).knowledge
+    member_probs = _check_member_probs_shape(member_probs)
+    check = _BlockedProbsCheck(member_probs, "member_probs")
+    return _uncertainty_decomposition(member_probs, check=check).knowledge
 
 
 def uncertainty_decomposition(member_probs: ArrayLike) -> UncertaintyDecomposition:
@@ -305,4 +418,6 @@ def uncertainty_decomposition(member_probs: ArrayLike) -> UncertaintyDecompositi
     >>> bool(np.allclose(d.total, d.data + d.knowledge))
     True
     """
-    return _uncertainty_decomposition(check_member_probs(member_probs))
+    member_probs = _check_member_probs_shape(member_probs)
+    check = _BlockedProbsCheck(member_probs, "member_probs")
+    return _uncertainty_decomposition(member_probs, check=check)
