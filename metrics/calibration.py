@@ -17,8 +17,9 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
+from ._validation import _BlockedProbsCheck, _check_probs_shape, check_labels, check_n_samples
 from .classification import _block_rows, _check_probs_labels, _predictions
-from .uncertainty import _normalized_entropy
+from .uncertainty import _normalized_entropy, _row_chunks, _run_chunks
 
 __all__ = [
     "expected_calibration_error",
@@ -33,6 +34,9 @@ __all__ = [
 ]
 
 DEFAULT_BINS = 15
+#: Elements per block of the fused top-1 pass: 1 MiB of float32. Measured (N = 200k, C = 100, 2 threads):
+#: 2**16 -> 20.5 ms, 2**18 -> 17.3 ms, 2**19 -> 19.0 ms; small blocks make the two threads contend for the GIL.
+_TOP1_BLOCK_ELEMS = 1 << 18
 TACE_THRESHOLD = 1e-3
 
 
@@ -47,9 +51,18 @@ def _bin_edges(n_bins: int) -> NDArray[np.float64]:
 
 
 def _equal_width_bin_index(values: NDArray, n_bins: int) -> NDArray[np.intp]:
-    """Bin of each value for bins (lo, hi] on [0, 1]; 0 goes to bin 0 and values >= 1 to the last bin."""
-    idx = np.searchsorted(_bin_edges(n_bins), values, side="left") - 1
+    """Bin of each value for bins (lo, hi] on [0, 1]; 0 goes to bin 0 and values >= 1 to the last bin.
+
+    ``ceil(v * n_bins) - 1`` is off by at most one where ``v * n_bins`` rounds across an integer; the two
+    corrections compare against the ``linspace`` edges themselves, so the result equals
+    ``searchsorted(edges, v, side="left") - 1`` (clipped) exactly, at a fraction of its cost.
+    """
+    edges = _bin_edges(n_bins)
+    idx = np.ceil(np.multiply(values, n_bins, dtype=np.float64)).astype(np.intp)
+    idx -= 1
     np.clip(idx, 0, n_bins - 1, out=idx)
+    idx -= (values <= edges[idx]) & (idx > 0)
+    idx += (values > edges[idx + 1]) & (idx < n_bins - 1)
     return idx
 
 
@@ -71,9 +84,9 @@ def _top1(probs: NDArray, labels: NDArray) -> tuple[NDArray[np.float64], NDArray
 
 
 def _equal_width_error(values: NDArray, hits: NDArray, n_bins: int) -> float:
-    """sum_m |B_m|/n |mean hit - mean value| over equal-width bins."""
-    _, sv, sh = _binned_sums(_equal_width_bin_index(values, n_bins), values, hits, n_bins)
-    return float(np.abs(sh - sv).sum() / values.shape[0])
+    """sum_m |B_m|/n |mean hit - mean value| over equal-width bins (one weighted bincount of hits - values)."""
+    gaps = np.bincount(_equal_width_bin_index(values, n_bins), weights=hits - values, minlength=n_bins)
+    return float(np.abs(gaps).sum() / values.shape[0])
 
 
 def _equal_count_abs_gaps(values: NDArray, hits: NDArray, n_bins: int) -> float:
@@ -102,6 +115,26 @@ def _equal_count_abs_gaps(values: NDArray, hits: NDArray, n_bins: int) -> float:
     prefix_hits = hits_lo + np.maximum(0, (ends - lo) - (ties - hit_ties))
     hit_sums = np.diff(np.concatenate(([0], prefix_hits, [hv.size])))
     return float(np.abs(hit_sums - value_sums).sum())
+
+
+def _top1_checked(probs: NDArray, labels: NDArray, check: _BlockedProbsCheck) -> tuple[NDArray, NDArray]:
+    """:func:`_top1` fused with the value checks of ``probs``: each cache-sized block is validated and reduced
+    while it is in cache (one read of the input; row ranges in threads, as the entropy kernels do)."""
+    n, c = probs.shape
+    pred = np.empty(n, dtype=np.intp)
+    conf = np.empty(n, dtype=np.float64)
+    step = max(1, _TOP1_BLOCK_ELEMS // c)
+
+    def work(first: int, stop: int) -> None:
+        for start in range(first, stop, step):
+            block = probs[start : min(start + step, stop)]
+            check.clear(block)
+            p = np.argmax(block, axis=1)
+            pred[start : start + p.shape[0]] = p
+            conf[start : start + p.shape[0]] = block[np.arange(p.shape[0]), p]
+
+    _run_chunks(work, _row_chunks(n, step))
+    return conf, (pred == labels).astype(np.float64)
 
 
 def _ece(probs: NDArray, labels: NDArray, n_bins: int = DEFAULT_BINS) -> float:
@@ -149,8 +182,12 @@ def expected_calibration_error(probs: ArrayLike, labels: ArrayLike, *, n_bins: i
     >>> expected_calibration_error(np.array([[0.9, 0.1], [0.9, 0.1]]), np.array([0, 1]))
     0.4
     """
-    probs, labels = _check_probs_labels(probs, labels)
-    return _ece(probs, labels, _check_n_bins(n_bins))
+    n_bins = _check_n_bins(n_bins)
+    probs = _check_probs_shape(probs)
+    labels = check_labels(labels, probs.shape[1])
+    check_n_samples(probs, "probs", labels, "labels")
+    conf, correct = _top1_checked(probs, labels, _BlockedProbsCheck(probs, "probs"))
+    return _equal_width_error(conf, correct, n_bins)
 
 
 def max_calibration_error(probs: ArrayLike, labels: ArrayLike, *, n_bins: int = DEFAULT_BINS) -> float:
