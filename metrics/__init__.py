@@ -49,15 +49,13 @@ from .protocol import CalibratedCV, MemberCurves, cross_validated_calibration, c
 from .shift import ShiftSummary, shift_summary
 from .temperature import (
     TemperatureFit,
-    VectorScalingFit,
     apply_ensemble_temperature,
     apply_temperature,
-    apply_vector_scaling,
     fit_ensemble_temperature,
     fit_temperature,
     fit_temperature_from_logits,
-    fit_vector_scaling,
 )
+from .vector_scaling import VectorScalingFit, apply_vector_scaling, fit_vector_scaling
 __all__ = [
     "UndefinedMetricError",
     # classification

@@ -14,24 +14,12 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
-from scipy import special
 
 from ._validation import check_labels, check_member_probs, check_n_samples
 from .calibration import DEFAULT_BINS, _check_n_bins, _equal_width_error
 from .classification import _brier_per_sample, _nll_per_sample
-from .temperature import (
-    DEFAULT_EPS,
-    DEFAULT_TEMPERATURE_BOUNDS,
-    _check_bounds,
-    _check_eps,
-    _check_placement,
-    _label_values,
-    _member_eval,
-    _minimize_beta,
-    _post_eval,
-    _prep_probs,
-    _softmax_scaled,
-)
+from .temperature import DEFAULT_EPS, DEFAULT_TEMPERATURE_BOUNDS, _check_bounds, _check_eps, _check_placement
+from .temperature_solver import _label_values, _member_eval, _minimize_beta, _post_eval, _prep_probs, _softmax_scaled
 
 _CV_RTOL = 1e-4  # fold fits: last step taken unevaluated below this relative size
 

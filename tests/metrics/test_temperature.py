@@ -15,12 +15,11 @@ from ubench.metrics.temperature import (
     TemperatureFit,
     apply_ensemble_temperature,
     apply_temperature,
-    apply_vector_scaling,
     fit_ensemble_temperature,
     fit_temperature,
     fit_temperature_from_logits,
-    fit_vector_scaling,
 )
+from ubench.metrics.vector_scaling import apply_vector_scaling, fit_vector_scaling
 
 
 def _nll_at(probs, labels, t, eps=DEFAULT_EPS):

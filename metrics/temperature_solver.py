@@ -1,0 +1,405 @@
+# SPDX-License-Identifier: MIT
+"""The solvers behind ``metrics.temperature``: NLL of a softmax of ``beta * s`` over the inverse temperature.
+
+``s`` is a floored log-probability (or logit) matrix shifted per row (a softmax ignores per-row constants). For
+one softmax the NLL is convex in ``beta`` (its second derivative is a mean of variances), so a safeguarded
+Newton/Halley iteration inside a bracket finds the optimum or proves that it lies at a bound. A pass costs one
+``exp`` per entry in row blocks that stay in cache; large float inputs get one fused pass (``_fit_post_fused``).
+Kernels trust their input: the public functions in ``temperature.py`` validate first.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+import numpy as np
+from numpy.typing import NDArray
+from scipy import special
+
+_BLOCK_ENTRIES = 1 << 15  # entries per row block: a few float64 temporaries of this size stay in L2
+_RTOL = 1e-7  # stop when the Newton step in beta is below this fraction of beta
+_WARM_START_ROWS = 4096  # fits on 4x as many rows or more start from a fit on about this many
+_MAX_ITER = 100
+
+
+@dataclass(frozen=True)
+class TemperatureFit:
+    """A fitted temperature: ``temperature`` in ``bounds``; NLLs at ``T = 1`` and at the fit, on the fit data.
+
+    ``hit_bound`` is True when the optimum lies at (or beyond) an end of the search interval, e.g. a separable
+    fit split, whose NLL keeps falling as ``T -> 0``.
+    """
+
+    temperature: float
+    nll_before: float
+    nll_after: float
+    hit_bound: bool
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# kernels (trust their input). ``s`` holds log-probabilities minus their row max (so every row's max is 0 and
+# sum_c exp(beta s_c) >= 1 for any beta > 0: no overflow, no log 0); ``rows`` selects fold rows by index, gathered
+# block by block so a fold is never copied whole.
+
+
+def _row_blocks(n_rows: int, n_cols: int):
+    """Yield (start, stop) of row blocks holding about ``_BLOCK_ENTRIES`` entries each."""
+    step = max(1, _BLOCK_ENTRIES // max(1, n_cols))
+    for start in range(0, n_rows, step):
+        yield start, min(start + step, n_rows)
+
+
+def _prep_probs(probs: NDArray, eps: float):
+    """(s, lse1): ``log(p + eps)`` minus its row max (float64, shape of probs) and log sum_c exp(s) per row."""
+    c = probs.shape[-1]
+    flat = probs.reshape(-1, c)
+    s = np.empty(flat.shape, dtype=np.float64)
+    lse1 = np.empty(flat.shape[0])
+    for a, b in _row_blocks(flat.shape[0], c):
+        blk = s[a:b]
+        np.add(flat[a:b], eps, out=blk, dtype=np.float64)
+        total = blk.sum(axis=1)  # sum_c (p + eps): exp(s) needs no exp here
+        np.log(blk, out=blk)
+        top = blk.max(axis=1)
+        blk -= top[:, None]
+        lse1[a:b] = np.log(total) - top
+    return s.reshape(probs.shape), lse1.reshape(probs.shape[:-1])
+
+
+def _prep_logits(logits: NDArray):
+    """(s, lse1) for logits (N, C): ``logits`` minus the row max, float64, and log sum_c exp(s) per row."""
+    n, c = logits.shape
+    s = np.empty((n, c), dtype=np.float64)
+    lse1 = np.empty(n)
+    ones = np.ones(c)
+    for a, b in _row_blocks(n, c):
+        blk = s[a:b]
+        blk[...] = logits[a:b]
+        blk -= blk.max(axis=1, keepdims=True)
+        lse1[a:b] = np.log(np.exp(blk) @ ones)
+    if not np.isfinite(lse1.sum()) or not np.isfinite(s.min()):
+        raise ValueError("logits differences within a row overflow float64; found a row range above 1.8e308")
+    return s, lse1
+
+
+def _label_values(s: NDArray, labels: NDArray) -> NDArray[np.float64]:
+    """``s[..., i, labels[i]]`` as float64, for ``s`` (N, C) or (M, N, C)."""
+    idx = labels.reshape((1,) * (s.ndim - 2) + (-1, 1))
+    return np.take_along_axis(s, idx, axis=-1)[..., 0].astype(np.float64)
+
+
+def _moments(s: NDArray, beta: float, rows: NDArray | None, order: int):
+    """Row sums of ``exp(beta s) * s**k``, k = 0..order (float64), over ``s[rows]`` (all rows when None).
+
+    Row blocks stay in cache; the row sums are matrix-vector products (BLAS), the costly part is one exp per
+    entry.
+    """
+    c = s.shape[1]
+    n = s.shape[0] if rows is None else rows.shape[0]
+    out = [np.empty(n) for _ in range(order + 1)]
+    step = max(1, _BLOCK_ENTRIES // c)
+    e_buf = np.empty((min(step, n), c))
+    es_buf = np.empty((min(step, n), c)) if order >= 1 else None
+    es2_buf = np.empty((min(step, n), c)) if order >= 3 else None
+    ones = np.ones(c)
+    for a, b in _row_blocks(n, c):
+        k = b - a
+        if rows is None:
+            blk = s[a:b]
+        else:
+            blk = np.take(s, rows[a:b], axis=0)  # (np.take with out= is several times slower)
+        e = e_buf[:k]
+        np.multiply(blk, beta, out=e)
+        np.exp(e, out=e)
+        np.matmul(e, ones, out=out[0][a:b])
+        if order >= 1:
+            es = es_buf[:k]
+            np.multiply(e, blk, out=es)
+            np.matmul(es, ones, out=out[1][a:b])
+            if order == 2:
+                out[2][a:b] = np.einsum("ij,ij->i", es, blk)
+            elif order >= 3:
+                es2 = es2_buf[:k]
+                np.multiply(es, blk, out=es2)
+                np.matmul(es2, ones, out=out[2][a:b])
+                out[3][a:b] = np.einsum("ij,ij->i", es2, blk)
+    return out
+
+
+def _post_eval(s, s_y, beta, rows, order=3):
+    """(nll, d/dbeta, d2/dbeta2, d3/dbeta3) of the NLL of softmax(beta s) at the labels.
+
+    ``s_y``: label entries of the rows. The NLL is the mean log-partition minus ``beta * mean(s_y)``, so its
+    derivatives are the mean cumulants of ``s`` under softmax(beta s): mean, variance, third central moment.
+    """
+    mom = _moments(s, beta, rows, order)
+    nll = float(np.mean(np.log(mom[0])) - beta * np.mean(s_y))
+    if order == 0:
+        return nll, 0.0, 0.0, None
+    m1 = mom[1] / mom[0]
+    m2 = mom[2] / mom[0]
+    grad = float(np.mean(m1) - np.mean(s_y))
+    curv = float(np.mean(np.maximum(m2 - m1 * m1, 0.0)))
+    third = float(np.mean(mom[3] / mom[0] - m1 * (3.0 * m2 - 2.0 * m1 * m1))) if order >= 3 else None
+    return nll, grad, curv, third
+
+
+def _member_eval(s, s_y, beta, rows, order=2):
+    """As ``_post_eval`` for mean_m softmax(beta s_m); ``s`` (M, N, C), ``s_y`` (M, n) for the rows."""
+    m, n_all, c = s.shape
+    n = s_y.shape[1]
+    flat_rows = None if rows is None else (np.arange(m)[:, None] * n_all + rows[None, :]).ravel()
+    mom = [x.reshape(m, n) for x in _moments(s.reshape(m * n_all, c), beta, flat_rows, order)]
+    log_a = beta * s_y - np.log(mom[0])  # log softmax(beta s_m) at the label
+    log_sum = special.logsumexp(log_a, axis=0)
+    nll = float(np.log(m) - np.mean(log_sum))
+    if order == 0:
+        return nll, 0.0, 0.0, None
+    mean = mom[1] / mom[0]
+    var = np.maximum(mom[2] / mom[0] - mean * mean, 0.0)
+    w = np.exp(log_a - log_sum)  # posterior weight of each member at the label; sums to 1 over members
+    d = s_y - mean  # d log_a / d beta
+    wd = np.sum(w * d, axis=0)
+    grad = float(-np.mean(wd))
+    curv = float(np.mean(np.sum(w * var, axis=0) - (np.sum(w * d * d, axis=0) - wd * wd)))
+    return nll, grad, curv, None
+
+
+def _minimize_beta(evaluate, beta_lo: float, beta_hi: float, beta0: float, rtol: float, polish: bool = False):
+    """Safeguarded Newton for dNLL/dbeta = 0 on ``[beta_lo, beta_hi]``; returns (beta, nll, hit_bound).
+
+    ``evaluate(beta) -> (nll, d1, d2, d3)`` (derivatives in beta; ``d3`` may be None). Works in ``u = log beta``:
+    Newton in u where the NLL is convex in u (Halley's correction when ``d3`` is known and the correction factor
+    lies in [0.5, 2]), else Newton in beta (the NLL of one softmax is convex in beta), else bisection of the
+    bracket; steps are capped at a factor e**2 and a bracket
+    ``lo < root < hi`` shrinks with every evaluation. Stops when the step is below ``rtol`` (relative in beta),
+    or at a bound whose derivative still points outward. Deterministic. With ``polish`` the final step is taken
+    without another evaluation (its error is about the square of a step below ``rtol``; the returned NLL is
+    then that of the previous point), for callers that need only the temperature.
+    """
+    u_min, u_max = np.log(beta_lo), np.log(beta_hi)
+    lo, hi, lo_known, hi_known = u_min, u_max, False, False
+    u = float(np.clip(np.log(beta0), u_min, u_max))
+    best = (np.inf, u)
+    for _ in range(_MAX_ITER):
+        beta = float(np.exp(u))
+        nll, grad, curv, third = evaluate(beta)
+        best = min(best, (nll, u))
+        if grad == 0.0:  # flat to underflow; at a bound this is the separable limit
+            return beta, nll, bool(u <= u_min or u >= u_max)
+        if grad < 0:
+            lo, lo_known = u, True
+            if u >= u_max:
+                return beta, nll, True  # NLL still falling at the smallest temperature (e.g. separable data)
+        else:
+            hi, hi_known = u, True
+            if u <= u_min:
+                return beta, nll, True  # NLL still falling at the largest temperature
+        d1, d2 = beta * grad, beta * beta * curv + beta * grad  # derivatives in u
+        if d2 > 0:
+            step = -d1 / d2
+            if third is not None:
+                d3 = beta**3 * third + 3.0 * beta * beta * curv + beta * grad
+                factor = 1.0 + 0.5 * step * d3 / d2  # Halley: step / (1 - d1 d3 / (2 d2^2))
+                if 0.5 <= factor <= 2.0:
+                    step /= factor
+        elif curv > 0 and -grad / (curv * beta) > -1.0:
+            step = float(np.log1p(-grad / (curv * beta)))
+        else:
+            step = -2.0 * np.sign(grad)
+        if abs(step) <= rtol:
+            if polish and lo < u + step < hi:
+                return float(np.exp(u + step)), nll, False
+            return beta, nll, False
+        if abs(d1 * step) <= 1e-15 * max(1.0, abs(nll)):
+            # The predicted gain is below rounding: the NLL is flat here (e.g. a separable fit split, where it
+            # approaches its infimum as T -> 0 at a geometric rate). Test the bound it drifts to, else stop.
+            if step > 0 and not hi_known:
+                u = u_max
+                continue
+            if step < 0 and not lo_known:
+                u = u_min
+                continue
+            break
+        target = u + float(np.clip(step, -2.0, 2.0))
+        if lo < target < hi:
+            u = target
+        elif target >= hi and not hi_known:
+            u = u_max  # test the bound before bisecting towards it
+        elif target <= lo and not lo_known:
+            u = u_min
+        else:
+            u = 0.5 * (lo + hi)
+        if lo_known and hi_known and hi - lo <= rtol:
+            break
+    nll, u = best
+    return float(np.exp(u)), nll, bool(u <= u_min or u >= u_max)
+
+
+def _fit_scalar(evaluate, nll_one: float, bounds, beta0: float = 1.0) -> TemperatureFit:
+    """Run the solver; the fit never reports an NLL above the one at T = 1 (the start is always feasible)."""
+    t_lo, t_hi = bounds
+    beta, nll, hit = _minimize_beta(evaluate, 1.0 / t_hi, 1.0 / t_lo, beta0, _RTOL)
+    if not nll < nll_one:  # T = 1 is optimal to rounding (or the non-convex per-member fit went astray)
+        beta, nll, hit = 1.0, nll_one, False
+    temperature = (t_lo if beta > 1.0 else t_hi) if hit else 1.0 / beta  # report a bound exactly
+    return TemperatureFit(temperature=float(temperature), nll_before=nll_one, nll_after=nll, hit_bound=bool(hit))
+
+
+def _fit_post(s, s_y, lse1, bounds, rows=None, beta0=None) -> TemperatureFit:
+    """Temperature for softmax(s / T) over ``rows``; ``s_y``, ``lse1`` are full-length (N,) arrays.
+
+    ``beta0``: a starting 1/T (e.g. a neighbouring fold's); the answer meets the same stopping rule either way.
+    """
+    if rows is not None:
+        s_y, lse1 = s_y[rows], lse1[rows]
+    nll_one = float(np.mean(lse1) - np.mean(s_y))
+    n = s_y.shape[0]
+    if beta0 is not None:
+        pass
+    elif n < 4 * _WARM_START_ROWS:
+        beta0 = 1.0
+    else:
+        # Warm start from a strided sub-sample (deterministic): the full-data Newton then needs about three
+        # passes instead of five; the answer still satisfies the full-data stopping rule.
+        stride = n // _WARM_START_ROWS
+        s_sub, sub = (s[::stride], None) if rows is None else (s, rows[::stride])
+        beta0, _, _ = _minimize_beta(
+            lambda b: _post_eval(s_sub, s_y[::stride], b, sub), 1.0 / bounds[1], 1.0 / bounds[0], 1.0, 1e-3
+        )
+    return _fit_scalar(lambda b: _post_eval(s, s_y, b, rows), nll_one, bounds, beta0)
+
+
+def _fused_pass(x: NDArray, labels: NDArray, beta: float, kind: str, eps: float):
+    """One pass over raw ``x`` (N, C) (``kind`` "logits" or "probs") in ``x``'s dtype, prep done per row block.
+
+    Returns (nll_one, s_y, mom): the NLL at ``T = 1``, the label entries of ``s`` and the row sums of
+    ``exp(beta s) s**k``, k = 0..4, as float64. ``s`` is ``x`` minus a per-row constant (which a softmax ignores)
+    that makes ``s <= 0`` with row max >= -log C, and lives only per block: no full-size float64 copy. For probs
+    the constant is 0 (``s = log(p + eps)``; a row max >= 1/C); for logits it is the row's log-sum-exp, taken
+    from the ``exp`` that the NLL at ``T = 1`` needs anyway (shifted by the block max, a contiguous reduction,
+    instead of a per-row max, which numpy does several times slower). Float32 input is exponentiated in float32
+    (values in (0, 1]: no overflow), about 3x cheaper than float64.
+    """
+    n, c = x.shape
+    dt = x.dtype
+    step = max(1, _BLOCK_ENTRIES // c)
+    k0 = min(step, n)
+    sb, e = np.empty((k0, c), dt), np.empty((k0, c), dt)
+    ones = np.ones(c, dt)
+    row_sum = np.empty(n, dt)
+    shift = np.zeros(n)  # per-row constant removed from x (float64)
+    mom = [np.empty(n, dt) for _ in range(5)]
+    tiny = np.finfo(dt).tiny * 1e6
+    for a, b in _row_blocks(n, c):
+        k = b - a
+        s, ek = sb[:k], e[:k]
+        if kind == "logits":
+            top = x[a:b].max()
+            np.subtract(x[a:b], top, out=s)
+            np.exp(s, out=ek)
+            np.matmul(ek, ones, out=row_sum[a:b])
+            if row_sum[a:b].min() < tiny:  # a row far below the block max: shift each row by its own max
+                top = x[a:b].max(axis=1).astype(np.float64)
+                np.subtract(x[a:b], top[:, None].astype(dt), out=s)
+                np.exp(s, out=ek)
+                np.matmul(ek, ones, out=row_sum[a:b])
+            shift[a:b] = np.log(row_sum[a:b], dtype=np.float64)
+            shift[a:b] += top
+            np.subtract(x[a:b], shift[a:b, None].astype(dt), out=s)
+        else:
+            np.add(x[a:b], dt.type(eps), out=s)
+            np.matmul(s, ones, out=row_sum[a:b])  # sum_c (p + eps)
+            np.log(s, out=s)
+        np.multiply(s, dt.type(beta), out=ek)
+        np.exp(ek, out=ek)
+        np.matmul(ek, ones, out=mom[0][a:b])
+        for j in range(1, 5):
+            np.multiply(ek, s, out=ek)
+            np.matmul(ek, ones, out=mom[j][a:b])
+    x_y = x[np.arange(n), labels].astype(np.float64)
+    if kind == "logits":
+        nll_one = float(np.mean(shift) - np.mean(x_y))  # log-sum-exp minus the label logit
+        s_y = x_y - shift.astype(dt).astype(np.float64)  # the shift as rounded for s
+    else:
+        s_y = np.log(x_y + eps)
+        nll_one = float(np.mean(np.log(row_sum.astype(np.float64))) - np.mean(s_y))
+    return nll_one, s_y, [m.astype(np.float64) for m in mom]
+
+
+def _fit_post_fused(x: NDArray, labels: NDArray, kind: str, eps: float, bounds) -> TemperatureFit | None:
+    """One-pass temperature fit on large raw ``x`` (N >= 4 * _WARM_START_ROWS), or None when it cannot certify.
+
+    A strided sub-sample gives a start ``beta0`` near the optimum; one fused pass at ``beta0`` yields the NLL
+    and its first four derivatives (mean cumulants of ``s``), and the root of the cubic Taylor model of the
+    derivative is the answer when the model's last term moves ``beta`` by less than ``_RTOL`` (its error is
+    below the next, smaller term). Otherwise (or on any non-finite value) None: the caller runs the full solver.
+    """
+    n = x.shape[0]
+    beta_lo, beta_hi = 1.0 / bounds[1], 1.0 / bounds[0]
+    stride = n // _WARM_START_ROWS
+    s_sub, _ = _prep_logits(x[::stride]) if kind == "logits" else _prep_probs(x[::stride], eps)
+    s_y_sub = _label_values(s_sub, labels[::stride])
+    beta0 = 1.0
+    for sub in (8, 1):  # a coarse fit on every 8th sub-sample row, then about one step on all of them
+        s_k, s_y_k = s_sub[::sub], s_y_sub[::sub]
+        beta0, _, hit = _minimize_beta(lambda b: _post_eval(s_k, s_y_k, b, None), beta_lo, beta_hi, beta0, 1e-3)
+        if hit:
+            return None
+    with np.errstate(all="ignore"):
+        nll_one, s_y, mom = _fused_pass(x, labels, beta0, kind, eps)
+        r1, r2, r3, r4 = (m / mom[0] for m in mom[1:])
+        mu2 = np.maximum(r2 - r1 * r1, 0.0)
+        mu3 = r3 - r1 * (3.0 * r2 - 2.0 * r1 * r1)
+        mu4 = r4 - r1 * (4.0 * r3 - r1 * (6.0 * r2 - 3.0 * r1 * r1))
+        mean_sy = float(np.mean(s_y))
+        nll0 = float(np.mean(np.log(mom[0])) - beta0 * mean_sy)
+        g0 = float(np.mean(r1) - mean_sy)
+        g1 = float(np.mean(mu2))
+        g2 = float(np.mean(mu3))
+        g3 = float(np.mean(mu4 - 3.0 * mu2 * mu2))
+    if not (np.isfinite([nll_one, nll0, g0, g1, g2, g3]).all() and g1 > 0):
+        return None
+    h = -g0 / g1
+    for _ in range(8):  # Newton on the cubic model g0 + g1 h + g2 h^2 / 2 + g3 h^3 / 6 from the Newton step
+        f = g0 + h * (g1 + h * (0.5 * g2 + h * g3 / 6.0))
+        df = g1 + h * (g2 + 0.5 * h * g3)
+        if not df > 0:
+            return None
+        h -= f / df
+    beta = beta0 + h
+    f = g0 + h * (g1 + h * (0.5 * g2 + h * g3 / 6.0))
+    if not (abs(h) <= 0.05 * beta0 and abs(f) / g1 <= _RTOL * beta0 and abs(g3 * h**3 / 6.0) / g1 <= _RTOL * beta0
+            and beta_lo < beta < beta_hi):
+        return None
+    nll = nll0 + h * (g0 + h * (0.5 * g1 + h * (g2 / 6.0 + h * g3 / 24.0)))
+    if not nll < nll_one:
+        return None
+    return TemperatureFit(temperature=float(1.0 / beta), nll_before=nll_one, nll_after=float(nll), hit_bound=False)
+
+
+def _fit_per_member(s, s_y, lse1, bounds, rows=None, beta0=None) -> TemperatureFit:
+    """Temperature for mean_m softmax(s_m / T) over ``rows``; ``s`` (M, N, C), ``s_y``/``lse1`` (M, N)."""
+    if rows is not None:
+        s_y, lse1 = s_y[:, rows], lse1[:, rows]
+    m = s.shape[0]
+    nll_one = float(np.log(m) - np.mean(special.logsumexp(s_y - lse1, axis=0)))
+    return _fit_scalar(lambda b: _member_eval(s, s_y, b, rows), nll_one, bounds, 1.0 if beta0 is None else beta0)
+
+
+def _softmax_scaled(s: NDArray, beta) -> NDArray[np.float64]:
+    """softmax(beta * s) on the last axis (``beta`` a scalar or (C,) vector), float64; rows of ``s`` max 0."""
+    z = np.multiply(s, beta, dtype=np.float64)
+    z -= z.max(axis=-1, keepdims=True)
+    np.exp(z, out=z)
+    z /= z.sum(axis=-1, keepdims=True)
+    return z
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# argument checks
