@@ -435,8 +435,10 @@ def compare(archives: tuple[Path, ...], reference: Path | None, ensemble: Path |
 
 
 def _dee_protocol(protocol):
-    """The protocol a DEE reference is scored under: member curves on, temperature after averaging."""
-    return protocol.replace(member_curves=True, placement="post")
+    """The protocol a DEE reference is scored under (``scoring.dee.DEE_REFERENCE_SETTINGS``)."""
+    from .scoring.dee import DEE_REFERENCE_SETTINGS
+
+    return protocol.replace(**DEE_REFERENCE_SETTINGS)
 
 
 @cli.command(epilog=EPILOG)

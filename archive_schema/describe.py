@@ -17,7 +17,7 @@ def describe_archive(reader: ArchiveReader) -> dict[str, Any]:
     h = reader.header
     splits = []
     for name, s in h.splits.items():
-        ds = reader._node(name, "probs")
+        ds = reader.dataset(name)
         splits.append({**asdict(s), "shape": list(ds.shape), "dtype": str(ds.dtype),
                        "stored_bytes": int(ds.id.get_storage_size()), "declared_bytes": int(ds.nbytes)})
     return {

@@ -41,28 +41,29 @@ class ArchiveReader:
     def header(self) -> ArchiveHeader:
         return self._parsed.header
 
-    def _node(self, split: str, key: str) -> h5py.Dataset | None:
+    def dataset(self, split: str, key: str = "probs") -> h5py.Dataset | None:
+        """The validated h5py dataset ``key`` (``probs``, ``labels``, ``sample_ids``) of a split, or None."""
         if split not in self.header.splits:
             raise KeyError(f"no split {split!r} in {self.header.path}; splits: {sorted(self.header.splits)}")
         return self._parsed.nodes.get((split, key))
 
     def probs(self, split: str) -> np.ndarray:
         """All of a split's predictions, (M, N, C), in the stored dtype."""
-        return self._node(split, "probs")[()]
+        return self.dataset(split, "probs")[()]
 
     def iter_probs(self, split: str, rows: int | None = None) -> Iterator[tuple[int, np.ndarray]]:
         """Blocks ``(start, (M, rows, C))`` along samples; ``rows`` defaults to ~``limits.block_bytes``."""
-        ds = self._node(split, "probs")
+        ds = self.dataset(split, "probs")
         if rows is None:
             rows = block_rows(ds.shape[0], ds.shape[2], self.limits.block_bytes)
         return iter_blocks(ds, rows)
 
     def probs_dtype(self, split: str) -> np.dtype:
-        return self._node(split, "probs").dtype
+        return self.dataset(split, "probs").dtype
 
     def chunk_rows(self, split: str) -> int | None:
         """Samples per stored chunk of a split's probs (None when not chunked)."""
-        chunks = self._node(split, "probs").chunks
+        chunks = self.dataset(split, "probs").chunks
         return None if chunks is None else chunks[1]
 
     def iter_checked_probs(self, split: str, rows: int | None = None) -> Iterator[tuple[int, np.ndarray]]:
@@ -89,7 +90,7 @@ class ArchiveReader:
         every chunk is still decompressed once, and memory holds one member's rows only."""
         scan = Scan(self.header.path, self.limits)
         path = f"/splits/{split}/probs"
-        ds = self._node(split, "probs")
+        ds = self.dataset(split, "probs")
         m_total, n, _ = ds.shape
         for start in range(0, n, rows):
             for m in range(m_total):
@@ -113,11 +114,11 @@ class ArchiveReader:
             raise InvalidArchiveError(self.header.path, self.findings + scan.findings)
 
     def labels(self, split: str) -> np.ndarray | None:
-        ds = self._node(split, "labels")
+        ds = self.dataset(split, "labels")
         return None if ds is None else ds[()].astype(np.int64)
 
     def sample_ids(self, split: str) -> np.ndarray | None:
-        ds = self._node(split, "sample_ids")
+        ds = self.dataset(split, "sample_ids")
         return None if ds is None else ds[()].astype(np.int64)
 
     def close(self) -> None:

@@ -225,11 +225,18 @@ def _check_dataset(scan: Scan, path: str, ds: h5py.Dataset) -> bool:
 
 
 def file_sha256(path: str | Path, block: int = 1 << 20) -> str:
-    """sha256 of the file's bytes (recorded in reports)."""
+    """sha256 of a regular file's bytes (recorded in reports and leaderboard keys).
+
+    Opened without following a symbolic link and refused (``OSError``) unless it is a regular file, so hashing
+    an upload can neither be redirected nor block on a FIFO.
+    """
     import hashlib
 
     h = hashlib.sha256()
-    with open(path, "rb") as fh:
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    with os.fdopen(fd, "rb") as fh:
+        if not stat.S_ISREG(os.fstat(fh.fileno()).st_mode):
+            raise OSError(f"{path} is not a regular file")
         while chunk := fh.read(block):
             h.update(chunk)
     return h.hexdigest()

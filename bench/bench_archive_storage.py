@@ -133,14 +133,14 @@ def run(m: int, n: int, c: int, repeat: int, workdir: Path) -> list[dict]:
 
                 def one_member():
                     with open_archive(out, check_values=False) as r:
-                        return r._node("test", "probs")[m // 2]
+                        return r.dataset("test")[m // 2]
 
                 stream_s = _best(stream, repeat)
                 stream256_s = _best(lambda: stream(256), repeat)
                 member_s = _best(one_member, repeat)
                 with open_archive(out, check_values=False) as r:
-                    chunk = r._node("test", "probs").chunks
-                    np.testing.assert_array_equal(r._node("test", "probs")[m - 1], probs[m - 1])
+                    chunk = r.dataset("test").chunks
+                    np.testing.assert_array_equal(r.dataset("test")[m - 1], probs[m - 1])
                 rows.append(dict(chunk_kib=chunk_bytes // KIB, chunk=chunk, filters=fname, mib=size / 2**20,
                                  ratio=raw / size, write_s=min(write_times), validate_s=validate_s,
                                  stream_s=stream_s, stream256_s=stream256_s, member_s=member_s))

@@ -313,11 +313,6 @@ def summarize_ood(sections: Mapping[str, Mapping[str, Any]]) -> dict[str, float]
     return {k: float(np.mean([s[k] for s in sections.values()])) for k in keys}
 
 
-def _quantiles(values: Sequence[float]) -> dict[str, float]:
-    q = np.quantile(np.asarray(values, dtype=np.float64), [0.0, 0.25, 0.5, 0.75, 1.0])
-    return dict(zip(("min", "q1", "median", "q3", "max"), (float(x) for x in q)))
-
-
 def in_domain_section(arrays: SplitArrays, labels: NDArray, *, bins: int, eps: float, smoothing: float, tpr: float,
                       cost_preset: str | None = None, cost_matrix: Sequence[Sequence[float]] | None = None,
                       cost_reduction: str = "mean") -> dict[str, Any]:

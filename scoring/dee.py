@@ -14,7 +14,11 @@ from typing import Any
 
 from ..metrics.dee import dee_curve, dee_score
 
-__all__ = ["DeeUnavailableError", "reference_curve", "dee_of_report", "dee_between"]
+__all__ = ["DEE_REFERENCE_SETTINGS", "DeeUnavailableError", "reference_curve", "dee_of_report", "dee_between"]
+
+#: Protocol settings a deep ensemble is scored under to serve as DEE reference (``Protocol.replace(**…)``): its
+#: member curves, with the temperature fitted after averaging as in the Pitfalls paper.
+DEE_REFERENCE_SETTINGS = {"member_curves": True, "placement": "post"}
 
 
 class DeeUnavailableError(ValueError):

@@ -9,6 +9,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from .tables import shift_rows
+
 __all__ = ["render_html", "write_html"]
 
 _CSS = """body{font-family:system-ui,sans-serif;margin:2em;max-width:1100px}table{border-collapse:collapse;margin:1em 0}
@@ -49,10 +51,7 @@ def render_html(report: Mapping[str, Any], *, title: str | None = None) -> str:
                                                for k, v in sorted(summary.items())]))
     if report.get("shift"):
         parts.append("<h2>Shift</h2>")
-        parts.append(_table(("split", "kind", "intensity", "accuracy", "NLL", "Brier", "ECE"),
-                            sorted(((n, s["shift_kind"], s["shift_intensity"], s["accuracy"], s["nll"],
-                                     s["brier"], s["ece"]) for n, s in report["shift"].items()),
-                                   key=lambda r: (r[1], r[2]))))
+        parts.append(_table(("split", "kind", "intensity", "accuracy", "NLL", "Brier", "ECE"), shift_rows(report)))
     parts.append("<h2>Figures</h2>")
     for caption, svg in figures(report):
         parts.append(f"<figure>{svg}<figcaption>{html.escape(caption)} — "

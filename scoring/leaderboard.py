@@ -31,7 +31,8 @@ from typing import Any
 
 from .. import __version__
 from ..archive_schema.durable import atomic_path, fsync_dir
-from .dee import DeeUnavailableError, dee_of_report, reference_curve
+from ..archive_schema.scan import file_sha256
+from .dee import DEE_REFERENCE_SETTINGS, DeeUnavailableError, dee_of_report, reference_curve
 from .sandbox import SandboxLimits, SandboxOutcome, SandboxTask, run_sandboxed
 
 __all__ = ["BoardConfig", "archive_digest", "list_uploads", "score_one", "score_directory", "build_board",
@@ -52,23 +53,12 @@ def _canonical(obj: Any) -> bytes:
     return json.dumps(obj, sort_keys=True, separators=(",", ":"), allow_nan=False).encode()
 
 
-def _file_sha256(path: str | Path) -> str:
-    h = hashlib.sha256()
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-    with os.fdopen(fd, "rb") as fh:
-        if not stat.S_ISREG(os.fstat(fh.fileno()).st_mode):
-            raise OSError(f"{path} is not a regular file")
-        while chunk := fh.read(1 << 20):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 def archive_digest(path: str | Path) -> str:
     """sha256 of a regular file's bytes; for anything else (symlink, FIFO, directory) a hash of what it is,
     computed without opening it, so the sandbox can report it."""
     st = os.lstat(path)
     if stat.S_ISREG(st.st_mode):
-        return _file_sha256(path)
+        return file_sha256(path)
     what = os.readlink(path) if stat.S_ISLNK(st.st_mode) else ""
     return hashlib.sha256(_canonical(["not-a-regular-file", Path(path).name, st.st_mode, what])).hexdigest()
 
@@ -110,7 +100,7 @@ class BoardConfig:
             from .protocols import Protocol
 
             proto = Protocol.preset("pitfalls").to_dict()
-        return cls(kind, ref, None if ref is None else _file_sha256(ref), proto, dict(read_limits or {}), sandbox)
+        return cls(kind, ref, None if ref is None else file_sha256(ref), proto, dict(read_limits or {}), sandbox)
 
     def key(self) -> str:
         """Hash of what changes a result (not the sandbox limits, not the reference's path)."""
@@ -248,7 +238,7 @@ def score_directory(directory: str | Path, board: str | Path, config: BoardConfi
     ensemble_record = None
     if ensemble is not None:
         # The DEE reference: the same protocol with member curves on and temperature after averaging.
-        ens_protocol = {**(config.protocol or {}), "member_curves": True, "placement": "post"}
+        ens_protocol = {**(config.protocol or {}), **DEE_REFERENCE_SETTINGS}
         ensemble_record = score_one(ensemble, board=board, config=dataclasses.replace(config, protocol=ens_protocol))
     result = build_board([r for r in records if r is not None], config, ensemble_record)
     write_board(result, board)

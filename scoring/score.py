@@ -215,16 +215,10 @@ def run_score(path: str | Path, *, reference: str | Path | None = None,
         "report_schema": REPORT_SCHEMA_VERSION,
         "archive": archive,
         "labels": {"source": "reference" if ref is not None else "archive",
-                   "reference": None if ref is None else {"path": ref.path, "sha256": _sha(ref.path)}},
+                   "reference": None if ref is None else {"path": ref.path, "sha256": file_sha256(ref.path)}},
         "protocol": p.to_dict(),
         "limits": _limits_dict(limits),
         "primary_split": primary,
         **report,
         "notes": notes,
     }
-
-
-def _sha(path: str) -> str:
-    from ..archive_schema.scan import file_sha256
-
-    return file_sha256(path)

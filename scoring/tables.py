@@ -72,9 +72,8 @@ def format_score(report: Mapping[str, Any]) -> str:
                                                "AUPR tot", "FPR95 tot"), rows)] + [""]
     if report["shift"]:
         lines.append("shift")
-        rows = sorted(((name, s["shift_kind"], s["shift_intensity"], s["accuracy"], s["nll"], s["brier"], s["ece"])
-                       for name, s in report["shift"].items()), key=lambda r: (r[1], r[2]))
-        lines += ["  " + ln for ln in _table(("split", "kind", "intensity", "acc", "NLL", "Brier", "ECE"), rows)]
+        lines += ["  " + ln for ln in _table(("split", "kind", "intensity", "acc", "NLL", "Brier", "ECE"),
+                                               shift_rows(report))]
         for group in report["shift_summary"]["groups"]:
             if len(group["kinds"]) < 2:
                 continue
@@ -94,6 +93,14 @@ def format_score(report: Mapping[str, Any]) -> str:
     for n in report["notes"]:
         lines.append(f"note: {n}")
     return "\n".join(lines).rstrip() + "\n"
+
+
+def shift_rows(report: Mapping[str, Any]) -> list[tuple]:
+    """(split, kind, intensity, accuracy, NLL, Brier, ECE) of every shift split, by kind then numeric intensity
+    (a report that went through JSON has its splits in name order, where rotate_105 sorts before rotate_15)."""
+    rows = [(name, s["shift_kind"], s["shift_intensity"], s["accuracy"], s["nll"], s["brier"], s["ece"])
+            for name, s in report["shift"].items()]
+    return sorted(rows, key=lambda r: (r[1], r[2]))
 
 
 def format_compare(reports: Sequence[Mapping[str, Any]], names: Sequence[str]) -> str:
