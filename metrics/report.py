@@ -130,9 +130,11 @@ class SplitAccumulator:
     def add(self, start: int, block: NDArray[np.floating]) -> None:
         """Add samples ``start:start+rows`` of every member: ``block`` is (M, rows, C)."""
         stop = start + block.shape[1]
-        self._mean[start:stop] = _ensemble_mean(block)
-        smoothed = _smooth(block, self.gamma) if self.gamma else block
-        dec = _uncertainty_decomposition(smoothed)
+        if self.gamma:  # uncertainties of the smoothed members; the report's mean stays unsmoothed
+            self._mean[start:stop] = _ensemble_mean(block)
+            dec = _uncertainty_decomposition(_smooth(block, self.gamma))
+        else:  # one pass gives the uncertainties and the mean
+            dec = _uncertainty_decomposition(block, mean_out=self._mean[start:stop])
         self._finish_rows(start, stop, dec.total, dec.data, dec.knowledge)
         if self._members is not None:
             self._members[:, start:stop] = block

@@ -173,12 +173,13 @@ class UncertaintyDecomposition:
 
 
 def _uncertainty_decomposition(
-    member_probs: NDArray, *, check: _BlockedProbsCheck | None = None
+    member_probs: NDArray, *, check: _BlockedProbsCheck | None = None, mean_out: NDArray | None = None
 ) -> UncertaintyDecomposition:
     """Total, data and knowledge uncertainty; assumes validated input unless ``check`` validates each block.
 
     One pass over blocks of samples: each member block is read from memory once (checked, its entropy taken and
-    added into the float64 mean), and the float64 ensemble mean never exists for more than one block.
+    added into the float64 mean), and the float64 ensemble mean never exists for more than one block unless
+    ``mean_out`` (N, C) float64 asks for it (the same bits as ``_ensemble_mean``, without a second pass).
     """
     m, n, c = member_probs.shape
     dt = member_probs.dtype
@@ -207,6 +208,8 @@ def _uncertainty_decomposition(
                 _entropy_block(block, hk, bufs, lo)
                 acc += _finish_entropy(hk, c)
             mb /= m
+            if mean_out is not None:
+                mean_out[start : start + k] = mb
             md = mean_dt[:k]
             if md is not mb:
                 md[...] = mb
