@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: MIT
 """The member loop around the archive writer, with resumable checkpoints.
 
-Resumption. Every epoch ends with an atomic checkpoint (temporary file, fsync, then ``os.replace``) in the writer's
+Resumption. Every epoch ends with an atomic checkpoint (``archive_schema.durable.atomic_path``: temporary file, fsync, rename) in the writer's
 ``scratch_dir``. Each epoch reseeds torch from ``(seed, run, epoch)``, so a run resumed from a checkpoint follows
 the same path as an uninterrupted one on the CPU. A member whose index is below ``writer.n_members`` is already on
 disk and is never produced again; an independent member's run is never restarted once its member is written.
@@ -10,7 +10,6 @@ disk and is never produced again; an independent member's run is never restarted
 from __future__ import annotations
 
 import json
-import os
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -19,6 +18,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from ..archive_schema.durable import atomic_path
 from .models import count_parameters
 from .task import Task
 from .torch_trainer import Method, Progress, RunSettings, TrainContext, derive_seed, predict_splits, train_epoch
@@ -27,11 +27,8 @@ __all__ = ["run_method"]
 
 
 def _atomic_save(obj: Any, path: Path) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    torch.save(obj, tmp)
-    with open(tmp, "rb") as f:
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    with atomic_path(path) as tmp:
+        torch.save(obj, tmp)
 
 
 def _load(path: Path, device: torch.device) -> dict | None:
@@ -49,9 +46,8 @@ class _Clock:
 
     def add(self, key: str, seconds: float) -> None:
         self.seconds[key] += seconds
-        tmp = self.path.with_name(self.path.name + ".tmp")
-        tmp.write_text(json.dumps(self.seconds))
-        os.replace(tmp, self.path)
+        with atomic_path(self.path) as tmp:
+            tmp.write_text(json.dumps(self.seconds))
 
 
 def _train_run(
