@@ -159,7 +159,9 @@ def read_v1_0(scan: Scan, f: h5py.File, safe: set[str], version: str) -> Parsed 
     if "scalability" in f:
         g = f["scalability"]
         scalability = {k: read_attr(scan, g, k, "/scalability") for k in g.attrs}
-        scalability = {k: (v.item() if isinstance(v, np.generic) else v) for k, v in scalability.items()
+        # contract (#9.9): a fixed-length string attribute reads as numpy.bytes_; decode it like _str does.
+        scalability = {k: (v.decode("utf-8", errors="replace") if isinstance(v, bytes)
+                           else v.item() if isinstance(v, np.generic) else v) for k, v in scalability.items()
                        if k != "ubench_kind" and v is not None}
     if "splits" not in f or not isinstance(f["splits"], h5py.Group):
         scan.add("/splits", "missing-group", "required group is missing")

@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import datetime as _dt
 import re
 from dataclasses import dataclass
 
@@ -18,6 +19,11 @@ __all__ = [
     "ROLES",
     "MEMBER_KINDS",
     "SPLIT_NAME",
+    "VERSION",
+    "ROW_SUM_ABS_TOL",
+    "row_sum_tolerance",
+    "is_split_name",
+    "is_iso8601_with_zone",
     "ROOT_ATTRS_V1",
     "PROB_DTYPES",
     "ALLOWED_FILTERS",
@@ -36,11 +42,22 @@ class ArchiveSpec:
 
     @property
     def major(self) -> int:
-        return int(self.version.split(".")[0])
+        return int(self._parts()[0])
 
     @property
     def minor(self) -> int:
-        return int(self.version.split(".")[1])
+        return int(self._parts()[1])
+
+    def _parts(self) -> tuple[str, str]:
+        m = VERSION.fullmatch(self.version)
+        if m is None:
+            raise ValueError(f"version {self.version!r} is not of the form MAJOR.MINOR")
+        return m.group(1), m.group(2)
+
+
+#: A format version: two decimal integers, nothing else (no third part, no whitespace, no trailing newline).
+#: Match it with ``fullmatch`` (``$`` would accept a trailing ``"\n"``).
+VERSION = re.compile(r"([0-9]+)\.([0-9]+)")
 
 
 CURRENT = ArchiveSpec(FORMAT, "1.0")
@@ -51,8 +68,44 @@ ROLES = ("in_domain", "ood", "shift")
 #: What one member is. Scorers do not branch on it; it documents how the members were obtained.
 MEMBER_KINDS = ("point", "independent", "snapshot", "posterior_sample", "mc_sample", "augmentation")
 
-#: Split names are path-safe identifiers; "." alone is refused (HDF5 reads it as the group itself).
-SPLIT_NAME = re.compile(r"^(?!\.$)[A-Za-z0-9_.-]{1,128}$")
+#: Split names are path-safe identifiers; "." alone is refused (HDF5 reads it as the group itself). Anchored with
+#: ``\Z`` (not ``$``, which also matches before a trailing newline), so ``match`` and ``fullmatch`` agree.
+SPLIT_NAME = re.compile(r"\A(?!\.\Z)[A-Za-z0-9_.-]{1,128}\Z")
+
+
+def is_split_name(name: str) -> bool:
+    """True when ``name`` is a valid split name (SPEC.md §4), the whole string."""
+    return isinstance(name, str) and SPLIT_NAME.fullmatch(name) is not None
+
+
+#: The fixed part of the row-sum tolerance of ``probs`` (SPEC.md §4). ``metrics/_validation.py`` keeps its own
+#: copy (the metrics core imports numpy/scipy only); a test asserts the two agree.
+ROW_SUM_ABS_TOL = 1e-4
+_FLOAT32_EPS = 2.0**-23
+
+
+def row_sum_tolerance(n_classes: int) -> float:
+    """SPEC.md §4: every row of ``probs`` sums to 1 within ``1e-4 + C * 2**-23``.
+
+    The fixed 1e-4 plus the float32 rounding of a softmax over C classes; float64 files get the same tolerance.
+    """
+    return ROW_SUM_ABS_TOL + n_classes * _FLOAT32_EPS
+
+
+def is_iso8601_with_zone(text: str) -> bool:
+    """True for an ISO 8601 date and time with a UTC offset (``2026-11-22T03:21:31+00:00``, ``…Z``).
+
+    SPEC.md §2 ``created``: the date and time are separated by ``T``; the offset is required, so a reader never
+    has to guess the zone. Parsed by :meth:`datetime.datetime.fromisoformat` (Python 3.11: extended and basic
+    formats, fractional seconds); surrounding whitespace is refused.
+    """
+    if not isinstance(text, str) or "T" not in text.upper():
+        return False
+    try:
+        value = _dt.datetime.fromisoformat(text)
+    except ValueError:
+        return False
+    return value.tzinfo is not None
 
 #: Root attributes of a v1 archive: name -> (kind, required). kind is "str" or "int".
 ROOT_ATTRS_V1 = {

@@ -13,17 +13,17 @@ from pathlib import Path
 
 import numpy as np
 
-from ..metrics._validation import simplex_tolerance
 from . import read_v1  # noqa: F401  (registers the v1.0 reader)
+from .archive import ArchiveHeader
 from .errors import Finding, UnsupportedArchiveError
 from .read_v1 import Parsed
 from .registry import reader_for
 from .safe_h5py import h5py
 from .scan import Scan, check_container, open_readonly, read_attr, walk
-from .spec import ArchiveSpec, ReadLimits
+from .spec import ArchiveSpec, ReadLimits, is_iso8601_with_zone, row_sum_tolerance
 
 __all__ = ["validate_archive", "inspect_file", "iter_blocks", "block_rows", "is_partial_run", "check_probs_block",
-           "check_split_values"]
+           "check_split_values", "check_header", "probs_problem"]
 
 
 def is_partial_run(path: str | Path) -> bool:
@@ -51,29 +51,78 @@ def iter_blocks(ds: h5py.Dataset, rows: int) -> Iterator[tuple[int, np.ndarray]]
         yield start, ds[:, start : min(n, start + rows), :]
 
 
-def check_probs_block(scan: Scan, path: str, start: int, block: np.ndarray, member_offset: int = 0) -> bool:
-    """Value checks of one (m, rows, C) block whose first member is ``member_offset`` and first sample ``start``;
-    the first problem becomes a finding naming member, sample and class."""
+def probs_problem(block: np.ndarray, *, start: int = 0, member_offset: int = 0) -> tuple[str, str] | None:
+    """The first way an (m, rows, C) block of ``probs`` breaks SPEC.md §4, as ``(check, message)``, or None.
+
+    Checks in order: finite, in [0, 1], every row sums to 1 within :func:`spec.row_sum_tolerance` (summed in
+    float64). The message names member, sample (offset by ``member_offset`` and ``start``) and class.
+    """
     with np.errstate(all="ignore"):
         finite = np.isfinite(block.sum(dtype=np.float64))
     if not finite:
         m, i, c = np.unravel_index(int(np.argmax(~np.isfinite(block))), block.shape)
-        scan.add(path, "finite", f"non-finite value {block[m, i, c]} at member {member_offset + m}, sample {start + i}, class {c}")
-        return False
+        return "finite", (f"non-finite value {block[m, i, c]} at member {member_offset + m}, sample {start + i}, "
+                          f"class {c}")
     if block.min() < 0 or block.max() > 1:
         m, i, c = np.unravel_index(int(np.argmax((block < 0) | (block > 1))), block.shape)
-        scan.add(path, "range", f"probability {block[m, i, c]} outside [0, 1] at member {member_offset + m}, sample {start + i}, "
-                 f"class {c}")
-        return False
-    tol = simplex_tolerance(block.shape[2])
+        return "range", (f"probability {block[m, i, c]} outside [0, 1] at member {member_offset + m}, "
+                         f"sample {start + i}, class {c}")
+    tol = row_sum_tolerance(block.shape[2])
     sums = block.sum(axis=2, dtype=np.float64)
     bad = np.abs(sums - 1.0) > tol
     if bad.any():
         m, i = np.unravel_index(int(np.argmax(bad)), bad.shape)
-        scan.add(path, "row-sum", f"row of member {member_offset + m}, sample {start + i} sums to {sums[m, i]:.6g} "
-                 f"(rows must sum to 1 within {tol:.1e})")
+        return "row-sum", (f"row of member {member_offset + m}, sample {start + i} sums to {sums[m, i]:.6g} "
+                           f"(rows must sum to 1 within {tol:.1e})")
+    return None
+
+
+def check_probs_block(scan: Scan, path: str, start: int, block: np.ndarray, member_offset: int = 0) -> bool:
+    """Value checks of one (m, rows, C) block whose first member is ``member_offset`` and first sample ``start``;
+    the first problem becomes a finding naming member, sample and class."""
+    problem = probs_problem(block, start=start, member_offset=member_offset)
+    if problem is not None:
+        scan.add(path, *problem)
         return False
     return True
+
+
+def _format_string(value):
+    """The value of ``ubench_format`` / ``ubench_format_version`` as ``str``, or None.
+
+    h5py returns fixed-length strings (the HDF5 C API's and MATLAB's default, ASCII or UTF-8, NUL- or space-padded:
+    HDF5 strips the padding) as ``numpy.bytes_``; SPEC.md §1 allows them, so they are decoded here (strict UTF-8:
+    bytes that are not UTF-8 leave the archive unrecognised).
+    """
+    if isinstance(value, bytes):
+        try:
+            return value.decode("utf-8")
+        except UnicodeDecodeError:
+            return None
+    return value
+
+
+def check_header(scan: Scan, header: ArchiveHeader) -> None:
+    """Rules of SPEC.md that span attributes the structural reader reads one by one.
+
+    ``created`` is ISO 8601 with a zone (§2), and no two shift splits share a (shift_kind, shift_intensity)
+    (§4: the scorer keys its shift curves by that pair).
+    """
+    created = header.provenance.get("created")
+    if created is not None and not is_iso8601_with_zone(created):
+        scan.add("/", "created", "attribute 'created' must be an ISO 8601 date and time with a zone, e.g. "
+                 f"'2026-11-22T03:21:31+00:00'; found {created!r}")
+    seen: dict[tuple[str, float], str] = {}
+    for name, s in header.splits.items():
+        if s.role != "shift":
+            continue
+        key = (s.shift_kind, float(s.shift_intensity))
+        if key in seen:
+            scan.add(f"/splits/{name}", "shift-duplicate",
+                     f"shift splits {seen[key]!r} and {name!r} both have shift_kind {key[0]!r} and shift_intensity "
+                     f"{key[1]:g}; each (kind, intensity) may occur once")
+        else:
+            seen[key] = name
 
 
 def check_split_values(scan: Scan, parsed: Parsed) -> None:
@@ -122,8 +171,8 @@ def inspect_file(path: str | Path, limits: ReadLimits = ReadLimits(), *, check_v
         return None, None, scan.findings
     parsed = None
     try:
-        fmt = read_attr(scan, f, "ubench_format", "/")
-        version = read_attr(scan, f, "ubench_format_version", "/")
+        fmt = _format_string(read_attr(scan, f, "ubench_format", "/"))
+        version = _format_string(read_attr(scan, f, "ubench_format_version", "/"))
         if not isinstance(fmt, str) or not isinstance(version, str):
             scan.add("/", "format", "root attributes 'ubench_format' and 'ubench_format_version' must be strings; "
                      "this is not a ubench prediction archive")
@@ -137,6 +186,8 @@ def inspect_file(path: str | Path, limits: ReadLimits = ReadLimits(), *, check_v
         # (an external link at /members would open the other file).
         if scan.ok:
             parsed = reader(scan, f, safe, version)
+        if parsed is not None:
+            check_header(scan, parsed.header)
         if parsed is not None and check_values and scan.ok:
             check_split_values(scan, parsed)
     except UnsupportedArchiveError:

@@ -31,12 +31,12 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from .. import __version__
-from ..metrics._validation import check_labels, check_probs
 from .archive import SplitSpec
 from .durable import atomic_path, fsync_dir
 from .errors import ArchiveError
 from .safe_h5py import h5py
-from .spec import CURRENT, MEMBER_KINDS, SPLIT_NAME
+from .spec import CURRENT, MEMBER_KINDS, SPLIT_NAME, is_split_name
+from .validator import probs_problem
 
 __all__ = ["ArchiveWriter", "finalize_partial", "partial_dir_for", "chunk_shape", "DEFAULT_CHUNK_BYTES"]
 
@@ -133,11 +133,11 @@ class ArchiveWriter:
         self.compression = compression
         self._splits: dict[str, tuple[SplitSpec, int, np.ndarray | None, np.ndarray | None]] = {}
         for name, spec in splits.items():
-            if not SPLIT_NAME.match(name) or name == ".":  # HDF5 reads "." as the group itself
+            if not is_split_name(name):  # also refuses "." (HDF5 reads it as the group itself) and "test\n"
                 raise ValueError(f"split name {name!r} must match {SPLIT_NAME.pattern} and not be '.'")
             spec.check(name)
             n = spec.resolved_n_samples(name)
-            labels = None if spec.labels is None else check_labels(spec.labels, self.n_classes, f"labels of split {name!r}").astype(np.int64)
+            labels = None if spec.labels is None else _checked_labels(spec.labels, self.n_classes, name)
             ids = None if spec.sample_ids is None else np.asarray(spec.sample_ids)
             if ids is not None:
                 if ids.dtype.kind not in "iu" or ids.ndim != 1:
@@ -146,6 +146,14 @@ class ArchiveWriter:
                 if len(np.unique(ids)) != len(ids):
                     raise ValueError(f"sample_ids of split {name!r} must be unique")
             self._splits[name] = (spec, n, labels, ids)
+        shifts: dict[tuple[str, float], str] = {}
+        for name, (spec, *_rest) in self._splits.items():
+            if spec.role == "shift":
+                key = (str(spec.shift_kind), float(spec.shift_intensity))
+                if key in shifts:  # SPEC.md §4: the scorer keys shift results by (kind, intensity)
+                    raise ValueError(f"shift splits {shifts[key]!r} and {name!r} both have shift_kind {key[0]!r} "
+                                     f"and shift_intensity {key[1]:g}; each (kind, intensity) may occur once")
+                shifts[key] = name
         self._attrs = {
             "ubench_format": CURRENT.format,
             "ubench_format_version": CURRENT.version,
@@ -266,13 +274,9 @@ class ArchiveWriter:
             raise ValueError(
                 f"probs must have exactly the splits {sorted(self._splits)}; found {sorted(probs)}"
             )
-        checked = {}
-        for name, (_, n, _, _) in self._splits.items():
-            arr = check_probs(probs[name], f"probs[{name!r}]")
-            if arr.shape != (n, self.n_classes):
-                raise ValueError(f"probs[{name!r}] must have shape {(n, self.n_classes)}; found {arr.shape}")
-            checked[name] = arr.astype(self.dtype, copy=False)
         index = self.n_members
+        checked = {name: _checked_probs(probs[name], name, (n, self.n_classes), index).astype(self.dtype, copy=False)
+                   for name, (_, n, _, _) in self._splits.items()}
         target = self.partial_dir / "members" / f"{index:06d}.h5"
         with atomic_path(target) as tmp, h5py.File(tmp, "w") as f:
             f.attrs.update({"seed": np.int64(seed), "epoch": np.int64(epoch), "step": np.int64(step), "kind": kind})
@@ -313,6 +317,36 @@ class ArchiveWriter:
         # Only a clean exit finalizes; after an error the finished members stay in the partial directory.
         if exc_type is None:
             self.finalize()
+
+
+def _checked_labels(labels: ArrayLike, n_classes: int, split: str) -> np.ndarray:
+    """SPEC.md §4: labels are a non-empty 1-d integer array with values in [0, C); returned as int64."""
+    arr = np.asarray(labels)
+    what = f"labels of split {split!r}"
+    if arr.dtype.kind not in "iu":
+        raise TypeError(f"{what} must have an integer dtype; found dtype {arr.dtype}")
+    if arr.ndim != 1 or arr.size == 0:
+        raise ValueError(f"{what} must have shape (n_samples,) with n_samples > 0; found shape {arr.shape}")
+    bad = (arr < 0) | (arr >= n_classes)
+    if bad.any():
+        i = int(np.argmax(bad))
+        raise ValueError(f"{what} must be in [0, {n_classes}); found {arr[i]} at index {i}")
+    return arr.astype(np.int64)
+
+
+def _checked_probs(probs: ArrayLike, split: str, shape: tuple[int, int], member: int) -> np.ndarray:
+    """One member's (N, C) probabilities for ``split``, checked against SPEC.md §4 exactly as the validator will
+    check the finished archive (so the writer never writes an archive the reader refuses)."""
+    arr = np.asarray(probs)
+    what = f"probs[{split!r}]"
+    if arr.dtype not in (np.float32, np.float64):
+        raise TypeError(f"{what} must be float32 or float64; found dtype {arr.dtype}")
+    if arr.shape != shape:
+        raise ValueError(f"{what} must have shape {shape}; found {arr.shape}")
+    problem = probs_problem(arr[None], member_offset=member)
+    if problem is not None:
+        raise ValueError(f"{what}: {problem[1]}")
+    return arr
 
 
 def _finished_members(partial_dir: Path) -> list[Path]:

@@ -109,3 +109,92 @@ def test_spec_row_sum_tolerance_is_the_documented_one(tmp_path):
         p = write_plain_archive(tmp_path / f"t{ok}.h5", n_classes=c,
                                 splits={"test": dict(role="in_domain", dataset="d", probs=probs)})
         assert (validate_archive(p) == []) is ok
+
+
+# -- §1 fixed-length strings (issue 9 item 9) ----------------------------------------------------------------
+STRING_TYPES = {  # (character set, padding) as the HDF5 C API spells them; MATLAB writes NULLTERM ASCII
+    "ascii-nullterm": (h5py.h5t.CSET_ASCII, h5py.h5t.STR_NULLTERM),
+    "ascii-nullpad": (h5py.h5t.CSET_ASCII, h5py.h5t.STR_NULLPAD),
+    "ascii-spacepad": (h5py.h5t.CSET_ASCII, h5py.h5t.STR_SPACEPAD),
+    "utf8-nullterm": (h5py.h5t.CSET_UTF8, h5py.h5t.STR_NULLTERM),
+    "utf8-nullpad": (h5py.h5t.CSET_UTF8, h5py.h5t.STR_NULLPAD),
+    "utf8-spacepad": (h5py.h5t.CSET_UTF8, h5py.h5t.STR_SPACEPAD),
+}
+
+
+def _fixed_type(cset, pad, width):
+    t = h5py.h5t.C_S1.copy()
+    t.set_size(width)
+    t.set_cset(cset)
+    t.set_strpad(pad)
+    return t
+
+
+def _padded(texts, pad, width):
+    """The raw bytes a C writer stores: each string padded to ``width`` with spaces or NULs."""
+    fill = b" " if pad == h5py.h5t.STR_SPACEPAD else b"\0"
+    return np.array([t.encode() + fill * (width - len(t.encode())) for t in texts], dtype=f"S{width}")
+
+
+def _rewrite_strings_fixed(cset, pad):
+    """Rewrite every string attribute and string dataset SPEC.md allows as fixed-length strings of one
+    (cset, padding), 3 bytes wider than the longest value so that the padding is really there, through the
+    low-level API (what the HDF5 C API and MATLAB do: the file type is also the memory type, no conversion)."""
+
+    def mutate(f):
+        seen = []
+        for obj in (f, f["members"], f["splits"], *f["splits"].values(), f["scalability"]):
+            for name in list(obj.attrs):
+                value = obj.attrs[name]
+                if isinstance(value, bytes):
+                    value = value.decode()
+                if not isinstance(value, str):
+                    continue
+                width = len(value.encode()) + 3
+                t = _fixed_type(cset, pad, width)
+                del obj.attrs[name]
+                aid = h5py.h5a.create(obj.id, name.encode(), t, h5py.h5s.create(h5py.h5s.SCALAR))
+                aid.write(_padded([value], pad, width).reshape(()), mtype=t)
+                seen.append(f"{obj.name}@{name}")
+        for path in ("classes", "members/kind", "members/info"):
+            texts = [s.decode() if isinstance(s, bytes) else s for s in f[path][()]]
+            width = max(len(s.encode()) for s in texts) + 3
+            t = _fixed_type(cset, pad, width)
+            parent, name = f[path].parent, path.rsplit("/", 1)[-1]
+            del parent[name]
+            did = h5py.h5d.create(parent.id, name.encode(), t, h5py.h5s.create_simple((len(texts),)))
+            did.write(h5py.h5s.ALL, h5py.h5s.ALL, _padded(texts, pad, width), mtype=t)
+            seen.append(path)
+        # every string attribute of SPEC.md §2, §4 and §5 that the archive holds was rewritten
+        assert {"/@ubench_format", "/@ubench_format_version", "/@ubench_kind", "/@method", "/@model", "/@dataset",
+                "/@created", "/@writer", "/@framework", "/@framework_version", "/@config", "/@description",
+                "/members@ubench_kind", "/splits@ubench_kind", "/splits/rot_15@ubench_kind", "/splits/rot_15@role",
+                "/splits/rot_15@dataset", "/splits/rot_15@shift_kind", "/scalability@ubench_kind",
+                "/scalability@device"} <= set(seen)
+
+    return mutate
+
+
+@pytest.mark.parametrize("string_type", sorted(STRING_TYPES))
+def test_fixed_length_strings_everywhere_validate_and_read_back_exactly(string_type, tmp_path):
+    """§1: strings may be fixed-length, ASCII or UTF-8, NUL-terminated, NUL-padded or space-padded (HDF5 C API
+    and MATLAB writers): an archive whose every string attribute and string dataset is written that way has no
+    finding and reads back exactly as the same archive with variable-length strings."""
+    cset, pad = STRING_TYPES[string_type]
+    utf8 = cset == h5py.h5t.CSET_UTF8
+    root = {"framework": "matlab", "framework_version": "R2026a", "method": "ensemble-ü" if utf8 else "ensemble"}
+    names = ["zero", "one", "two", "émeu" if utf8 else "emu"]
+    vlen = write_plain_archive(tmp_path / "vlen.h5", class_names=names, root=root)
+    fixed = write_plain_archive(tmp_path / "fixed.h5", class_names=names, root=root,
+                                mutate=_rewrite_strings_fixed(cset, pad))
+    with h5py.File(fixed, "r") as f:  # the file really holds fixed-length strings of that kind
+        t = f.attrs.get_id("ubench_format").get_type()
+        assert (t.is_variable_str(), t.get_cset(), t.get_strpad()) == (False, cset, pad)
+    assert validate_archive(fixed) == []
+    a, b = read_archive(fixed), read_archive(vlen)
+    assert a == b and a.provenance == b.provenance
+    assert a.method == root["method"] and a.class_names == tuple(names)
+    assert a.scalability == {"n_parameters": 1234, "device": "cpu"}
+    assert a.provenance["created"] == "2026-11-22T03:21:31+00:00" and a.provenance["framework"] == "matlab"
+    assert [m.kind for m in a.members] == ["independent"] * 2 and a.members[0].info == {"init": "he"}
+    assert (a.splits["rot_15"].role, a.splits["rot_15"].shift_kind) == ("shift", "rotate")
