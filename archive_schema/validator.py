@@ -108,8 +108,8 @@ def check_header(scan: Scan, header: ArchiveHeader) -> None:
     ``created`` is ISO 8601 with a zone (§2), and no two shift splits share a (shift_kind, shift_intensity)
     (§4: the scorer keys its shift curves by that pair).
     """
-    created = header.provenance.get("created")
-    if created is not None and not is_iso8601_with_zone(created):
+    created = header.provenance.get("created", "")  # required, so a parsed header lacks it only when it is empty
+    if not is_iso8601_with_zone(created):
         scan.add("/", "created", "attribute 'created' must be an ISO 8601 date and time with a zone, e.g. "
                  f"'2026-11-22T03:21:31+00:00'; found {created!r}")
     seen: dict[tuple[str, float], str] = {}
