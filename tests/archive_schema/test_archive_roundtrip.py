@@ -39,12 +39,17 @@ def archive_inputs(draw):
     dtype = draw(st.sampled_from([np.float32, np.float64]))
     names = draw(st.lists(st.sampled_from(SPLIT_NAMES), min_size=1, max_size=3, unique=True))
     splits = {}
+    shifts = set()  # SPEC.md §4: each (shift_kind, shift_intensity) at most once
     for name in names:
         n = draw(st.integers(1, 15))
         role = draw(st.sampled_from(["in_domain", "ood", "shift"]))
         labels = draw(st.none() | labels_for(n, c))
         ids = draw(st.none() | st.lists(st.integers(-(2**62), 2**62), min_size=n, max_size=n, unique=True))
         shift = (draw(TEXT.filter(bool)), draw(st.floats(-1e6, 1e6))) if role == "shift" else (None, None)
+        if role == "shift":
+            if (shift[0], float(shift[1])) in shifts:
+                shift = (shift[0] + name, shift[1])  # split names are unique, so this pair is new
+            shifts.add((shift[0], float(shift[1])))
         splits[name] = dict(
             spec=SplitSpec(role=role, dataset=draw(TEXT), labels=labels,
                            sample_ids=None if ids is None else np.array(ids, dtype=np.int64),
@@ -195,3 +200,21 @@ def test_nul_in_a_string_is_refused_cleanly(tmp_path):
     w.add_member({"t": np.full((2, 2), 0.5)}, seed=0)
     w.finalize()
     assert read_archive(out).method == "m"
+
+
+@pytest.mark.parametrize("name", ["test\n", "test\r\n", "\ntest", "."])
+def test_split_name_is_matched_whole(name, tmp_path):
+    """SPEC.md §4: the whole name matches [A-Za-z0-9_.-]{1,128} (a trailing newline is not 'end of string')."""
+    with pytest.raises(ValueError, match="split name"):
+        ArchiveWriter(tmp_path / "a.h5", method="m", model="x", dataset="d", n_classes=2, splits=_splits_named(name))
+    assert not (tmp_path / "a.h5.partial").exists()
+
+
+def test_writer_refuses_two_shift_splits_with_one_kind_and_intensity(tmp_path):
+    """SPEC.md §4: each (shift_kind, shift_intensity) occurs once; 30 and 30.0 are the same intensity."""
+    splits = {"rot30": SplitSpec(role="shift", dataset="d", n_samples=2, shift_kind="rotate", shift_intensity=30),
+              "rot30b": SplitSpec(role="shift", dataset="d", n_samples=2, shift_kind="rotate", shift_intensity=30.0)}
+    with pytest.raises(ValueError, match="'rot30' and 'rot30b'"):
+        ArchiveWriter(tmp_path / "a.h5", method="m", model="x", dataset="d", n_classes=2, splits=splits)
+    splits["rot30b"] = SplitSpec(role="shift", dataset="d", n_samples=2, shift_kind="rotate", shift_intensity=45)
+    ArchiveWriter(tmp_path / "a.h5", method="m", model="x", dataset="d", n_classes=2, splits=splits)

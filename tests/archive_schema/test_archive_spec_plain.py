@@ -7,11 +7,14 @@ variant here exercises one more sentence of SPEC.md.
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 
 from plain_writer import default_splits, softmax, write_plain_archive
-from ubench.archive_schema import read_archive, validate_archive
+from ubench.archive_schema import UnsupportedArchiveError, read_archive, validate_archive
 from ubench.archive_schema.safe_h5py import h5py
 
 
@@ -198,3 +201,87 @@ def test_fixed_length_strings_everywhere_validate_and_read_back_exactly(string_t
     assert a.provenance["created"] == "2026-11-22T03:21:31+00:00" and a.provenance["framework"] == "matlab"
     assert [m.kind for m in a.members] == ["independent"] * 2 and a.members[0].info == {"init": "he"}
     assert (a.splits["rot_15"].role, a.splits["rot_15"].shift_kind) == ("shift", "rotate")
+
+
+# -- §9 version strings (issue 9 item 10) --------------------------------------------------------------------
+@pytest.mark.parametrize("version", ["1.7.1", "1.0.0", "1.0\n", " 1.0", "1.0 ", "1.", ".0", "+1.0", "1.-1", "1.0a",
+                                     "\u0661.0"])
+def test_version_that_is_not_major_dot_minor_is_malformed(version, tmp_path):
+    """§2, §9: a version is MAJOR.MINOR, two decimal integers, the whole string. Anything else is malformed: the
+    finding names the attribute and the value, and it is never read as a newer minor or told to upgrade."""
+    p = write_plain_archive(tmp_path / "a.h5", root={"ubench_format_version": version})
+    findings = validate_archive(p)
+    assert [(f.path, f.check, f.severity) for f in findings] == [("/", "version", "error")]
+    msg = findings[0].message
+    assert "'ubench_format_version'" in msg and "malformed" in msg and repr(version) in msg
+    assert "newer" not in msg and "upgrade" not in msg
+    with pytest.raises(UnsupportedArchiveError, match="malformed"):
+        read_archive(p)
+
+
+@pytest.mark.parametrize("version, severity, words", [("1.7", "note", "newer"), ("1.10", "note", "newer"),
+                                                      ("2.0", "error", "upgrade ubench")])
+def test_well_formed_newer_versions_keep_their_messages(version, severity, words, tmp_path):
+    p = write_plain_archive(tmp_path / "a.h5", root={"ubench_format_version": version})
+    found = [f for f in validate_archive(p) if f.check == "version"]
+    assert [f.severity for f in found] == [severity] and words in found[0].message
+
+
+# -- §2 created (issue 9 item 11) ----------------------------------------------------------------------------
+@pytest.mark.parametrize("created", ["2026-11-22T03:21:31Z", "2026-11-22T03:21:31.250+05:30", "20261122T032131Z",
+                                     "2026-11-22T03:21:31-08:00"])
+def test_created_with_a_zone_is_valid(created, tmp_path):
+    p = write_plain_archive(tmp_path / "a.h5", root={"created": created})
+    assert validate_archive(p) == []
+    assert read_archive(p).provenance["created"] == created
+
+
+@pytest.mark.parametrize("created", ["2026-11-22T03:21:31", "2026-11-22", "2026-11-22 03:21:31", "yesterday", "",
+                                     "2026-11-22T03:21:31+00:00\n", "2026-13-22T03:21:31Z"])
+def test_created_must_be_iso8601_with_a_zone(created, tmp_path):
+    """§2: created is an ISO 8601 date and time with a zone; otherwise an error naming the attribute and value."""
+    p = write_plain_archive(tmp_path / "a.h5", root={"created": created})
+    errors = [f for f in validate_archive(p) if f.severity == "error"]
+    assert [(f.path, f.check) for f in errors] == [("/", "created")]
+    assert "'created'" in errors[0].message and repr(created) in errors[0].message
+
+
+# -- §4 shift splits and split names (issue 16 item 11) ------------------------------------------------------
+def test_two_shift_splits_with_one_kind_and_intensity_are_one_finding_naming_both(tmp_path):
+    """§4: each (shift_kind, shift_intensity) occurs once; an integer 15 and a float 15.0 are the same."""
+    splits = default_splits()
+    splits["rot_15_again"] = dict(splits["rot_15"], shift_intensity=15.0)
+    splits["rot_30"] = dict(splits["rot_15"], shift_intensity=30.0)
+    p = write_plain_archive(tmp_path / "a.h5", splits=splits)
+    findings = validate_archive(p)
+    assert [(f.path, f.check, f.severity) for f in findings] == [("/splits/rot_15_again", "shift-duplicate", "error")]
+    assert "'rot_15' and 'rot_15_again'" in findings[0].message and "'rotate'" in findings[0].message
+
+
+@pytest.mark.parametrize("name", ["test\n", "a" * 128 + "\n", "\n"])
+def test_split_name_with_a_trailing_newline_is_refused(name, tmp_path):
+    splits = default_splits()
+    splits[name] = splits.pop("noise")
+    p = write_plain_archive(tmp_path / "a.h5", splits=splits)
+    errors = [f for f in validate_archive(p) if f.severity == "error"]
+    assert [(f.path, f.check) for f in errors] == [(f"/splits/{name}", "name")]
+
+
+# -- §4 row-sum tolerance lives in the spec (issue 9 item 17) ------------------------------------------------
+def test_spec_and_metrics_row_sum_tolerances_agree():
+    """The spec's constant and the metrics core's own copy are the same number (neither imports the other)."""
+    from ubench.archive_schema.spec import ROW_SUM_ABS_TOL, row_sum_tolerance
+    from ubench.metrics._validation import simplex_tolerance
+
+    assert ROW_SUM_ABS_TOL == 1e-4
+    for c in (2, 3, 10, 100, 1000, 100_000):
+        assert row_sum_tolerance(c) == simplex_tolerance(c) == 1e-4 + c * 2.0**-23
+
+
+def test_importing_archive_schema_imports_no_metrics_module():
+    """archive_schema (reader, writer, validator) stands alone: a fresh interpreter importing it loads no
+    ubench.metrics module."""
+    code = ("import sys, ubench.archive_schema, ubench.archive_schema.describe; "
+            "print(sorted(m for m in sys.modules if m.startswith('ubench.metrics')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]", out.stdout + out.stderr
