@@ -378,3 +378,23 @@ def _fletcher32_flipped(root: Path) -> Built:
         fh.seek(info.byte_offset + 17)
         fh.write(bytes([b[0] ^ 0x01]))  # lowest mantissa bit: the row sums stay within tolerance
     return Built(p, "hdf5-read", "/splits/test/probs", "reading the data failed")
+
+
+# --- issue 16 item 11 (contract) ---------------------------------------------------------------------------
+@case
+def _split_name_trailing_newline(root: Path) -> Built:
+    """'test\\n': the split-name pattern ended in '$', which also matches before a final newline."""
+    splits = default_splits()
+    splits["test\n"] = splits.pop("test")
+    p = write_plain_archive(archive_dir(root) / "a.h5", splits=splits)
+    return Built(p, "name", "/splits/test\n", "split names must match")
+
+
+@case
+def _shift_duplicate_kind_intensity(root: Path) -> Built:
+    """Two shift splits with one (shift_kind, shift_intensity), 15 and 15.0: validate passed them and score
+    failed with an internal error."""
+    splits = default_splits()
+    splits["rot_15_again"] = dict(splits["rot_15"], shift_intensity=15.0)
+    p = write_plain_archive(archive_dir(root) / "a.h5", splits=splits)
+    return Built(p, "shift-duplicate", "/splits/rot_15_again", "'rot_15' and 'rot_15_again'")
