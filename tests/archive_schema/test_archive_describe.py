@@ -56,7 +56,7 @@ def test_inspect_json_is_strict_json_for_nan_infinity_arrays_bytes_and_complex(t
     }
 
 
-def test_inspect_text_output_of_the_same_archive_does_not_fail(tmp_path):
+def test_inspect_text_output_spells_non_finite_values_as_the_json_does(tmp_path):
     p = write_plain_archive(tmp_path / "odd.h5", mutate=_odd_but_valid)
     res = CliRunner().invoke(cli, ["inspect", str(p)])
     assert res.exit_code == 0 and res.exception is None, res.output
