@@ -24,6 +24,7 @@ __all__ = [
     "row_sum_tolerance",
     "is_split_name",
     "is_iso8601_with_zone",
+    "duplicate_shift_message",
     "ROOT_ATTRS_V1",
     "PROB_DTYPES",
     "ALLOWED_FILTERS",
@@ -90,6 +91,22 @@ def row_sum_tolerance(n_classes: int) -> float:
     The fixed 1e-4 plus the float32 rounding of a softmax over C classes; float64 files get the same tolerance.
     """
     return ROW_SUM_ABS_TOL + n_classes * _FLOAT32_EPS
+
+
+def duplicate_shift_message(shifts) -> tuple[str, str] | None:
+    """SPEC.md §4: no two shift splits share a (shift_kind, shift_intensity); 30 and 30.0 are one intensity.
+
+    ``shifts`` yields ``(split name, shift_kind, shift_intensity)``; returns ``(second split, message naming
+    both)`` for the first repeated pair, or None.
+    """
+    seen: dict[tuple[str, float], str] = {}
+    for name, kind, intensity in shifts:
+        key = (str(kind), float(intensity))
+        if key in seen:
+            return name, (f"shift splits {seen[key]!r} and {name!r} both have shift_kind {key[0]!r} and "
+                          f"shift_intensity {key[1]:g}; each (kind, intensity) may occur once")
+        seen[key] = name
+    return None
 
 
 def is_iso8601_with_zone(text: str) -> bool:

@@ -20,7 +20,7 @@ from .read_v1 import Parsed
 from .registry import reader_for
 from .safe_h5py import h5py
 from .scan import Scan, check_container, open_readonly, read_attr, walk
-from .spec import ArchiveSpec, ReadLimits, is_iso8601_with_zone, row_sum_tolerance
+from .spec import ArchiveSpec, ReadLimits, duplicate_shift_message, is_iso8601_with_zone, row_sum_tolerance
 
 __all__ = ["validate_archive", "inspect_file", "iter_blocks", "block_rows", "is_partial_run", "check_probs_block",
            "check_split_values", "check_header", "probs_problem"]
@@ -112,17 +112,10 @@ def check_header(scan: Scan, header: ArchiveHeader) -> None:
     if not is_iso8601_with_zone(created):
         scan.add("/", "created", "attribute 'created' must be an ISO 8601 date and time with a zone, e.g. "
                  f"'2026-11-22T03:21:31+00:00'; found {created!r}")
-    seen: dict[tuple[str, float], str] = {}
-    for name, s in header.splits.items():
-        if s.role != "shift":
-            continue
-        key = (s.shift_kind, float(s.shift_intensity))
-        if key in seen:
-            scan.add(f"/splits/{name}", "shift-duplicate",
-                     f"shift splits {seen[key]!r} and {name!r} both have shift_kind {key[0]!r} and shift_intensity "
-                     f"{key[1]:g}; each (kind, intensity) may occur once")
-        else:
-            seen[key] = name
+    dup = duplicate_shift_message((n, s.shift_kind, s.shift_intensity) for n, s in header.splits.items()
+                                  if s.role == "shift")
+    if dup is not None:
+        scan.add(f"/splits/{dup[0]}", "shift-duplicate", dup[1])
 
 
 def check_split_values(scan: Scan, parsed: Parsed) -> None:

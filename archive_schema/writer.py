@@ -35,7 +35,7 @@ from .archive import SplitSpec
 from .durable import atomic_path, fsync_dir
 from .errors import ArchiveError
 from .safe_h5py import h5py
-from .spec import CURRENT, MEMBER_KINDS, SPLIT_NAME, is_split_name
+from .spec import CURRENT, MEMBER_KINDS, SPLIT_NAME, duplicate_shift_message, is_split_name
 from .validator import probs_problem
 
 __all__ = ["ArchiveWriter", "finalize_partial", "partial_dir_for", "chunk_shape", "DEFAULT_CHUNK_BYTES"]
@@ -146,14 +146,10 @@ class ArchiveWriter:
                 if len(np.unique(ids)) != len(ids):
                     raise ValueError(f"sample_ids of split {name!r} must be unique")
             self._splits[name] = (spec, n, labels, ids)
-        shifts: dict[tuple[str, float], str] = {}
-        for name, (spec, *_rest) in self._splits.items():
-            if spec.role == "shift":
-                key = (str(spec.shift_kind), float(spec.shift_intensity))
-                if key in shifts:  # SPEC.md §4: the scorer keys shift results by (kind, intensity)
-                    raise ValueError(f"shift splits {shifts[key]!r} and {name!r} both have shift_kind {key[0]!r} "
-                                     f"and shift_intensity {key[1]:g}; each (kind, intensity) may occur once")
-                shifts[key] = name
+        dup = duplicate_shift_message((name, spec.shift_kind, spec.shift_intensity)
+                                      for name, (spec, *_rest) in self._splits.items() if spec.role == "shift")
+        if dup is not None:
+            raise ValueError(dup[1])
         self._attrs = {
             "ubench_format": CURRENT.format,
             "ubench_format_version": CURRENT.version,
