@@ -218,3 +218,38 @@ def test_writer_refuses_two_shift_splits_with_one_kind_and_intensity(tmp_path):
         ArchiveWriter(tmp_path / "a.h5", method="m", model="x", dataset="d", n_classes=2, splits=splits)
     splits["rot30b"] = SplitSpec(role="shift", dataset="d", n_samples=2, shift_kind="rotate", shift_intensity=45)
     ArchiveWriter(tmp_path / "a.h5", method="m", model="x", dataset="d", n_classes=2, splits=splits)
+
+
+@pytest.mark.parametrize("change, error, words", [
+    (lambda p: p.__setitem__((3, 1), np.nan), ValueError, "non-finite value nan at member 1, sample 3, class 1"),
+    (lambda p: p.__setitem__((2, 0), -0.25), ValueError, "probability -0.25 outside [0, 1] at member 1, sample 2"),
+    (lambda p: p.__setitem__(4, p[4] * 1.01), ValueError, "row of member 1, sample 4 sums to 1.01"),
+    (lambda p: p.astype(np.float16), TypeError, "float32 or float64; found dtype float16"),
+    (lambda p: p[:, :2], ValueError, "must have shape (6, 3); found (6, 2)"),
+])
+def test_writer_checks_members_against_the_spec_itself(change, error, words, tmp_path):
+    """The writer refuses a member the validator would refuse, naming split, member, sample and class (it checks
+    with archive_schema's own rules, not the metrics core's)."""
+    w = ArchiveWriter(tmp_path / "a.h5", method="m", model="x", dataset="d", n_classes=3,
+                      splits={"test": SplitSpec(role="in_domain", dataset="d", n_samples=6)})
+    good = np.full((6, 3), 1 / 3)
+    w.add_member({"test": good}, seed=0)
+    bad = good.copy()
+    changed = change(bad)  # in place (returns None) or a new array
+    bad = bad if changed is None else changed
+    with pytest.raises(error) as info:
+        w.add_member({"test": bad}, seed=1)
+    assert "probs['test']" in str(info.value) and words in str(info.value)
+    assert w.n_members == 1
+
+
+@pytest.mark.parametrize("labels, error, words", [
+    (np.array([0, 1, 3]), ValueError, "must be in [0, 3); found 3 at index 2"),
+    (np.array([0.0, 1.0, 2.0]), TypeError, "integer dtype"),
+    (np.zeros((3, 1), dtype=np.int64), ValueError, "shape"),
+])
+def test_writer_checks_labels_against_the_spec_itself(labels, error, words, tmp_path):
+    with pytest.raises(error, match="labels of split 'test'") as info:
+        ArchiveWriter(tmp_path / "a.h5", method="m", model="x", dataset="d", n_classes=3,
+                      splits={"test": SplitSpec(role="in_domain", dataset="d", labels=labels)})
+    assert words in str(info.value)
