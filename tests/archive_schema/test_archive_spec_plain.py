@@ -285,3 +285,17 @@ def test_importing_archive_schema_imports_no_metrics_module():
             "print(sorted(m for m in sys.modules if m.startswith('ubench.metrics')))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]", out.stdout + out.stderr
+
+
+def test_fixed_length_format_attribute_that_is_not_utf8_is_not_an_archive(tmp_path):
+    """§1: the bytes of a fixed-length string are UTF-8; 0xff in ubench_format is refused with a finding."""
+
+    def mutate(f):
+        t = _fixed_type(h5py.h5t.CSET_ASCII, h5py.h5t.STR_NULLPAD, 19)
+        del f.attrs["ubench_format"]
+        aid = h5py.h5a.create(f.id, b"ubench_format", t, h5py.h5s.create(h5py.h5s.SCALAR))
+        aid.write(np.array(b"prediction-archiv\xff", dtype="S19").reshape(()), mtype=t)
+
+    findings = validate_archive(write_plain_archive(tmp_path / "a.h5", mutate=mutate))
+    assert [(f.path, f.check) for f in findings] == [("/", "format")]
+    assert "UTF-8" in findings[0].message
