@@ -167,8 +167,8 @@ def inspect_file(path: str | Path, limits: ReadLimits = ReadLimits(), *, check_v
         fmt = _format_string(read_attr(scan, f, "ubench_format", "/"))
         version = _format_string(read_attr(scan, f, "ubench_format_version", "/"))
         if not isinstance(fmt, str) or not isinstance(version, str):
-            scan.add("/", "format", "root attributes 'ubench_format' and 'ubench_format_version' must be (UTF-8) strings; "
-                     "this is not a ubench prediction archive")
+            scan.add("/", "format", "root attributes 'ubench_format' and 'ubench_format_version' must be (UTF-8) "
+                     "strings; this is not a ubench prediction archive")
             f.close()
             return None, None, scan.findings
         reader, note = reader_for(ArchiveSpec(fmt, version), path)
