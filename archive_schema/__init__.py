@@ -1,5 +1,6 @@
 # SPDX-License-Identifier: MIT
-"""The HDF5 prediction archive: spec, writer, safe reader and validator (numpy + h5py; no deep-learning import)."""
+"""The HDF5 prediction archive: spec, writer, safe reader and validator (numpy + h5py; no deep-learning import,
+no ubench.metrics import)."""
 
 from .archive import ArchiveHeader, MemberInfo, PredictionArchive, SplitInfo, SplitSpec
 from .errors import ArchiveError, Finding, InvalidArchiveError, UnreadableArchiveError, UnsupportedArchiveError

@@ -124,6 +124,7 @@ def is_iso8601_with_zone(text: str) -> bool:
         return False
     return value.tzinfo is not None
 
+
 #: Root attributes of a v1 archive: name -> (kind, required). kind is "str" or "int".
 ROOT_ATTRS_V1 = {
     "ubench_format": ("str", True),
