@@ -204,6 +204,14 @@ class Method:
         """State the method accumulates during training (tensors and numbers; saved in checkpoints)."""
         return {}
 
+    def run_epoch(
+        self, model: nn.Module, optimizer: torch.optim.Optimizer | None, state: dict[str, Any], ctx: "TrainContext",
+        *, epoch: int, seed: int,
+    ) -> tuple[float, int]:
+        """One epoch (1-based ``epoch``) of the run, seeded by ``seed``; returns (mean loss, steps). By default a
+        pass of minibatch optimisation (:func:`train_epoch`); a full-batch sampler (HMC) makes one transition."""
+        return train_epoch(model, optimizer, self, ctx, epoch=epoch, seed=seed)
+
     def on_epoch_end(self, model: nn.Module, state: dict[str, Any], epoch: int) -> None:
         """Called after each epoch's optimisation, before the epoch's checkpoint."""
 
