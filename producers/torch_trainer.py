@@ -28,6 +28,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .models import build_model
+from .run_record import derive_seed
 from .task import Task
 
 __all__ = [
@@ -51,11 +52,6 @@ BASE_DEFAULTS: dict[str, Any] = {
     "momentum": 0.9,
     "weight_decay": 5e-4,
 }
-
-
-def derive_seed(*parts: int) -> int:
-    """A 63-bit seed from a tuple of integers (independent streams for runs, members and epochs)."""
-    return int(np.random.SeedSequence([int(p) & 0xFFFFFFFF for p in parts]).generate_state(2, np.uint64)[0] >> 1)
 
 
 def resolve_device(device: str) -> torch.device:
