@@ -29,6 +29,7 @@ from torch import nn
 
 from .models import build_model
 from .run_record import derive_seed
+from .schedules import BASE_DEFAULTS, pitfalls_schedule
 from .task import Task
 
 __all__ = [
@@ -45,15 +46,6 @@ __all__ = [
     "train_epoch",
 ]
 
-#: Training hyperparameters of the plain SGD runs; the base schedule is Pitfalls' eq. (6) (appendix B).
-BASE_DEFAULTS: dict[str, Any] = {
-    "epochs": 20,
-    "lr": 0.05,
-    "momentum": 0.9,
-    "weight_decay": 5e-4,
-}
-
-
 def resolve_device(device: str) -> torch.device:
     """``"auto"`` is CUDA when available, else the CPU; anything else is passed to ``torch.device``."""
     if device == "auto":
@@ -69,17 +61,6 @@ def configure_torch(*, threads: int | None = None) -> None:
     torch.backends.cudnn.benchmark = False
     if threads is not None:
         torch.set_num_threads(int(threads))
-
-
-def pitfalls_schedule(t: float, lr: float, total_epochs: int) -> float:
-    """Pitfalls appendix B eq. (6): ``lr`` for the first half, linear decay to ``0.01 lr`` by 90%, then flat.
-    ``t`` is the (fractional) number of epochs done."""
-    u = t / max(total_epochs, 1)
-    if u <= 0.5:
-        return lr
-    if u < 0.9:
-        return lr * (1.0 - 0.99 * (u - 0.5) / 0.4)
-    return lr * 0.01
 
 
 def random_crop_flip(x: torch.Tensor, generator: torch.Generator, *, pad: int, flip: bool) -> torch.Tensor:
