@@ -10,6 +10,7 @@ checkpoint of parameters and optimiser state, so a killed run resumes on the sam
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable
 from pathlib import Path
@@ -67,6 +68,24 @@ def _optimizer(hp: dict, steps_per_epoch: int) -> optax.GradientTransformation:
                        optax.sgd(schedule, momentum=float(hp["momentum"])))
 
 
+@functools.lru_cache(maxsize=8)
+def _compiled_step(hp_items: tuple, steps_per_epoch: int, mean: float, std: float):
+    """The jit-compiled training step for one configuration, compiled once and shared by every member."""
+    opt = _optimizer(dict(hp_items), steps_per_epoch)
+
+    def loss_fn(p, xb, yb):
+        return optax.softmax_cross_entropy_with_integer_labels(mlp_logits(p, xb, mean, std), yb).mean()
+
+    @jax.jit
+    def step(state, xb, yb):
+        p, o = state
+        loss, grads = jax.value_and_grad(loss_fn)(p, xb, yb)
+        updates, o = opt.update(grads, o, p)
+        return (optax.apply_updates(p, updates), o), loss
+
+    return step
+
+
 def train_run(
     hp: dict,
     *,
@@ -91,16 +110,8 @@ def train_run(
     if saved is not None:
         state, epoch = saved
 
-    def loss_fn(p, xb, yb):
-        return optax.softmax_cross_entropy_with_integer_labels(mlp_logits(p, xb, mean, std), yb).mean()
-
-    @jax.jit
-    def step(state, xb, yb):
-        p, o = state
-        loss, grads = jax.value_and_grad(loss_fn)(p, xb, yb)
-        updates, o = opt.update(grads, o, p)
-        return (optax.apply_updates(p, updates), o), loss
-
+    step = _compiled_step(tuple(sorted((k, float(v)) for k, v in hp.items())), steps_per_epoch, float(mean),
+                          float(std))
     xs, ys = jnp.asarray(x), jnp.asarray(y)
     total = int(hp["epochs"])
     while epoch < total:
