@@ -103,3 +103,37 @@ def test_unknown_jax_method_or_hyperparameter_is_refused(task, tmp_path):
     with pytest.raises(ValueError, match="no hyperparameter 'nope'"):
         produce_archive_jax("sgd", task, tmp_path / "x.h5", settings=JaxRunSettings(members=1, seed=0),
                             hyper={"nope": 1})
+
+
+def _scores(archive):
+    from ubench.metrics import accuracy_score, cross_validated_calibration, nll_loss
+
+    probs, labels = archive.probs["test"], archive.labels["test"]
+    mean = probs.astype(np.float64).mean(0)
+    return np.array([accuracy_score(mean, labels), nll_loss(mean, labels),
+                     cross_validated_calibration(probs, labels).cll])
+
+
+@pytest.mark.slow
+def test_torch_and_jax_sgd_agree_within_the_spread_over_seeds(tmp_path):
+    """The same method, network, schedule and hyperparameters in both frameworks, four seeds each: the frameworks'
+    mean accuracy, NLL and CLL differ by less than three standard errors of the difference (the seed-to-seed
+    spread measured here), so a framework-specific bug (another init, schedule or loss) would show."""
+    torch = pytest.importorskip("torch")
+    from ubench.producers.archive_run import produce_archive
+    from ubench.producers.torch_trainer import RunSettings
+
+    torch.set_num_threads(1)
+    task = build_task("digits", shift_kinds=())
+    hyper = {"epochs": 8}
+    t = np.array([_scores(read_archive(produce_archive(
+        "sgd", task, tmp_path / f"t{s}.h5", settings=RunSettings(model="mlp", members=1, seed=s), hyper=hyper,
+        threads=1))) for s in range(4)])
+    j = np.array([_scores(read_archive(produce_archive_jax(
+        "sgd", task, tmp_path / f"j{s}.h5", settings=JaxRunSettings(members=1, seed=s), hyper=hyper)))
+        for s in range(4)])
+    se = np.sqrt(t.var(0, ddof=1) / len(t) + j.var(0, ddof=1) / len(j))
+    diff = np.abs(t.mean(0) - j.mean(0))
+    assert np.all(diff <= 3 * se + 1e-3), {"torch": t.mean(0), "jax": j.mean(0), "se": se}
+    # Both learnt the task (and the spread is a spread, not a constant).
+    assert t[:, 0].min() > 0.9 and j[:, 0].min() > 0.9 and np.all(se > 0)
