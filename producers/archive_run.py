@@ -1,7 +1,8 @@
 # SPDX-License-Identifier: MIT
 """One producer run end to end: a method trained on a task, written member by member through the archive writer.
 
-This is the only module of the producers that talks to ``ubench.archive_schema``.
+This module and :mod:`.run_record` (what a run records, shared with the JAX producers) are the only ones of the
+torch producers that talk to ``ubench.archive_schema``.
 """
 
 from __future__ import annotations
@@ -13,44 +14,14 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..archive_schema import ArchiveWriter, SplitSpec
+from ..archive_schema import ArchiveWriter
 from .registry import load_method
 from .task import Task
 from .member_loop import run_method
+from .run_record import PRODUCER_VERSION, run_config, split_specs
 from .torch_trainer import Progress, RunSettings, configure_torch
 
 __all__ = ["PRODUCER_VERSION", "check_members", "split_specs", "run_config", "produce_archive"]
-
-#: Bumped when a change to the producers changes what a given configuration produces.
-PRODUCER_VERSION = "1"
-
-
-def split_specs(task: Task) -> dict[str, SplitSpec]:
-    """The writer's description of every split of ``task``."""
-    return {
-        name: SplitSpec(
-            role=s.role,
-            dataset=s.dataset,
-            labels=s.labels,
-            sample_ids=s.sample_ids,
-            n_samples=len(s.images),
-            shift_kind=s.shift_kind,
-            shift_intensity=s.shift_intensity,
-        )
-        for name, s in task.splits.items()
-    }
-
-
-def run_config(method: str, hyper: Mapping[str, Any], settings: RunSettings, task: Task) -> dict[str, Any]:
-    """The archive's config: everything that defines the run (and so whether a partial run may be resumed)."""
-    return {
-        "producer": f"ubench.producers/{PRODUCER_VERSION}",
-        "method": method,
-        "hyperparameters": dict(sorted(hyper.items())),
-        **settings.record(),
-        "data": task.settings,
-        "deterministic_algorithms": True,
-    }
 
 
 def check_members(cls: type, members: int) -> None:

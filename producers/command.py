@@ -122,11 +122,13 @@ def _rich_progress():
 @click.option("--threads", type=click.IntRange(min=1), default=None, show_default="torch's default",
               help="CPU threads for torch.")
 @click.option("--overwrite", is_flag=True, default=False, show_default=True, help="Replace an existing archive.")
+@click.option("--framework", type=click.Choice(["torch", "jax"]), default="torch", show_default=True,
+              help="Train with PyTorch or with JAX (the jax extra: sgd, deep_ensemble and hmc on the mlp).")
 @click.option("--progress/--no-progress", default=None, show_default="when stderr is a terminal",
               help="Draw member and epoch progress bars on stderr.")
 def produce(method, out, dataset, model, members, epochs, lr, hparams, seed, data_dirs, download, ood, shifts,
             train_samples, test_samples, shift_samples, ood_samples, data_seed, batch_size, predict_batch_size,
-            device, threads, overwrite, progress):
+            device, threads, overwrite, framework, progress):
     """Train METHOD with PyTorch and write its prediction archive (test, OOD and shifted splits).
 
     Needs the torch extra (pip install 'ubench[torch]'). Killing a run and starting the same command again
@@ -137,6 +139,10 @@ def produce(method, out, dataset, model, members, epochs, lr, hparams, seed, dat
       ubench produce deep_ensemble --dataset fashion-mnist --model mlp --members 5 --epochs 20 --out ens.h5
       ubench produce csgld --dataset digits --set cycle_epochs=6 --set exploration_epochs=3 --members 8 --out c.h5
     """
+    if framework == "jax":
+        return _produce_jax(method, out, dataset, model, members, epochs, lr, hparams, seed, data_dirs, download,
+                            ood, shifts, train_samples, test_samples, shift_samples, ood_samples, data_seed,
+                            batch_size, predict_batch_size, overwrite)
     try:
         import torch  # noqa: F401
     except ImportError:
@@ -176,6 +182,55 @@ def produce(method, out, dataset, model, members, epochs, lr, hparams, seed, dat
     try:
         path = produce_archive(method, task, out, settings=settings, hyper=hyper, overwrite=overwrite,
                                progress=_rich_progress() if show else None, threads=threads)
+    except (ArchiveError, FloatingPointError) as exc:
+        raise click.ClickException(str(exc)) from None
+    click.echo(str(path))
+
+
+def _build_task(dataset, ood, shifts, train_samples, test_samples, shift_samples, ood_samples, data_dirs, download,
+                data_seed):
+    from .datasets import DataNotFoundError
+    from .task import build_task
+
+    try:
+        return build_task(
+            dataset, ood=tuple(ood) if ood else None, shift_kinds=_parse_shifts(shifts),
+            train_samples=train_samples, test_samples=test_samples, shift_samples=shift_samples,
+            ood_samples=ood_samples, data_dirs=tuple(data_dirs), download=download, data_seed=data_seed,
+        )
+    except DataNotFoundError as exc:
+        raise click.UsageError(str(exc)) from None
+
+
+def _produce_jax(method, out, dataset, model, members, epochs, lr, hparams, seed, data_dirs, download, ood, shifts,
+                 train_samples, test_samples, shift_samples, ood_samples, data_seed, batch_size, predict_batch_size,
+                 overwrite):
+    """The --framework jax branch of ``produce``."""
+    try:
+        from .jax.run import JAX_METHODS, JaxRunSettings, produce_archive_jax, resolve_hyperparameters
+    except ImportError as exc:
+        raise click.ClickException(f"--framework jax needs JAX, optax and BlackJAX: pip install 'ubench[jax]' "
+                                   f"({exc})") from None
+    from ..archive_schema import ArchiveError
+
+    if method not in JAX_METHODS:
+        raise click.UsageError(f"--framework jax implements {', '.join(JAX_METHODS)}; not {method!r}")
+    hyper: dict = _parse_hparams(hparams)
+    for name, value in (("epochs", epochs), ("lr", lr)):
+        if value is not None:
+            hyper[name] = value
+    try:
+        resolve_hyperparameters(method, hyper)
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from None
+    task = _build_task(dataset, ood, shifts, train_samples, test_samples, shift_samples, ood_samples, data_dirs,
+                       download, data_seed)
+    settings = JaxRunSettings(members=members or JAX_METHODS[method][2], seed=seed, model=model,
+                              batch_size=batch_size, predict_batch_size=predict_batch_size)
+    try:
+        path = produce_archive_jax(method, task, out, settings=settings, hyper=hyper, overwrite=overwrite)
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from None
     except (ArchiveError, FloatingPointError) as exc:
         raise click.ClickException(str(exc)) from None
     click.echo(str(path))

@@ -21,7 +21,7 @@ from torch import nn
 from ..archive_schema.durable import atomic_path
 from .models import count_parameters
 from .task import Task
-from .torch_trainer import Method, Progress, RunSettings, TrainContext, derive_seed, predict_splits, train_epoch
+from .torch_trainer import Method, Progress, RunSettings, TrainContext, derive_seed, predict_splits
 
 __all__ = ["run_method"]
 
@@ -71,7 +71,8 @@ def _train_run(
     saved = _load(ckpt_path, ctx.device)
     if saved is not None:
         model.load_state_dict(saved["model"])
-        optimizer.load_state_dict(saved["optimizer"])
+        if optimizer is not None:
+            optimizer.load_state_dict(saved["optimizer"])
         state = saved["state"]
         epoch, step = int(saved["epoch"]), int(saved["step"])
     total = method.total_epochs()
@@ -79,7 +80,8 @@ def _train_run(
     progress.epochs(total, epoch, method.name)
     while epoch < total:
         started = time.perf_counter()
-        loss, steps = train_epoch(model, optimizer, method, ctx, epoch=epoch + 1, seed=derive_seed(run_seed, epoch + 1))
+        loss, steps = method.run_epoch(model, optimizer, state, ctx, epoch=epoch + 1,
+                                       seed=derive_seed(run_seed, epoch + 1))
         epoch, step = epoch + 1, step + steps
         method.on_epoch_end(model, state, epoch)
         clock.add("train", time.perf_counter() - started)
@@ -88,7 +90,8 @@ def _train_run(
             for member in [k for k, e in enumerate(snapshots) if e == epoch and k >= writer.n_members]:
                 on_snapshot(member, model, state, epoch, step)
         _atomic_save(
-            {"model": model.state_dict(), "optimizer": optimizer.state_dict(), "state": state,
+            {"model": model.state_dict(), "optimizer": None if optimizer is None else optimizer.state_dict(),
+             "state": state,
              "epoch": epoch, "step": step},
             ckpt_path,
         )

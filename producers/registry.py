@@ -22,6 +22,7 @@ METHODS: dict[str, str] = {
     "csgld": "cyclical_sgmcmc:CyclicalSGLD",
     "csghmc": "cyclical_sgmcmc:CyclicalSGHMC",
     "tta": "tta:TestTimeAugmentation",
+    "hmc": "hmc:HMC",
 }
 
 

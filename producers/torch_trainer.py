@@ -28,6 +28,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from .models import build_model
+from .run_record import derive_seed
+from .schedules import BASE_DEFAULTS, pitfalls_schedule
 from .task import Task
 
 __all__ = [
@@ -44,20 +46,6 @@ __all__ = [
     "train_epoch",
 ]
 
-#: Training hyperparameters of the plain SGD runs; the base schedule is Pitfalls' eq. (6) (appendix B).
-BASE_DEFAULTS: dict[str, Any] = {
-    "epochs": 20,
-    "lr": 0.05,
-    "momentum": 0.9,
-    "weight_decay": 5e-4,
-}
-
-
-def derive_seed(*parts: int) -> int:
-    """A 63-bit seed from a tuple of integers (independent streams for runs, members and epochs)."""
-    return int(np.random.SeedSequence([int(p) & 0xFFFFFFFF for p in parts]).generate_state(2, np.uint64)[0] >> 1)
-
-
 def resolve_device(device: str) -> torch.device:
     """``"auto"`` is CUDA when available, else the CPU; anything else is passed to ``torch.device``."""
     if device == "auto":
@@ -73,17 +61,6 @@ def configure_torch(*, threads: int | None = None) -> None:
     torch.backends.cudnn.benchmark = False
     if threads is not None:
         torch.set_num_threads(int(threads))
-
-
-def pitfalls_schedule(t: float, lr: float, total_epochs: int) -> float:
-    """Pitfalls appendix B eq. (6): ``lr`` for the first half, linear decay to ``0.01 lr`` by 90%, then flat.
-    ``t`` is the (fractional) number of epochs done."""
-    u = t / max(total_epochs, 1)
-    if u <= 0.5:
-        return lr
-    if u < 0.9:
-        return lr * (1.0 - 0.99 * (u - 0.5) / 0.4)
-    return lr * 0.01
 
 
 def random_crop_flip(x: torch.Tensor, generator: torch.Generator, *, pad: int, flip: bool) -> torch.Tensor:
@@ -203,6 +180,14 @@ class Method:
     def init_state(self, model: nn.Module) -> dict[str, Any]:
         """State the method accumulates during training (tensors and numbers; saved in checkpoints)."""
         return {}
+
+    def run_epoch(
+        self, model: nn.Module, optimizer: torch.optim.Optimizer | None, state: dict[str, Any], ctx: "TrainContext",
+        *, epoch: int, seed: int,
+    ) -> tuple[float, int]:
+        """One epoch (1-based ``epoch``) of the run, seeded by ``seed``; returns (mean loss, steps). By default a
+        pass of minibatch optimisation (:func:`train_epoch`); a full-batch sampler (HMC) makes one transition."""
+        return train_epoch(model, optimizer, self, ctx, epoch=epoch, seed=seed)
 
     def on_epoch_end(self, model: nn.Module, state: dict[str, Any], epoch: int) -> None:
         """Called after each epoch's optimisation, before the epoch's checkpoint."""

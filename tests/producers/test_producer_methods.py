@@ -33,11 +33,12 @@ FAST = {
     "csgld": (3, {"cycle_epochs": 3, "exploration_epochs": 1, "samples_per_cycle": 2}),
     "csghmc": (3, {"cycle_epochs": 3, "exploration_epochs": 1, "samples_per_cycle": 2}),
     "tta": (3, {"epochs": 3, "crop_pad": 1}),
+    "hmc": (2, {"burn_in": 4, "thin": 1}),
 }
 KINDS = {"sgd": "point", "deep_ensemble": "independent", "mc_dropout": "mc_sample", "gaussian_dropout": "mc_sample",
          "swag_diag": "posterior_sample", "swag": "posterior_sample", "sse": "snapshot", "fge": "snapshot",
          "sgld": "posterior_sample", "sghmc": "posterior_sample", "csgld": "posterior_sample",
-         "csghmc": "posterior_sample", "tta": "augmentation"}
+         "csghmc": "posterior_sample", "tta": "augmentation", "hmc": "posterior_sample"}
 
 
 @pytest.fixture(scope="module")

@@ -1,0 +1,183 @@
+# SPDX-License-Identifier: MIT
+r"""Full-batch Hamiltonian Monte Carlo on any producer model: the reference posterior of URSABench.
+
+The target is the Bayesian neural network's posterior at temperature 1,
+
+.. math:: U(\theta) = -\log p(\theta \mid D) = \sum_{i=1}^{N} -\log \mathrm{softmax}(f_\theta(x_i))_{y_i}
+          + \tfrac{\tau}{2} \lVert\theta\rVert^2 + \mathrm{const},
+
+with the Gaussian prior of precision :math:`\tau` on every parameter, evaluated on the whole training set (use
+``--train-samples`` for a subset on bigger data). The network is called through :func:`torch.func.functional_call`
+on views of one flat parameter vector, so one potential-and-gradient evaluation is one forward and one backward
+pass with no module bookkeeping (the hamiltorch-style loop rebuilds the module's parameters every step).
+
+The defaults are URSABench's tuned HMC hyperparameters for its MLP-200 on MNIST
+(``URSABench/hyperparams/MLP200MNIST/HMC_BO.json``: step size 2.09e-4, L = 40 leapfrog steps, prior precision
+``tau`` = 100, mass 0.192, 300 iterations of which 200 burn-in). There, hamiltorch is called with ``inv_mass = 1 /
+mass``, i.e. the momentum covariance is ``mass * I``, as here. ubench adds what the benchmark's tuned runs left to the
+search: the step size is adapted by dual averaging during burn-in (then frozen; :mod:`.hmc_sampler`), and the
+trajectory length ``step_size * L`` of the tuned run is kept fixed, so the number of leapfrog steps follows the
+adapted step size (at most ``max_leapfrog``). After burn-in one member is kept every ``thin`` iterations
+(``kind = posterior_sample``); ``members/info`` records per member the step size, the leapfrog steps and trajectory
+length, the acceptance rate over the iterations since the previous member (the window), the last energy error
+and the log-posterior (up to its normalising constant).
+
+One "epoch" of the producer machinery is one HMC iteration, so burn-in, thinning, checkpoints and resumption work
+as for the other trajectory methods: a killed run restarts from the last iteration's position, step-size state and
+statistics, and the iteration's randomness comes from a generator seeded by (seed, iteration), so a resumed chain is
+bit-identical to an uninterrupted one.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.func import functional_call
+from torch.nn.utils import parameters_to_vector, vector_to_parameters
+
+from .hmc_sampler import DualAveraging, HMCState, hmc_transition, n_leapfrog_steps
+from .torch_trainer import Method, TrainContext
+
+__all__ = ["HMC", "log_posterior_fn"]
+
+#: URSABench ``hyperparams/MLP200MNIST/HMC_BO.json``.
+_URSABENCH_STEP = 0.00020897435024380684
+_URSABENCH_L = 40
+
+
+def log_posterior_fn(model: nn.Module, x: torch.Tensor, y: torch.Tensor, *, prior_precision: float):
+    """``potential_and_grad(theta)``: the potential U(theta) (float64 sum of the full-batch cross-entropy plus the
+    Gaussian prior term) and its gradient, for a flat vector ``theta`` laid out as ``parameters_to_vector``."""
+    names = [n for n, _ in model.named_parameters()]
+    shapes = [p.shape for _, p in model.named_parameters()]
+    sizes = [p.numel() for _, p in model.named_parameters()]
+    buffers = dict(model.named_buffers())
+
+    def potential_and_grad(theta: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        theta = theta.detach().requires_grad_(True)
+        params = {n: v.view(s) for n, v, s in zip(names, theta.split(sizes), shapes)}
+        logits = functional_call(model, {**params, **buffers}, (x,))
+        nll = F.cross_entropy(logits.double(), y, reduction="sum")
+        u = nll + 0.5 * prior_precision * torch.sum(theta.double() ** 2)
+        (grad,) = torch.autograd.grad(u, theta)
+        return u.detach(), grad
+
+    return potential_and_grad
+
+
+class HMC(Method):
+    """Full-batch HMC with dual-averaging step size during burn-in; members are thinned posterior samples."""
+
+    name = "hmc"
+    member_kind = "posterior_sample"
+    shape = "trajectory"
+    defaults = {
+        "step_size": _URSABENCH_STEP,
+        "trajectory_length": _URSABENCH_STEP * _URSABENCH_L,
+        "max_leapfrog": 200,
+        "prior_precision": 100.0,
+        "mass": 0.1919177919626236,
+        "burn_in": 200,
+        "thin": 5,
+        "adapt_step_size": True,
+        "target_accept": 0.8,
+    }
+    default_members = 20
+    summary = "full-batch Hamiltonian Monte Carlo (reference posterior)"
+
+    def __init__(self, hyper, *, n_members, n_train):
+        super().__init__(hyper, n_members=n_members, n_train=n_train)
+        self._records: list[dict] = []
+        for key in ("step_size", "trajectory_length", "prior_precision", "mass"):
+            if not self.hp[key] > 0:
+                raise ValueError(f"hmc: {key} must be > 0; got {self.hp[key]}")
+        if not 0.0 < self.hp["target_accept"] < 1.0:
+            raise ValueError(f"hmc: target_accept must be in (0, 1); got {self.hp['target_accept']}")
+        if int(self.hp["thin"]) < 1 or int(self.hp["burn_in"]) < 0 or int(self.hp["max_leapfrog"]) < 1:
+            raise ValueError("hmc: need thin >= 1, burn_in >= 0 and max_leapfrog >= 1")
+
+    # -- the schedule -----------------------------------------------------------------------------------------------
+    def snapshot_epochs(self):
+        b, thin = int(self.hp["burn_in"]), int(self.hp["thin"])
+        return [b + (k + 1) * thin for k in range(self.n_members)]
+
+    def total_epochs(self):
+        return self.snapshot_epochs()[-1]
+
+    def make_optimizer(self, model):
+        return None
+
+    def init_state(self, model):
+        step = float(self.hp["step_size"])
+        return {
+            "step_size": step,
+            "adaptation": DualAveraging.start(step, target=float(self.hp["target_accept"])).to_dict(),
+            "window_accept": 0.0,
+            "window_transitions": 0,
+            "accept_sum": 0.0,
+            "transitions": 0,
+            "divergences": 0,
+            "energy_error": 0.0,
+            "log_posterior": math.nan,
+            "members": [],
+        }
+
+    # -- one iteration -----------------------------------------------------------------------------------------------
+    def run_epoch(self, model, optimizer, state, ctx: TrainContext, *, epoch: int, seed: int) -> tuple[float, int]:
+        """One HMC transition (``epoch`` is the 1-based iteration); returns (U / N, leapfrog steps)."""
+        model.eval()
+        target = log_posterior_fn(model, ctx.x_train, ctx.y_train, prior_precision=float(self.hp["prior_precision"]))
+        theta = parameters_to_vector(model.parameters()).detach()
+        current = HMCState.at(theta, target)
+        burn_in = int(self.hp["burn_in"])
+        adapting = bool(self.hp["adapt_step_size"]) and epoch <= burn_in
+        step_size = float(state["step_size"])
+        n_steps = n_leapfrog_steps(float(self.hp["trajectory_length"]), step_size,
+                                   max_steps=int(self.hp["max_leapfrog"]))
+        generator = torch.Generator().manual_seed(seed)
+        new, info = hmc_transition(current, target, step_size=step_size, n_steps=n_steps,
+                                   mass=float(self.hp["mass"]), generator=generator)
+        with torch.no_grad():
+            vector_to_parameters(new.theta.to(theta.dtype), model.parameters())
+        if adapting:
+            adaptation = DualAveraging(**state["adaptation"])
+            next_step = adaptation.update(info.accept_prob)
+            state["adaptation"] = adaptation.to_dict()
+            state["step_size"] = adaptation.final if epoch == burn_in else next_step
+        state["window_accept"] += info.accept_prob
+        state["window_transitions"] += 1
+        state["accept_sum"] += info.accept_prob
+        state["transitions"] += 1
+        state["divergences"] += int(not math.isfinite(info.energy_error))
+        state["energy_error"] = info.energy_error
+        state["log_posterior"] = -new.potential
+        state["last_step_size"] = step_size
+        state["last_n_steps"] = n_steps
+        if epoch == burn_in:  # the burn-in window is not a sampling window
+            state["window_accept"], state["window_transitions"] = 0.0, 0
+        return new.potential / len(ctx.y_train), n_steps
+
+    def on_epoch_end(self, model, state, epoch):
+        self._records = state["members"]
+        if epoch in self.snapshot_epochs():
+            n = max(state["window_transitions"], 1)
+            state["members"].append({
+                "iteration": epoch,
+                "step_size": state["last_step_size"],
+                "n_leapfrog": state["last_n_steps"],
+                "trajectory_length": state["last_step_size"] * state["last_n_steps"],
+                "acceptance_rate": state["window_accept"] / n,
+                "energy_error": state["energy_error"],
+                "log_posterior": state["log_posterior"],
+                "divergences_total": state["divergences"],
+            })
+            state["window_accept"], state["window_transitions"] = 0.0, 0
+
+    def member_info(self, index: int, epoch: int) -> dict[str, Any]:
+        """The record ``on_epoch_end`` kept for member ``index`` (non-finite values as None: the info is JSON)."""
+        record = self._records[index] if index < len(self._records) else {}
+        return {k: (v if not isinstance(v, float) or math.isfinite(v) else None) for k, v in record.items()}

@@ -1,0 +1,127 @@
+# SPDX-License-Identifier: MIT
+"""``ubench produce METHOD --framework jax``: a JAX method trained on a task and written member by member through
+the archive writer (``framework = "jax"``), resumable like the torch producers (a finished member is never
+recomputed; an unfinished one continues from its last checkpoint)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from scipy.special import softmax
+
+from ...archive_schema import ArchiveWriter
+from ..run_record import derive_seed, run_config, split_specs
+from ..schedules import BASE_DEFAULTS
+from ..task import Task
+from .hmc import HMC_DEFAULTS, HMCChain
+from .mlp import init_mlp, mlp_logits, n_parameters
+from .train import train_run
+
+__all__ = ["JAX_METHODS", "JaxRunSettings", "produce_archive_jax", "predict_splits_jax"]
+
+#: method -> (member kind, defaults, default members, max members)
+JAX_METHODS: dict[str, tuple[str, dict[str, Any], int, int | None]] = {
+    "sgd": ("point", dict(BASE_DEFAULTS), 1, 1),
+    "deep_ensemble": ("independent", dict(BASE_DEFAULTS), 5, None),
+    "hmc": ("posterior_sample", dict(HMC_DEFAULTS), 20, None),
+}
+
+
+@dataclass(frozen=True)
+class JaxRunSettings:
+    """What defines a JAX run besides the task and the hyperparameters (recorded like torch's ``RunSettings``)."""
+
+    members: int
+    seed: int
+    model: str = "mlp"
+    batch_size: int = 128
+    predict_batch_size: int = 1000
+
+    def record(self) -> dict:
+        return {"model": self.model, "members": self.members, "seed": self.seed, "batch_size": self.batch_size}
+
+
+def resolve_hyperparameters(method: str, overrides: Mapping[str, Any]) -> dict[str, Any]:
+    """The JAX method's defaults updated with ``overrides`` cast to each default's type; unknown names raise."""
+    if method not in JAX_METHODS:
+        raise ValueError(f"--framework jax implements {', '.join(JAX_METHODS)}; not {method!r}")
+    defaults = JAX_METHODS[method][1]
+    unknown = sorted(set(overrides) - set(defaults))
+    if unknown:
+        raise ValueError(f"{method} (jax) has no hyperparameter {', '.join(map(repr, unknown))}; "
+                         f"it has: {', '.join(sorted(defaults))}")
+    out = dict(defaults)
+    for key, value in overrides.items():
+        kind = type(defaults[key])
+        out[key] = int(float(value)) if kind is int else kind(value)
+    return out
+
+
+def predict_splits_jax(params, task: Task, *, batch_size: int) -> dict[str, np.ndarray]:
+    """Softmax probabilities (float32, computed in float64 from float32 logits) on every split."""
+    logits_fn = jax.jit(lambda p, x: mlp_logits(p, x, task.mean, task.std))
+    out = {}
+    for name, split in task.splits.items():
+        parts = [np.asarray(logits_fn(params, jnp.asarray(split.images[i: i + batch_size])), dtype=np.float64)
+                 for i in range(0, len(split.images), batch_size)]
+        out[name] = softmax(np.concatenate(parts), axis=1).astype(np.float32)
+    return out
+
+
+def produce_archive_jax(method: str, task: Task, out: str | Path, *, settings: JaxRunSettings,
+                        hyper: Mapping[str, Any] | None = None, overwrite: bool = False) -> Path:
+    """Train ``method`` in JAX on ``task`` and write its archive to ``out``; resume an unfinished run."""
+    if settings.model != "mlp":
+        raise ValueError(f"--framework jax has the mlp model only; got {settings.model!r}")
+    hp = resolve_hyperparameters(method, hyper or {})
+    kind, _, _, max_members = JAX_METHODS[method]
+    if settings.members < 1 or (max_members is not None and settings.members > max_members):
+        raise ValueError(f"{method} allows 1 to {max_members or 'any number of'} members; got {settings.members}")
+    writer = ArchiveWriter(
+        out, method=method, model=settings.model, dataset=task.dataset, n_classes=task.n_classes,
+        splits=split_specs(task), class_names=list(task.class_names) if task.class_names else None,
+        config=run_config(method, hp, settings, task), framework="jax", framework_version=jax.__version__,
+        description=f"{method} in JAX", dtype=np.float32, overwrite=overwrite,
+    )
+    x, y = task.train.images, task.train.labels.astype(np.int32)
+    seconds = {"train": 0.0, "predict": 0.0}
+    params_count = 0
+    chain = None
+    for member in range(writer.n_members, settings.members):
+        started = time.perf_counter()
+        if method == "hmc":
+            if chain is None:
+                chain = HMCChain(hp, x=x, y=y, n_classes=task.n_classes, mean=task.mean, std=task.std,
+                                 seed=settings.seed, scratch=writer.scratch_dir)
+            params, info = chain.sample(member)
+            member_seed, epoch, step = derive_seed(settings.seed, 1, member), info["iteration"], info["iteration"]
+        else:
+            member_seed = derive_seed(settings.seed, member)
+            checkpoint = writer.scratch_dir / f"run{member:04d}.npz"
+            params, epoch, step = train_run(hp, x=x, y=y, n_classes=task.n_classes, mean=task.mean,
+                                            std=task.std, seed=member_seed, batch_size=settings.batch_size,
+                                            checkpoint=checkpoint)
+            info = {}
+        seconds["train"] += time.perf_counter() - started
+        started = time.perf_counter()
+        probs = predict_splits_jax(params, task, batch_size=settings.predict_batch_size)
+        seconds["predict"] += time.perf_counter() - started
+        writer.add_member(probs, seed=member_seed, epoch=epoch, step=step, kind=kind, info=info)
+        if chain is not None:
+            chain.commit()
+        else:
+            checkpoint.unlink(missing_ok=True)
+        params_count = n_parameters(params)
+    if not params_count:
+        params_count = n_parameters(init_mlp(jax.random.key(0), int(np.prod(task.input_shape)), task.n_classes))
+    writer.set_scalability(n_parameters=params_count, train_seconds=round(seconds["train"], 3),
+                           predict_seconds=round(seconds["predict"], 3), device=str(jax.devices()[0]))
+    return writer.finalize()
+
