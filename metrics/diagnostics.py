@@ -15,7 +15,9 @@ between-sequence variance :math:`B/n` (unbiased variance of the sequence means):
 .. math:: \widehat{\mathrm{var}}^+ = \frac{n-1}{n} W + \frac{B}{n}, \qquad \hat R = \sqrt{\widehat{\mathrm{var}}^+ / W}.
 
 Rank normalisation replaces every draw by :math:`z = \Phi^{-1}((r - 3/8)/(S + 1/4))` with :math:`r` its average
-rank among all :math:`S` draws; folding uses :math:`|\theta - \mathrm{median}\,\theta|`. The reported
+rank among all :math:`S` draws; folding uses :math:`|\theta - \mathrm{median}\,\theta|` with the median of the
+split draws (ArviZ's choice; for an odd chain length it leaves out the dropped middle draws, where Stan's
+``posterior`` package takes the median of all draws). The reported
 :math:`\hat R` is the larger of the rank-normalised split-:math:`\hat R` of the draws and of the folded draws.
 
 Bulk ESS is :math:`S / \hat\tau` on the rank-normalised split sequences, with
@@ -79,9 +81,10 @@ def split_rhat(draws: ArrayLike) -> float:
     x = _as_draws(draws)
     if np.ptp(x) == 0.0:
         return float("nan")
-    bulk = _classic_rhat(_rank_normalise(_split(x)))
-    folded = np.abs(x - np.median(x))
-    tail = _classic_rhat(_rank_normalise(_split(folded))) if np.ptp(folded) > 0 else float("nan")
+    split = _split(x)
+    bulk = _classic_rhat(_rank_normalise(split))
+    folded = np.abs(split - np.median(split))
+    tail = _classic_rhat(_rank_normalise(folded)) if np.ptp(folded) > 0 else float("nan")
     return float(np.nanmax([bulk, tail]))
 
 
