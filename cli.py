@@ -72,6 +72,25 @@ def _open_or_exit(archive: Path, **kwargs):
         return open_archive(archive, **kwargs)
 
 
+def _diagnostics_line(d: dict) -> str:
+    """One line of the ``/diagnostics`` summary (R-hat above 1.01 says the chains have not mixed)."""
+    def num(x, fmt):
+        return format(x, fmt) if isinstance(x, (int, float)) else str(x)
+
+    parts = [f"{d.get('chains')} chain(s) x {d.get('draws_per_chain')} draws"]
+    lp = d.get("log_posterior")
+    if isinstance(lp, dict):
+        parts.append(f"log-posterior R-hat {num(lp.get('rhat'), '.3f')}, ESS {num(lp.get('ess_bulk'), '.1f')}")
+    probe = d.get("probe")
+    if isinstance(probe, dict):
+        parts.append(f"probe {probe.get('quantity')} on {probe.get('split')} ({probe.get('size')} samples): R-hat max "
+                     f"{num(probe.get('rhat_max'), '.3f')}, median {num(probe.get('rhat_median'), '.3f')}; ESS min "
+                     f"{num(probe.get('ess_bulk_min'), '.1f')}, median {num(probe.get('ess_bulk_median'), '.1f')}")
+    if d.get("note"):
+        parts.append(str(d["note"]))
+    return "; ".join(parts)
+
+
 def _human_bytes(n: float) -> str:
     for unit in ("B", "KiB", "MiB", "GiB"):
         if n < 1024 or unit == "GiB":
@@ -105,6 +124,8 @@ def inspect(archive: Path, as_json: bool) -> None:
         click.echo(f"classes   {', '.join(info['class_names'])}")
     if info["scalability"]:
         click.echo("scalability " + ", ".join(f"{k}={v}" for k, v in sorted(info["scalability"].items())))
+    if info.get("diagnostics"):
+        click.echo(f"diagnostics {_diagnostics_line(info['diagnostics'])}")
     click.echo("")
     click.echo(f"{'split':<24} {'role':<10} {'dataset':<16} {'shift':<18} {'shape (M, N, C)':<20} "
                f"{'dtype':<8} {'stored':>10} labels ids")

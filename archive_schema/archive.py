@@ -92,6 +92,7 @@ class ArchiveHeader:
     provenance: dict[str, str] = field(default_factory=dict)
     config: dict[str, Any] = field(default_factory=dict)
     scalability: dict[str, Any] | None = None
+    diagnostics: dict[str, Any] | None = None
     description: str = ""
     notes: tuple[str, ...] = ()
 

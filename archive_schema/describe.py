@@ -70,6 +70,7 @@ def describe_archive(reader: ArchiveReader) -> dict[str, Any]:
         "provenance": dict(h.provenance),
         "config": h.config,
         "scalability": h.scalability,
+        "diagnostics": h.diagnostics,
         "description": h.description,
         "splits": splits,
         "members": [asdict(m) for m in h.members],

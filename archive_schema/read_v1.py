@@ -17,7 +17,7 @@ from .archive import ArchiveHeader, MemberInfo, SplitInfo
 from .registry import register_reader
 from .safe_h5py import h5py
 from .scan import Scan, read_attr
-from .spec import MEMBER_KINDS, PROB_DTYPES, ROLES, ROOT_ATTRS_V1, SPLIT_NAME, ArchiveSpec
+from .spec import DIAGNOSTICS_VERSION, MEMBER_KINDS, PROB_DTYPES, ROLES, ROOT_ATTRS_V1, SPLIT_NAME, VERSION, ArchiveSpec
 
 __all__ = ["Parsed", "read_v1_0"]
 
@@ -136,6 +136,26 @@ def _members(scan: Scan, f: h5py.File, safe: set[str]) -> tuple[MemberInfo, ...]
     return tuple(out)
 
 
+def _diagnostics(scan: Scan, f: h5py.File) -> dict[str, Any] | None:
+    """The optional ``/diagnostics`` summary (SPEC.md §5.1); a version this reader does not know is skipped with a
+    note, a malformed one is a finding."""
+    if "diagnostics" not in f:
+        return None
+    g = f["diagnostics"]
+    if not isinstance(g, h5py.Group):
+        scan.add("/diagnostics", "type", "must be a group")
+        return None
+    version = _str(scan, g, "diagnostics_version", "/diagnostics", True)
+    summary = _str(scan, g, "summary", "/diagnostics", True)
+    if version is None or summary is None:
+        return None
+    if not VERSION.fullmatch(version) or version.split(".")[0] != DIAGNOSTICS_VERSION.split(".")[0]:
+        scan.add("/diagnostics", "version", f"diagnostics_version {version!r} is not {DIAGNOSTICS_VERSION!r}; "
+                 "the diagnostics are ignored", severity="warning")
+        return None
+    return _json_obj(scan, summary, "/diagnostics", "attribute 'summary'")
+
+
 @register_reader(ArchiveSpec("prediction-archive", "1.0"))
 def read_v1_0(scan: Scan, f: h5py.File, safe: set[str], version: str) -> Parsed | None:
     """Parse the v1.0 layout (see SPEC.md) into a header and dataset handles; None if it is broken."""
@@ -163,6 +183,7 @@ def read_v1_0(scan: Scan, f: h5py.File, safe: set[str], version: str) -> Parsed 
         scalability = {k: (v.decode("utf-8", errors="replace") if isinstance(v, bytes)
                            else v.item() if isinstance(v, np.generic) else v) for k, v in scalability.items()
                        if k != "ubench_kind" and v is not None}
+    diagnostics = _diagnostics(scan, f)
     if "splits" not in f or not isinstance(f["splits"], h5py.Group):
         scan.add("/splits", "missing-group", "required group is missing")
         return None
@@ -253,6 +274,7 @@ def read_v1_0(scan: Scan, f: h5py.File, safe: set[str], version: str) -> Parsed 
         provenance=provenance,
         config=_json_obj(scan, root.get("config"), "/", "attribute 'config'"),
         scalability=scalability,
+        diagnostics=diagnostics,
         description=root.get("description") or "",
     )
     return Parsed(header, nodes)

@@ -67,6 +67,10 @@ CURRENT = ArchiveSpec(FORMAT, "1.0")
 ROLES = ("in_domain", "ood", "shift")
 
 #: What one member is. Scorers do not branch on it; it documents how the members were obtained.
+#: Version of the optional ``/diagnostics`` group's ``summary`` (SPEC.md §5.1); a reader ignores a major it does not
+#: know.
+DIAGNOSTICS_VERSION = "1.0"
+
 MEMBER_KINDS = ("point", "independent", "snapshot", "posterior_sample", "mc_sample", "augmentation")
 
 #: Split names are path-safe identifiers; "." alone is refused (HDF5 reads it as the group itself). Anchored with

@@ -35,7 +35,7 @@ from .archive import SplitSpec
 from .durable import atomic_path, fsync_dir
 from .errors import ArchiveError
 from .safe_h5py import h5py
-from .spec import CURRENT, MEMBER_KINDS, SPLIT_NAME, duplicate_shift_message, is_split_name
+from .spec import CURRENT, DIAGNOSTICS_VERSION, MEMBER_KINDS, SPLIT_NAME, duplicate_shift_message, is_split_name
 from .validator import probs_problem
 
 __all__ = ["ArchiveWriter", "finalize_partial", "partial_dir_for", "chunk_shape", "DEFAULT_CHUNK_BYTES"]
@@ -298,6 +298,21 @@ class ArchiveWriter:
         with atomic_path(self.partial_dir / "scalability.json") as tmp:
             tmp.write_text(_json(values))
 
+    def set_diagnostics(self, summary: Mapping[str, Any]) -> None:
+        """Record the optional ``/diagnostics`` summary (SPEC.md §5.1: MCMC R-hat/ESS over chains), a JSON object."""
+        with atomic_path(self.partial_dir / "diagnostics.json") as tmp:
+            tmp.write_text(_json(dict(summary)))
+
+    def finished_members(self, split: str, rows: int) -> tuple[list[dict], np.ndarray]:
+        """The info of every finished member and its probabilities on the first ``rows`` samples of ``split``
+        (M, rows, C), read back from the partial directory (members written by an earlier, killed process too)."""
+        infos, probs = [], []
+        for path in _finished_members(self.partial_dir):
+            with h5py.File(path, "r") as m:
+                infos.append(json.loads(m.attrs["info"]))
+                probs.append(m[f"probs/{split}"][:rows])
+        return infos, np.stack(probs) if probs else np.empty((0, rows, 0))
+
     def finalize(self) -> Path:
         """Assemble the archive atomically at ``path`` and remove the partial directory."""
         if self._finalized:
@@ -370,6 +385,8 @@ def finalize_partial(partial_dir: str | Path, *, compression: str | None = None,
         raise ArchiveError(f"{partial_dir} holds no finished member yet; nothing to finalize")
     scal_path = partial_dir / "scalability.json"
     scalability = json.loads(scal_path.read_text()) if scal_path.exists() else None
+    diag_path = partial_dir / "diagnostics.json"
+    diagnostics = diag_path.read_text() if diag_path.exists() else None
     with atomic_path(out) as tmp, h5py.File(partial_dir / "header.h5", "r") as head, h5py.File(tmp, "w") as f:
         for key, value in head.attrs.items():
             if key != "fingerprint":
@@ -387,6 +404,11 @@ def finalize_partial(partial_dir: str | Path, *, compression: str | None = None,
             g.attrs["ubench_kind"] = "scalability"
             for key, value in scalability.items():
                 g.attrs[key] = value
+        if diagnostics:
+            g = f.create_group("diagnostics")
+            g.attrs["ubench_kind"] = "diagnostics"
+            g.attrs["diagnostics_version"] = DIAGNOSTICS_VERSION
+            g.attrs["summary"] = diagnostics
     shutil.rmtree(partial_dir)
     fsync_dir(out.parent)
     return out

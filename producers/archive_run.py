@@ -66,7 +66,10 @@ def produce_archive(
     resolved = cls.resolve_hyperparameters(hyper or {})
     check_members(cls, settings.members)
     configure_torch(threads=threads)
-    instance = cls(resolved, n_members=settings.members, n_train=len(task.train))
+    if settings.chains != 1 and (cls.shape != "trajectory" or settings.members % settings.chains):
+        raise ValueError(f"--chains {settings.chains}: chains are for samplers (trajectory methods), with members a "
+                         f"multiple of chains; {cls.name} is {cls.shape} with {settings.members} members")
+    instance = cls(resolved, n_members=settings.members // settings.chains, n_train=len(task.train))
     writer = ArchiveWriter(
         out,
         method=method,

@@ -122,13 +122,16 @@ def _rich_progress():
 @click.option("--threads", type=click.IntRange(min=1), default=None, show_default="torch's default",
               help="CPU threads for torch.")
 @click.option("--overwrite", is_flag=True, default=False, show_default=True, help="Replace an existing archive.")
+@click.option("--chains", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Samplers: run this many chains one after another, each giving members/chains members "
+                   "(R-hat and ESS over chains go into the archive's /diagnostics).")
 @click.option("--framework", type=click.Choice(["torch", "jax"]), default="torch", show_default=True,
               help="Train with PyTorch or with JAX (the jax extra: sgd, deep_ensemble and hmc on the mlp).")
 @click.option("--progress/--no-progress", default=None, show_default="when stderr is a terminal",
               help="Draw member and epoch progress bars on stderr.")
 def produce(method, out, dataset, model, members, epochs, lr, hparams, seed, data_dirs, download, ood, shifts,
             train_samples, test_samples, shift_samples, ood_samples, data_seed, batch_size, predict_batch_size,
-            device, threads, overwrite, framework, progress):
+            device, threads, overwrite, chains, framework, progress):
     """Train METHOD with PyTorch and write its prediction archive (test, OOD and shifted splits).
 
     Needs the torch extra (pip install 'ubench[torch]'). Killing a run and starting the same command again
@@ -172,7 +175,7 @@ def produce(method, out, dataset, model, members, epochs, lr, hparams, seed, dat
     except DataNotFoundError as exc:
         raise click.UsageError(str(exc)) from None
     settings = RunSettings(model=model, members=members or cls.default_members, seed=seed, batch_size=batch_size,
-                           predict_batch_size=predict_batch_size, device=device)
+                           predict_batch_size=predict_batch_size, device=device, chains=chains)
     show = sys.stderr.isatty() if progress is None else progress
     try:
         cls.resolve_hyperparameters(hyper)

@@ -177,6 +177,9 @@ class HMC(Method):
             })
             state["window_accept"], state["window_transitions"] = 0.0, 0
 
+    def log_posterior(self, model, state, ctx):
+        return float(state["log_posterior"])
+
     def member_info(self, index: int, epoch: int) -> dict[str, Any]:
         """The record ``on_epoch_end`` kept for member ``index`` (non-finite values as None: the info is JSON)."""
         record = self._records[index] if index < len(self._records) else {}

@@ -19,6 +19,7 @@ import torch
 from torch import nn
 
 from ..archive_schema.durable import atomic_path
+from .chain_diagnostics import record_chain_diagnostics
 from .models import count_parameters
 from .task import Task
 from .torch_trainer import Method, Progress, RunSettings, TrainContext, derive_seed, predict_splits
@@ -60,9 +61,11 @@ def _train_run(
     clock: _Clock,
     progress: Progress,
     on_snapshot: Callable[[int, nn.Module, dict, int, int], None] | None,
+    member_offset: int = 0,
 ) -> tuple[nn.Module, dict, int, int]:
-    """Train (or resume) one run; call ``on_snapshot(member, model, state, epoch, step)`` at snapshot epochs for
-    members not yet on disk. Returns (model, state, epochs, steps)."""
+    """Train (or resume) one run; call ``on_snapshot(k, model, state, epoch, step)`` at the snapshot epochs of the
+    run's members ``k`` whose archive index ``member_offset + k`` is not yet on disk. Returns (model, state, epochs,
+    steps)."""
     ckpt_path = writer.scratch_dir / f"run{run_index:04d}.pt"
     model = ctx.new_model(method, derive_seed(run_seed, 0))
     optimizer = method.make_optimizer(model)
@@ -87,7 +90,8 @@ def _train_run(
         clock.add("train", time.perf_counter() - started)
         progress.epoch_done(epoch, loss)
         if on_snapshot is not None:
-            for member in [k for k, e in enumerate(snapshots) if e == epoch and k >= writer.n_members]:
+            for member in [k for k, e in enumerate(snapshots)
+                           if e == epoch and member_offset + k >= writer.n_members]:
                 on_snapshot(member, model, state, epoch, step)
         _atomic_save(
             {"model": model.state_dict(), "optimizer": None if optimizer is None else optimizer.state_dict(),
@@ -113,7 +117,8 @@ def run_method(
     clock = _Clock(writer.scratch_dir / "seconds.json")
     M = settings.members
 
-    def add(member: int, model: nn.Module, state: dict, epoch: int, step: int, member_seed: int) -> None:
+    def add(member: int, model: nn.Module, state: dict, epoch: int, step: int, member_seed: int,
+            extra: dict | None = None) -> None:
         started = time.perf_counter()
         predictor = method.member_predictor(model, state, ctx, member_seed)
         probs = predict_splits(
@@ -122,7 +127,7 @@ def run_method(
         clock.add("predict", time.perf_counter() - started)
         writer.add_member(
             probs, seed=member_seed, epoch=epoch, step=step, kind=method.member_kind,
-            info=method.member_info(member, epoch),
+            info={**(extra or {}), **method.member_info(member, epoch)},
         )
 
     probe = ctx.new_model(method, 0)
@@ -137,19 +142,28 @@ def run_method(
             add(member, model, state, epoch, step, member_seed)
             (writer.scratch_dir / f"run{member:04d}.pt").unlink(missing_ok=True)
     elif method.shape == "trajectory":
+        chains = settings.chains
+        per = M // chains  # the method was built with n_members = M / chains: its snapshots are one chain's
         snapshots = method.snapshot_epochs()
-        if len(snapshots) != M:
-            raise ValueError(f"{method.name}: {len(snapshots)} snapshot epochs for {M} members")
-        if writer.n_members < M:
+        if len(snapshots) != per:
+            raise ValueError(f"{method.name}: {len(snapshots)} snapshot epochs for {per} members per chain")
+        for chain in range(writer.n_members // per, chains):
             progress.member(writer.n_members, M, method.name)
-            run_seed = derive_seed(settings.seed, 0)
+            # Chain 0 keeps the single-chain seed, so a one-chain run is what it always was.
+            run_seed = derive_seed(settings.seed, 0) if chain == 0 else derive_seed(settings.seed, 0, chain)
 
-            def on_snapshot(member, model, state, epoch, step):
-                add(member, model, state, epoch, step, derive_seed(settings.seed, 1, member))
+            def on_snapshot(k, model, state, epoch, step, chain=chain):
+                member = chain * per + k
+                extra = {"chain": chain}
+                if (lp := method.log_posterior(model, state, ctx)) is not None:
+                    extra["log_posterior"] = lp
+                add(k, model, state, epoch, step, derive_seed(settings.seed, 1, member), extra)
                 progress.member(member + 1, M, method.name)
 
-            _train_run(method, ctx, writer, run_index=0, run_seed=run_seed, clock=clock, progress=progress,
-                       on_snapshot=on_snapshot)
+            _train_run(method, ctx, writer, run_index=chain, run_seed=run_seed, clock=clock, progress=progress,
+                       on_snapshot=on_snapshot, member_offset=chain * per)
+        if method.member_kind == "posterior_sample":
+            record_chain_diagnostics(task, writer)
     elif method.shape == "posterior":
         if writer.n_members < M:
             model, state, epoch, step = _train_run(

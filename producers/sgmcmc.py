@@ -79,3 +79,17 @@ class SGMCMCMethod(Method):
 
     def total_epochs(self):
         return self.snapshot_epochs()[-1]
+
+    @torch.no_grad()
+    def log_posterior(self, model, state, ctx):
+        """:math:`-\\sum_i \\mathrm{CE}_i - \\lVert\\theta\\rVert^2 / (2 \\sigma^2)` on the whole training set
+        (evaluation mode), accumulated in float64: the target at temperature 1, tracked by the chain diagnostics."""
+        model.eval()
+        total = 0.0
+        for start in range(0, len(ctx.y_train), 1000):
+            logits = model(ctx.x_train[start: start + 1000]).double()
+            total += float(torch.nn.functional.cross_entropy(logits, ctx.y_train[start: start + 1000],
+                                                             reduction="sum"))
+        sq = sum(float(torch.sum(p.double() ** 2)) for p in model.parameters())
+        model.train()
+        return -total - sq / (2.0 * float(self.hp["prior_std"]) ** 2)

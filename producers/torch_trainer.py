@@ -106,10 +106,15 @@ class RunSettings:
     batch_size: int = 128
     predict_batch_size: int = 1000
     device: str = "auto"
+    chains: int = 1
 
     def record(self) -> dict:
-        """The settings that define the run's results (the device does not; a run may resume elsewhere)."""
-        return {"model": self.model, "members": self.members, "seed": self.seed, "batch_size": self.batch_size}
+        """The settings that define the run's results (the device does not; a run may resume elsewhere).
+        ``chains`` is recorded only when it is not 1, so single-chain configs are as before."""
+        out = {"model": self.model, "members": self.members, "seed": self.seed, "batch_size": self.batch_size}
+        if self.chains != 1:
+            out["chains"] = self.chains
+        return out
 
 
 class Method:
@@ -204,6 +209,11 @@ class Method:
     def member_info(self, index: int, epoch: int) -> dict[str, Any]:
         """Free metadata stored with a member."""
         return {}
+
+    def log_posterior(self, model: nn.Module, state: dict[str, Any], ctx: "TrainContext") -> float | None:
+        """Samplers: the log-posterior (up to its constant) at the current weights, for the chain diagnostics;
+        None for methods that are not samplers."""
+        return None
 
 
 def _cast_like(default: Any, value: Any, key: str) -> Any:

@@ -17,6 +17,7 @@ import numpy as np
 from scipy.special import softmax
 
 from ...archive_schema import ArchiveWriter
+from ..chain_diagnostics import record_chain_diagnostics
 from ..run_record import derive_seed, run_config, split_specs
 from ..schedules import BASE_DEFAULTS
 from ..task import Task
@@ -101,6 +102,7 @@ def produce_archive_jax(method: str, task: Task, out: str | Path, *, settings: J
                 chain = HMCChain(hp, x=x, y=y, n_classes=task.n_classes, mean=task.mean, std=task.std,
                                  seed=settings.seed, scratch=writer.scratch_dir)
             params, info = chain.sample(member)
+            info = {"chain": 0, **info}
             member_seed, epoch, step = derive_seed(settings.seed, 1, member), info["iteration"], info["iteration"]
         else:
             member_seed = derive_seed(settings.seed, member)
@@ -119,6 +121,8 @@ def produce_archive_jax(method: str, task: Task, out: str | Path, *, settings: J
         else:
             checkpoint.unlink(missing_ok=True)
         params_count = n_parameters(params)
+    if method == "hmc":
+        record_chain_diagnostics(task, writer)
     if not params_count:
         params_count = n_parameters(init_mlp(jax.random.key(0), int(np.prod(task.input_shape)), task.n_classes))
     writer.set_scalability(n_parameters=params_count, train_seconds=round(seconds["train"], 3),

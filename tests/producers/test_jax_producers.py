@@ -92,6 +92,8 @@ def test_blackjax_hmc_writes_posterior_samples(task, tmp_path):
                                          hyper={"burn_in": 30, "thin": 2, "n_leapfrog": 10}))
     assert a.provenance["framework"] == "jax" and {m.kind for m in a.members} == {"posterior_sample"}
     assert [m.info["iteration"] for m in a.members] == [32, 34, 36]
+    assert [m.info["chain"] for m in a.members] == [0, 0, 0]
+    assert a.diagnostics["chains"] == 1 and "draws per chain" in a.diagnostics["note"]  # 3 draws: too few
     for m in a.members:
         assert 0 <= m.info["acceptance_rate"] <= 1 and m.info["step_size"] > 0
     assert (a.probs["test"].mean(0).argmax(1) == a.labels["test"]).mean() > 0.5

@@ -15,7 +15,7 @@ torch = pytest.importorskip("torch")
 
 from ubench.archive_schema import ArchiveError, read_archive  # noqa: E402
 from ubench.archive_schema.safe_h5py import h5py  # noqa: E402
-from ubench.producers import member_loop  # noqa: E402
+from ubench.producers import member_loop, torch_trainer  # noqa: E402
 from ubench.producers.archive_run import produce_archive  # noqa: E402
 from ubench.producers.task import build_task  # noqa: E402
 from ubench.producers.torch_trainer import RunSettings  # noqa: E402
@@ -39,15 +39,15 @@ def _member_probs(path):
         return {name: f[f"probs/{name}"][()] for name in f["probs"]}
 
 
-def _count_calls(monkeypatch, name):
+def _count_calls(monkeypatch, name, module=member_loop):
     calls = []
-    original = getattr(member_loop, name)
+    original = getattr(module, name)
 
     def counting(*args, **kwargs):
         calls.append(kwargs.get("epoch", kwargs.get("run_index")))
         return original(*args, **kwargs)
 
-    monkeypatch.setattr(member_loop, name, counting)
+    monkeypatch.setattr(module, name, counting)
     return calls
 
 
@@ -101,19 +101,19 @@ def test_trajectory_resumes_from_its_epoch_checkpoint(task, tmp_path, monkeypatc
     uninterrupted chain ends."""
     hyper = {"burn_in_epochs": 2, "thin_epochs": 1}
     reference = read_archive(_produce(task, tmp_path / "ref.h5", "sgld", hyper))
-    original = member_loop.train_epoch
+    original = torch_trainer.train_epoch  # what Method.run_epoch runs for minibatch methods
 
     def crash_in_epoch_5(*args, epoch, **kwargs):
         if epoch == 5:
             raise _Crash
         return original(*args, epoch=epoch, **kwargs)
 
-    monkeypatch.setattr(member_loop, "train_epoch", crash_in_epoch_5)
+    monkeypatch.setattr(torch_trainer, "train_epoch", crash_in_epoch_5)
     with pytest.raises(_Crash):
         _produce(task, tmp_path / "run.h5", "sgld", hyper)
     assert len(list((tmp_path / "run.h5.partial" / "members").glob("*.h5"))) == 2  # epochs 3 and 4
-    monkeypatch.setattr(member_loop, "train_epoch", original)
-    epochs = _count_calls(monkeypatch, "train_epoch")
+    monkeypatch.setattr(torch_trainer, "train_epoch", original)
+    epochs = _count_calls(monkeypatch, "train_epoch", torch_trainer)
     resumed = read_archive(_produce(task, tmp_path / "run.h5", "sgld", hyper))
     assert epochs == [5]
     np.testing.assert_array_equal(resumed.probs["test"], reference.probs["test"])
@@ -136,7 +136,7 @@ def test_posterior_method_does_not_retrain_after_a_failure_between_members(task,
     with pytest.raises(_Crash):
         _produce(task, tmp_path / "run.h5", "mc_dropout", hyper)
     monkeypatch.setattr(ArchiveWriter, "add_member", original)
-    epochs = _count_calls(monkeypatch, "train_epoch")
+    epochs = _count_calls(monkeypatch, "train_epoch", torch_trainer)
     resumed = read_archive(_produce(task, tmp_path / "run.h5", "mc_dropout", hyper))
     assert epochs == []
     np.testing.assert_array_equal(resumed.probs["test"], reference.probs["test"])
