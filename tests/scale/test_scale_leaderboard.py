@@ -17,12 +17,14 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+import board_hooks
 from scale_archives import make_archive
 from ubench.cli import cli
-from ubench.scoring.leaderboard import HOLD_ENV, MARKERS_ENV, BoardConfig, archive_digest, score_directory
+from ubench.scoring.leaderboard import BoardConfig, archive_digest, score_directory
 from ubench.scoring.sandbox import SandboxLimits
 
 LIMITS = SandboxLimits(cpu_seconds=30, timeout_seconds=60)
+HOOKED_CLI = [sys.executable, board_hooks.__file__]
 
 
 @pytest.fixture
@@ -41,9 +43,12 @@ def uploads(tmp_path, valid_archive) -> Path:
 
 @pytest.fixture
 def markers(tmp_path, monkeypatch) -> Path:
+    """Marker files counting executions (``board_hooks.py``), installed in this process by monkeypatching and
+    in subprocesses and Dask workers through ``board_hooks``' own variables."""
     d = tmp_path / "markers"
     d.mkdir()
-    monkeypatch.setenv(MARKERS_ENV, str(d))
+    board_hooks.install(str(d), setattr=monkeypatch.setattr)
+    monkeypatch.setenv(board_hooks.MARKERS_VAR, str(d))
     return d
 
 
@@ -69,12 +74,13 @@ def test_leaderboard_rows_ranks_and_cache(uploads, reference_file, tmp_path, mar
     ranked = [r for r in result["rows"] if r["rank"] is not None]
     assert [r["rank"] for r in ranked] == list(range(1, len(ranked) + 1))
     assert result["rows"][: len(ranked)] == ranked  # scored uploads first
-    # content addressing: the two identical uploads share one result, scored once
-    assert len(digests(board)) == len(set(digests(board))) == len(rows) - 1
+    # content addressing: the two identical uploads share one result, scored once; the symbolic link is refused
+    # from its lstat alone (no result file, nothing read)
+    assert len(digests(board)) == len(set(digests(board))) == len(rows) - 2
     assert set(marker_counts(markers, "scored").values()) == {1}
     first = (board / "leaderboard.json").read_text()
     again = score_directory(uploads, board, config)
-    assert all(r["cached"] for r in again["rows"])
+    assert all(r["cached"] == (r["archive"] != "escape.h5") for r in again["rows"])
     assert set(marker_counts(markers, "scored").values()) == {1}
     assert json.loads(first)["rows"][0]["metrics"] == again["rows"][0]["metrics"]
     page = (board / "index.html").read_text()
@@ -100,11 +106,10 @@ def test_killed_run_resumes_where_it_stopped(uploads, reference_file, tmp_path, 
     """`ubench leaderboard` killed while scoring its second upload: the re-run keeps the first result and scores
     every other upload exactly once."""
     board = tmp_path / "board"
-    monkeypatch.setenv(HOLD_ENV, "team1.h5")
-    cmd = [sys.executable, "-m", "ubench.cli", "leaderboard", str(uploads), "--reference", str(reference_file),
-           "--out", str(board)]
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     held = archive_digest(uploads / "team1.h5")[:16]
+    monkeypatch.setenv(board_hooks.HOLD_VAR, held)
+    cmd = HOOKED_CLI + ["leaderboard", str(uploads), "--reference", str(reference_file), "--out", str(board)]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     try:
         deadline = time.monotonic() + 120
         while held not in marker_counts(markers, "started"):
@@ -115,8 +120,8 @@ def test_killed_run_resumes_where_it_stopped(uploads, reference_file, tmp_path, 
         proc.wait()
     done_before = set(digests(board))
     assert 0 < len(done_before) < 6 and not (board / "leaderboard.json").exists()
-    monkeypatch.delenv(HOLD_ENV)
-    res = CliRunner().invoke(cli, cmd[3:] + ["--json"])
+    monkeypatch.delenv(board_hooks.HOLD_VAR)
+    res = CliRunner().invoke(cli, cmd[2:] + ["--json"])
     assert res.exit_code == 0, res.output
     rows = json.loads(res.stdout)["rows"]
     assert len(rows) == 7 and all(r["cached"] == (r["sha256"] in done_before) for r in rows)
@@ -129,7 +134,7 @@ def test_dask_worker_killed_mid_run_every_upload_scored_once(uploads, reference_
     """On a LocalCluster of worker processes, the worker holding one upload is SIGKILLed mid-task; the scheduler
     reruns the task elsewhere and every upload ends with exactly one result and one scoring execution."""
     distributed = pytest.importorskip("distributed")
-    monkeypatch.setenv(HOLD_ENV, "team2.h5")
+    monkeypatch.setenv(board_hooks.HOLD_VAR, archive_digest(uploads / "team2.h5")[:16])
     board = tmp_path / "board"
     config = BoardConfig.create(reference=reference_file, sandbox=LIMITS)
     from scale_archives import make_archive as mk
@@ -138,7 +143,7 @@ def test_dask_worker_killed_mid_run_every_upload_scored_once(uploads, reference_
         mk(uploads / f"team{i}.h5", seed=i)
     team2 = None
     with distributed.LocalCluster(n_workers=3, threads_per_worker=1, processes=True, host="127.0.0.1",
-                                  dashboard_address=None, silence_logs=50) as cluster:
+                                  dashboard_address=None, silence_logs=50, preload=[board_hooks.__file__]) as cluster:
         out: dict = {}
         runner = threading.Thread(target=lambda: out.update(
             board=score_directory(uploads, board, config, scheduler=cluster.scheduler_address)))
@@ -157,8 +162,8 @@ def test_dask_worker_killed_mid_run_every_upload_scored_once(uploads, reference_
     rows = out["board"]["rows"]
     names = {p.name for p in uploads.iterdir()}
     assert {r["archive"] for r in rows} == names and len(rows) == len(names)
-    assert len(digests(board)) == len(set(digests(board))) == len(names) - 1
+    assert len(digests(board)) == len(set(digests(board))) == len(names) - 2  # a duplicate; a symlink refused
     assert marker_counts(markers, "started")[team2] == 2  # held and killed once, then run again
     assert set(marker_counts(markers, "scored").values()) == {1}
     assert set(marker_counts(markers, "committed").values()) == {1}
-    assert len(marker_counts(markers, "scored")) == len(names) - 1
+    assert len(marker_counts(markers, "scored")) == len(names) - 2
