@@ -379,17 +379,21 @@ def score(archive: Path, reference: Path | None, as_json: bool, html_path: Path 
 @click.option("--out", "out", type=click.Path(dir_okay=False, path_type=Path), required=True,
               help="Reference file to write (labels and sample ids per split, no predictions).")
 @click.option("--overwrite", is_flag=True, help="Replace an existing file at --out.")
-def reference(archive: Path, out: Path, overwrite: bool) -> None:
+@click.option("--primary", type=str, default=None,
+              help="In-domain split behind the headline, ranking and OOD scores of every upload scored against "
+                   "this reference.  [default: the archive's first in-domain split]")
+def reference(archive: Path, out: Path, overwrite: bool, primary: str | None) -> None:
     """Write the trusted reference label file of an archive, for `ubench score --reference`.
 
     \b
     ubench reference trusted_run.h5 --out test_labels.h5
+    ubench reference trusted_run.h5 --out test_labels.h5 --primary test
     """
     from .scoring.reference import ReferenceError, write_reference
 
     _open_or_exit(archive, check_values=False).close()
     try:
-        click.echo(str(write_reference(archive, out, overwrite=overwrite)))
+        click.echo(str(write_reference(archive, out, overwrite=overwrite, primary=primary)))
     except ReferenceError as exc:
         click.echo(f"error: {exc}", err=True)
         sys.exit(1)
