@@ -201,3 +201,30 @@ def test_cli_score_sandbox_exit_codes(tmp_path, reference_file):
     assert "Traceback" not in res.stderr
     usage = CliRunner().invoke(cli, ["score", str(junk), "--sandbox", "--memory-limit", "lots"])
     assert usage.exit_code == 2
+
+
+# -- issue #16 item 14: compare, dee and inspect read archives in the sandbox too ----------------------------------
+def test_inspect_sandboxed_matches_in_process_and_contains_a_crash(valid_archive, child_faults):
+    """`inspect --sandbox` prints the same description as in-process; an archive that crashes the reader
+    (a real SIGSEGV in the child) is the hdf5-crash finding with exit 1, and the command survives it."""
+    runner = CliRunner()
+    boxed = runner.invoke(cli, ["inspect", str(valid_archive), "--sandbox", "--json"])
+    plain = runner.invoke(cli, ["inspect", str(valid_archive), "--json"])
+    assert boxed.exit_code == plain.exit_code == 0, boxed.output + plain.output
+    assert json.loads(boxed.stdout) == json.loads(plain.stdout)
+    crash = runner.invoke(cli, ["inspect", str(child_faults("segv")), "--sandbox", "--timeout", "60"])
+    assert crash.exit_code == 1 and "hdf5-crash" in crash.stderr, crash.output
+
+
+@pytest.mark.parametrize("command", ["compare", "dee"])
+def test_compare_and_dee_with_a_reference_are_sandboxed_by_default(valid_archive, reference_file, child_faults,
+                                                                   command):
+    """With --reference, compare and dee read every archive in the sandbox unless --no-sandbox: an archive
+    that crashes the reader there gives the hdf5-crash finding and exit 1 instead of taking the command down."""
+    crashing = str(child_faults("segv"))
+    args = {"compare": ["compare", str(valid_archive), crashing],
+            "dee": ["dee", crashing, "--ensemble", str(valid_archive)]}[command]
+    res = CliRunner().invoke(cli, args + ["--reference", str(reference_file), "--timeout", "60"])
+    assert res.exit_code == 1 and "hdf5-crash" in res.stderr, res.output
+    plain = CliRunner().invoke(cli, args + ["--reference", str(reference_file), "--no-sandbox", "--json"])
+    assert plain.exit_code == 0, plain.output  # in-process, the injected fault never runs
