@@ -316,6 +316,13 @@ def _private_copy(fd: int, name: str, board: Path, limits: SandboxLimits, deadli
         shutil.rmtree(staging, ignore_errors=True)
 
 
+def _remove_stale_copies(board: Path) -> None:
+    """Private copies left by a killed run (only called under the board's lock, before any upload is read)."""
+    for entry in os.scandir(board):
+        if entry.name.startswith(".staging-") and entry.is_dir(follow_symlinks=False):
+            shutil.rmtree(entry.path, ignore_errors=True)
+
+
 def _public(obj: Any, names: dict[str, str]) -> Any:
     """``obj`` with every host path in ``names`` (longest first) replaced by its public name."""
     if isinstance(obj, str):
@@ -450,6 +457,7 @@ def _score_directory(directory, board: Path, config: BoardConfig, *, workers, sc
     if config.reference is not None:
         read_reference(config.reference)  # a bad reference fails once, here, not once per upload
     os.close(_results_dir(board))  # refuse a planted results/ link before any upload is read
+    _remove_stale_copies(board)
     uploads = list_uploads(directory)
     records: list[dict[str, Any] | None] = [None] * len(uploads)
     for done, (i, record) in enumerate(map_unordered(score_one, [str(p) for p in uploads], workers=workers,

@@ -142,7 +142,7 @@ class SandboxOutcome:
 
     ``status``: ``ok`` (valid / scored), ``rejected`` (findings with errors, exit 1), ``unreadable`` (exit 2),
     or the sandbox's own ``crashed``, ``memory-limit``, ``cpu-limit``, ``timeout``, ``killed``,
-    ``internal-error`` (all exit 1). ``findings`` are ``Finding.to_dict()`` dicts; ``report`` is the score report
+    ``report-limit``, ``internal-error`` (all exit 1). ``findings`` are ``Finding.to_dict()`` dicts; ``report`` is the score report
     (``score`` tasks that succeeded); ``peak_rss_bytes`` the child's peak resident memory when it answered.
     """
 

@@ -120,11 +120,13 @@ def test_killed_run_resumes_where_it_stopped(uploads, reference_file, tmp_path, 
         proc.wait()
     done_before = set(digests(board))
     assert 0 < len(done_before) < 6 and not (board / "leaderboard.json").exists()
+    assert list(board.glob(".staging-*"))  # the held upload's private copy, left by the killed run
     monkeypatch.delenv(board_hooks.HOLD_VAR)
     res = CliRunner().invoke(cli, cmd[2:] + ["--json"])
     assert res.exit_code == 0, res.output
     rows = json.loads(res.stdout)["rows"]
     assert len(rows) == 7 and all(r["cached"] == (r["sha256"] in done_before) for r in rows)
+    assert not list(board.glob(".staging-*"))  # removed by the next run
     assert set(marker_counts(markers, "scored").values()) == {1}
     assert set(marker_counts(markers, "committed").values()) == {1}
 
