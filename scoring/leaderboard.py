@@ -106,7 +106,8 @@ class BoardConfig:
     """Everything a per-archive result depends on, plus the sandbox limits.
 
     ``kind`` is ``"score"`` (the default) or ``"validate"`` (findings only). ``reference_sha256`` is filled by
-    :meth:`create`; ``protocol`` is ``Protocol.to_dict()``.
+    :meth:`create`, which first reads the reference through the safe container checks (``ReferenceError`` for
+    an unusable one); ``protocol`` is ``Protocol.to_dict()``.
     """
 
     kind: str = "score"
@@ -120,6 +121,10 @@ class BoardConfig:
     def create(cls, *, kind: str = "score", reference: str | Path | None = None, protocol=None,
                read_limits: dict[str, Any] | None = None, sandbox: SandboxLimits = SandboxLimits()) -> BoardConfig:
         ref = None if reference is None else os.path.abspath(reference)
+        if ref is not None:
+            from .reference import read_reference
+
+            read_reference(ref)  # refuses a FIFO, a link or a hostile file before it is hashed
         proto = protocol.to_dict() if hasattr(protocol, "to_dict") else protocol
         if kind == "score" and proto is None:
             from .protocols import Protocol
