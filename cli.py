@@ -99,19 +99,86 @@ def _human_bytes(n: float) -> str:
     return f"{n:.1f} GiB"
 
 
+# --- sandboxed scoring and leaderboards (issue #6) ----------------------------------------------------------------
+
+class _Size(click.ParamType):
+    name = "SIZE"
+
+    def convert(self, value, param, ctx):
+        from .scoring.sandbox import parse_size
+
+        try:
+            return parse_size(value)
+        except ValueError as exc:
+            self.fail(str(exc), param, ctx)
+
+
+def _sandbox_limit_options(f):
+    """--memory-limit, --cpu-limit, --timeout (shared by score and leaderboard)."""
+    opts = [
+        click.option("--memory-limit", type=_Size(), default="4G", show_default=True,
+                     help="Address-space limit of the sandboxed scoring process (e.g. 2G, 512M)."),
+        click.option("--cpu-limit", type=click.IntRange(min=1), default=600, show_default=True,
+                     help="CPU seconds one archive may use in the sandbox."),
+        click.option("--timeout", type=click.FloatRange(min=0, min_open=True), default=900.0, show_default=True,
+                     help="Wall-clock seconds one archive may take in the sandbox before it is killed."),
+    ]
+    for opt in reversed(opts):
+        f = opt(f)
+    return f
+
+
+def _sandbox_limits(memory_limit: int, cpu_limit: int, timeout: float):
+    from .scoring.sandbox import SandboxLimits
+
+    try:
+        return SandboxLimits(memory_bytes=memory_limit, cpu_seconds=cpu_limit, timeout_seconds=timeout)
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from None
+
+
+def _score_sandboxed_or_exit(archive: Path, *, reference, protocol, limits) -> dict:
+    """Score in a sandboxed child; its findings (a crash, a limit, a rejection) are printed, with the exit code."""
+    return _sandboxed_or_exit("score", archive, reference=reference, protocol=protocol, limits=limits)
+
+
+def _sandboxed_or_exit(kind: str, archive: Path, *, reference=None, protocol=None, limits) -> dict:
+    """Run a ``score`` or ``inspect`` task in a sandboxed child and return its report; its findings (a crash, a
+    limit, a rejection) are printed, with the exit code."""
+    from .archive_schema import Finding
+    from .scoring.sandbox import SandboxTask, run_sandboxed
+
+    task = SandboxTask(kind, str(archive), None if reference is None else str(reference),
+                       None if protocol is None else protocol.to_dict())
+    outcome = run_sandboxed(task, limits)
+    if outcome.status == "ok":
+        return outcome.report
+    _echo_findings([Finding(**f) for f in outcome.findings if f["severity"] == "error"], err=True)
+    click.echo(f"{archive}: rejected ({outcome.status}; run `ubench validate {archive}` for every finding)", err=True)
+    sys.exit(outcome.exit_code or 1)
+
+
 @cli.command(epilog=EPILOG)
 @click.argument("archive", type=_ARCHIVE)
 @click.option("--json", "as_json", is_flag=True, help="Print the description as JSON.")
-def inspect(archive: Path, as_json: bool) -> None:
+@click.option("--sandbox/--no-sandbox", "sandbox", default=False, show_default=True,
+              help="Read the archive in a limited child process (as `validate --sandbox`): for files from "
+                   "strangers, since a corrupt file can make libhdf5 crash or spin.")
+@_sandbox_limit_options
+def inspect(archive: Path, as_json: bool, sandbox: bool, memory_limit: int, cpu_limit: int, timeout: float) -> None:
     """Describe an archive: metadata, splits with roles and shapes, members, sizes on disk.
 
     \b
     ubench inspect examples/digits_ensemble.h5
+    ubench inspect upload.h5 --sandbox --json
     """
-    from .archive_schema.describe import describe_archive
+    if sandbox:
+        info = _sandboxed_or_exit("inspect", archive, limits=_sandbox_limits(memory_limit, cpu_limit, timeout))
+    else:
+        from .archive_schema.describe import describe_archive
 
-    with _open_or_exit(archive, check_values=False) as reader:
-        info = describe_archive(reader)
+        with _open_or_exit(archive, check_values=False) as reader:
+            info = describe_archive(reader)
     if as_json:
         click.echo(_dump_json(info))
         return
@@ -251,58 +318,6 @@ def _score_or_exit(archive: Path, *, reference=None, protocol, progress=None) ->
             sys.exit(1)
 
 
-# --- sandboxed scoring and leaderboards (issue #6) ----------------------------------------------------------------
-
-class _Size(click.ParamType):
-    name = "SIZE"
-
-    def convert(self, value, param, ctx):
-        from .scoring.sandbox import parse_size
-
-        try:
-            return parse_size(value)
-        except ValueError as exc:
-            self.fail(str(exc), param, ctx)
-
-
-def _sandbox_limit_options(f):
-    """--memory-limit, --cpu-limit, --timeout (shared by score and leaderboard)."""
-    opts = [
-        click.option("--memory-limit", type=_Size(), default="4G", show_default=True,
-                     help="Address-space limit of the sandboxed scoring process (e.g. 2G, 512M)."),
-        click.option("--cpu-limit", type=click.IntRange(min=1), default=600, show_default=True,
-                     help="CPU seconds one archive may use in the sandbox."),
-        click.option("--timeout", type=click.FloatRange(min=0, min_open=True), default=900.0, show_default=True,
-                     help="Wall-clock seconds one archive may take in the sandbox before it is killed."),
-    ]
-    for opt in reversed(opts):
-        f = opt(f)
-    return f
-
-
-def _sandbox_limits(memory_limit: int, cpu_limit: int, timeout: float):
-    from .scoring.sandbox import SandboxLimits
-
-    try:
-        return SandboxLimits(memory_bytes=memory_limit, cpu_seconds=cpu_limit, timeout_seconds=timeout)
-    except ValueError as exc:
-        raise click.UsageError(str(exc)) from None
-
-
-def _score_sandboxed_or_exit(archive: Path, *, reference, protocol, limits) -> dict:
-    """Score in a sandboxed child; its findings (a crash, a limit, a rejection) are printed, with the exit code."""
-    from .archive_schema import Finding
-    from .scoring.sandbox import SandboxTask, run_sandboxed
-
-    task = SandboxTask("score", str(archive), None if reference is None else str(reference), protocol.to_dict())
-    outcome = run_sandboxed(task, limits)
-    if outcome.status == "ok":
-        return outcome.report
-    _echo_findings([Finding(**f) for f in outcome.findings if f["severity"] == "error"], err=True)
-    click.echo(f"{archive}: rejected ({outcome.status}; run `ubench validate {archive}` for every finding)", err=True)
-    sys.exit(outcome.exit_code or 1)
-
-
 @cli.command(epilog=EPILOG)
 @click.argument("archive", type=_ARCHIVE)
 @click.option("--json", "as_json", is_flag=True, help="Print the findings as JSON.")
@@ -400,17 +415,21 @@ def score(archive: Path, reference: Path | None, as_json: bool, html_path: Path 
 @click.option("--out", "out", type=click.Path(dir_okay=False, path_type=Path), required=True,
               help="Reference file to write (labels and sample ids per split, no predictions).")
 @click.option("--overwrite", is_flag=True, help="Replace an existing file at --out.")
-def reference(archive: Path, out: Path, overwrite: bool) -> None:
+@click.option("--primary", type=str, default=None,
+              help="In-domain split behind the headline, ranking and OOD scores of every upload scored against "
+                   "this reference.  [default: the archive's first in-domain split]")
+def reference(archive: Path, out: Path, overwrite: bool, primary: str | None) -> None:
     """Write the trusted reference label file of an archive, for `ubench score --reference`.
 
     \b
     ubench reference trusted_run.h5 --out test_labels.h5
+    ubench reference trusted_run.h5 --out test_labels.h5 --primary test
     """
     from .scoring.reference import ReferenceError, write_reference
 
     _open_or_exit(archive, check_values=False).close()
     try:
-        click.echo(str(write_reference(archive, out, overwrite=overwrite)))
+        click.echo(str(write_reference(archive, out, overwrite=overwrite, primary=primary)))
     except ReferenceError as exc:
         click.echo(f"error: {exc}", err=True)
         sys.exit(1)
@@ -424,22 +443,28 @@ def reference(archive: Path, out: Path, overwrite: bool) -> None:
               help="Deep-ensemble archive: adds a DEE column (Deep Ensemble Equivalent of each method's CLL).")
 @_protocol_options
 @click.option("--json", "as_json", is_flag=True, help="Print {'methods': [...], 'reports': [...]} as JSON.")
+@click.option("--sandbox/--no-sandbox", "sandbox", default=None,
+              help="Read and score every archive in a limited child process, as `score` does.  "
+                   "[default: on with --reference, off otherwise]")
+@_sandbox_limit_options
 def compare(archives: tuple[Path, ...], reference: Path | None, ensemble: Path | None, as_json: bool,
-            **options) -> None:
+            sandbox: bool | None, memory_limit: int, cpu_limit: int, timeout: float, **options) -> None:
     """Score several archives under one protocol: one table, methods as rows, comparable columns marked.
 
     \b
     ubench compare de.h5 mc_dropout.h5 swag.h5
     ubench compare sgd.h5 swag.h5 --ensemble de.h5 --json
+    ubench compare up1.h5 up2.h5 --reference test_labels.h5      # sandboxed
     """
     protocol = _protocol_from(**options)
     progress = _progress(not as_json)
-    reports = [_score_or_exit(a, reference=reference, protocol=protocol, progress=progress) for a in archives]
+    score = _scorer(sandbox, reference, _sandbox_limits(memory_limit, cpu_limit, timeout), progress)
+    reports = [score(a, protocol) for a in archives]
     names = [f"{r['archive']['method']} ({Path(r['archive']['path']).name})" for r in reports]
     if ensemble is not None:
         from .scoring.dee import DeeUnavailableError, dee_of_report
 
-        ens = _score_or_exit(ensemble, reference=reference, protocol=_dee_protocol(protocol), progress=progress)
+        ens = score(ensemble, _dee_protocol(protocol))
         for r in reports:
             try:
                 r["summary"]["dee"] = dee_of_report(r, ens)["dee"]
@@ -453,6 +478,16 @@ def compare(archives: tuple[Path, ...], reference: Path | None, ensemble: Path |
         from .scoring.tables import format_compare
 
         click.echo(format_compare(reports, names), nl=False)
+
+
+def _scorer(sandbox: bool | None, reference: Path | None, limits, progress):
+    """``score(archive, protocol) -> report`` for compare and dee: in the sandbox when asked, and by default
+    when a reference is given (as `score` does), else in this process; errors exit with the CLI's codes."""
+    if sandbox if sandbox is not None else reference is not None:
+        return lambda archive, protocol: _score_sandboxed_or_exit(archive, reference=reference, protocol=protocol,
+                                                                  limits=limits)
+    return lambda archive, protocol: _score_or_exit(archive, reference=reference, protocol=protocol,
+                                                    progress=progress)
 
 
 def _dee_protocol(protocol):
@@ -472,8 +507,12 @@ def _dee_protocol(protocol):
 @click.option("--json", "as_json", is_flag=True, help="Print the DEE curve as JSON.")
 @click.option("--plot", "plot_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Also write the DEE curve as an SVG figure to this path.")
+@click.option("--sandbox/--no-sandbox", "sandbox", default=None,
+              help="Read and score both archives in a limited child process, as `score` does.  "
+                   "[default: on with --reference, off otherwise]")
+@_sandbox_limit_options
 def dee(method: Path, ensemble: Path, reference: Path | None, as_json: bool, plot_path: Path | None,
-        **options) -> None:
+        sandbox: bool | None, memory_limit: int, cpu_limit: int, timeout: float, **options) -> None:
     """Deep Ensemble Equivalent of a method: how many deep-ensemble members match its calibrated log-likelihood.
 
     \b
@@ -485,10 +524,9 @@ def dee(method: Path, ensemble: Path, reference: Path | None, as_json: bool, plo
     protocol = _protocol_from(**options)
     if not protocol.temperature_scaling:
         raise click.UsageError("DEE compares calibrated log-likelihoods: choose a protocol with temperature scaling")
-    progress = _progress(not as_json)
-    method_report = _score_or_exit(method, reference=reference, protocol=protocol.replace(member_curves=True),
-                                   progress=progress)
-    ens_report = _score_or_exit(ensemble, reference=reference, protocol=_dee_protocol(protocol), progress=progress)
+    score = _scorer(sandbox, reference, _sandbox_limits(memory_limit, cpu_limit, timeout), _progress(not as_json))
+    method_report = score(method, protocol.replace(member_curves=True))
+    ens_report = score(ensemble, _dee_protocol(protocol))
     try:
         result = dee_between(method_report, ens_report)
     except DeeUnavailableError as exc:

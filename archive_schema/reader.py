@@ -121,6 +121,20 @@ class ArchiveReader:
         ds = self.dataset(split, "sample_ids")
         return None if ds is None else ds[()].astype(np.int64)
 
+    # --- host-integrity (issue #16 item 2): hash the open file, not the path --------------------------------
+    def sha256(self) -> str:
+        """sha256 of the file this reader reads, hashed through HDF5's own descriptor with ``pread`` (never by
+        opening the path again, which a swapped file would answer)."""
+        import hashlib
+        import os
+
+        fd, h, offset = self._file.id.get_vfd_handle(), hashlib.sha256(), 0
+        while block := os.pread(fd, 1 << 20, offset):
+            h.update(block)
+            offset += len(block)
+        return h.hexdigest()
+    # --- end host-integrity ------------------------------------------------------------------------------------
+
     def close(self) -> None:
         self._file.close()
 

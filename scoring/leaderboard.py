@@ -13,6 +13,20 @@ hard-linked to its name, which fails if another run got there first), so:
 
 Results of resource failures (timeout, memory, CPU) are reused only while the sandbox limits are no larger than
 those they were obtained under; raise a limit and those uploads are scored again.
+
+The host is not poisoned by what it reads (issue #16 items 2 and 13, issue #9 item 18):
+
+- an upload is ``lstat``-ed first: anything but a regular file (a symbolic link, a FIFO, a ``*.partial`` run
+  directory) and any file over ``SandboxLimits.max_file_bytes`` is refused from its metadata, before a byte is
+  read; hashing and copying share the wall-clock limit;
+- the scored bytes are the hashed bytes: the upload is opened once (``O_NOFOLLOW``), hashed from that descriptor,
+  and on a cache miss copied from the same descriptor into a private directory while being hashed again; the
+  sandbox reads the copy, and a result whose report's sha256 (or reference sha256) differs from its key is never
+  committed;
+- ``results/`` is reached through directory descriptors and never through a symbolic link;
+- ``leaderboard.json`` and findings name uploads and the reference by their file names, never by host paths;
+- one ``ubench leaderboard`` run scores a board at a time (``fcntl.flock`` on ``<board>/.ubench-leaderboard.lock``;
+  a second run is told which process, host and start time holds it).
 """
 
 from __future__ import annotations
@@ -23,8 +37,11 @@ import dataclasses
 import hashlib
 import json
 import os
+import shutil
 import stat
-from collections.abc import Callable, Sequence
+import tempfile
+import time
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -35,18 +52,26 @@ from ..archive_schema.scan import file_sha256
 from .dee import DEE_REFERENCE_SETTINGS, DeeUnavailableError, dee_of_report, reference_curve
 from .sandbox import SandboxLimits, SandboxOutcome, SandboxTask, run_sandboxed
 
-__all__ = ["BoardConfig", "archive_digest", "list_uploads", "score_one", "score_directory", "build_board",
-           "LEADERBOARD_SCHEMA", "RESOURCE_STATUSES", "PRIMARY_COLUMNS"]
+__all__ = ["BoardConfig", "BoardError", "BoardBusyError", "archive_digest", "list_uploads", "score_one",
+           "score_directory", "build_board", "board_lock", "LEADERBOARD_SCHEMA", "RESOURCE_STATUSES",
+           "PRIMARY_COLUMNS", "LOCK_NAME"]
 
 LEADERBOARD_SCHEMA = "1.0"
 #: Outcomes that depend on the sandbox limits rather than on the archive alone.
-RESOURCE_STATUSES = frozenset({"timeout", "memory-limit", "cpu-limit", "killed"})
+RESOURCE_STATUSES = frozenset({"timeout", "memory-limit", "cpu-limit", "killed", "report-limit"})
 #: Columns shown first, in this order (Ashukha et al. 2020: CLL and DEE are the comparable headline numbers).
 PRIMARY_COLUMNS = ("cll", "dee", "accuracy", "ood_auroc_total", "calibrated_brier")
-#: Test-only hooks (marker files counting executions; holding one upload's first execution so a test can kill
-#: its worker). Never set outside the test suite.
-MARKERS_ENV = "UBENCH_TEST_SCORE_MARKERS"
-HOLD_ENV = "UBENCH_TEST_SCORE_HOLD"
+#: The lock file one ``ubench leaderboard`` run holds in its board directory.
+LOCK_NAME = ".ubench-leaderboard.lock"
+_BLOCK = 1 << 20
+
+
+class BoardError(RuntimeError):
+    """The board directory cannot be used safely (a planted symbolic link, a lock held by another run)."""
+
+
+class BoardBusyError(BoardError):
+    """Another ``ubench leaderboard`` run holds the board's lock."""
 
 
 def _canonical(obj: Any) -> bytes:
@@ -81,7 +106,8 @@ class BoardConfig:
     """Everything a per-archive result depends on, plus the sandbox limits.
 
     ``kind`` is ``"score"`` (the default) or ``"validate"`` (findings only). ``reference_sha256`` is filled by
-    :meth:`create`; ``protocol`` is ``Protocol.to_dict()``.
+    :meth:`create`, which first reads the reference through the safe container checks (``ReferenceError`` for
+    an unusable one); ``protocol`` is ``Protocol.to_dict()``.
     """
 
     kind: str = "score"
@@ -95,6 +121,10 @@ class BoardConfig:
     def create(cls, *, kind: str = "score", reference: str | Path | None = None, protocol=None,
                read_limits: dict[str, Any] | None = None, sandbox: SandboxLimits = SandboxLimits()) -> BoardConfig:
         ref = None if reference is None else os.path.abspath(reference)
+        if ref is not None:
+            from .reference import read_reference
+
+            read_reference(ref)  # refuses a FIFO, a link or a hostile file before it is hashed
         proto = protocol.to_dict() if hasattr(protocol, "to_dict") else protocol
         if kind == "score" and proto is None:
             from .protocols import Protocol
@@ -111,98 +141,286 @@ class BoardConfig:
 
 def _limits_cover(now: SandboxLimits, then: dict[str, Any]) -> bool:
     return (now.memory_bytes <= then.get("memory_bytes", 0) and now.cpu_seconds <= then.get("cpu_seconds", 0)
-            and now.timeout_seconds <= then.get("timeout_seconds", 0))
+            and now.timeout_seconds <= then.get("timeout_seconds", 0)
+            and now.max_report_bytes <= then.get("max_report_bytes", 0))
 
 
-def _read_result(path: Path) -> dict[str, Any] | None:
+@contextlib.contextmanager
+def board_lock(board: str | Path) -> Iterator[None]:
+    """Hold the board's lock for the duration of a run (``fcntl.flock``, released when the process dies).
+
+    Raises :class:`BoardBusyError` naming the holder's pid, host and start time when another run holds it, and
+    :class:`BoardError` when the lock file is a symbolic link.
+    """
+    import fcntl
+    import socket
+
+    board = Path(board)
     try:
-        with open(path, encoding="utf-8") as fh:
-            return json.load(fh)
-    except FileNotFoundError:
+        fd = os.open(board / LOCK_NAME, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+    except OSError as exc:
+        raise BoardError(f"cannot open the lock file {LOCK_NAME} in {board} (a symbolic link?): {exc.strerror}"
+                         ) from None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise BoardBusyError(f"{board} is being scored by another `ubench leaderboard` run "
+                                 f"({_lock_holder(fd)}); wait for it to finish or stop it") from None
+        holder = {"pid": os.getpid(), "host": socket.gethostname(),
+                  "started": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")}
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, json.dumps(holder).encode(), 0)
+        os.fsync(fd)
+        yield
+    finally:
+        os.close(fd)  # releases the lock
+
+
+def _lock_holder(fd: int) -> str:
+    try:
+        h = json.loads(os.pread(fd, 4096, 0))
+        return f"pid {int(h['pid'])} on host {h['host']}, started {h['started']}"
+    except (OSError, ValueError, KeyError, TypeError):
+        return "its holder has not recorded itself yet"
+
+
+def _results_dir(board: Path) -> int:
+    """A descriptor of ``board/results`` (created if missing), opened without following a symbolic link."""
+    board.mkdir(parents=True, exist_ok=True)
+    bfd = os.open(board, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        with contextlib.suppress(FileExistsError):
+            os.mkdir("results", 0o755, dir_fd=bfd)
+        try:
+            return os.open("results", os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=bfd)
+        except OSError:
+            raise BoardError(f"{board / 'results'} is not a plain directory (a symbolic link?); refusing to follow "
+                             "it: remove it and run again") from None
+    finally:
+        os.close(bfd)
+
+
+def _read_result(results: int, name: str) -> dict[str, Any] | None:
+    """A committed result, or None (missing, damaged, or not a regular file: never followed)."""
+    try:
+        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, dir_fd=results)
+    except OSError:
         return None
+    try:
+        with os.fdopen(fd, "rb") as fh:
+            if not stat.S_ISREG(os.fstat(fh.fileno()).st_mode):
+                return None
+            return json.loads(fh.read().decode("utf-8"))
     except (OSError, ValueError):
         return None  # a damaged cache entry is scored again
 
 
-def _commit(path: Path, record: dict[str, Any], *, replace: bool) -> bool:
-    """Write ``record`` at ``path`` durably; without ``replace`` only if no result exists (True if ours won)."""
+def _commit(results: int, name: str, record: dict[str, Any], *, replace: bool) -> bool:
+    """Write ``record`` as ``results/name`` durably; without ``replace`` only if no result exists (True if ours
+    won). Every operation is relative to the ``results`` descriptor and creates or replaces links, never follows
+    them."""
     text = json.dumps(record, indent=1, sort_keys=True, allow_nan=False)
-    if replace:
-        with atomic_path(path) as tmp:
-            tmp.write_text(text, encoding="utf-8")
-        return True
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}-{os.urandom(4).hex()}")
+    tmp = f".{name}.tmp-{os.getpid()}-{os.urandom(4).hex()}"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644, dir_fd=results)
     try:
-        with open(tmp, "w", encoding="utf-8") as fh:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
             fh.write(text)
             fh.flush()
             os.fsync(fh.fileno())
-        try:
-            os.link(tmp, path)  # atomic and exclusive: exactly one execution commits a result
-        except FileExistsError:
-            return False
-        fsync_dir(path.parent)
+        if replace:
+            os.replace(tmp, name, src_dir_fd=results, dst_dir_fd=results)
+        else:
+            try:
+                # atomic and exclusive: exactly one execution commits a result
+                os.link(tmp, name, src_dir_fd=results, dst_dir_fd=results, follow_symlinks=False)
+            except FileExistsError:
+                return False
+        os.fsync(results)
         return True
     finally:
         with contextlib.suppress(FileNotFoundError):
-            tmp.unlink()
+            os.unlink(tmp, dir_fd=results)
 
 
-def _test_hook(stage: str, digest: str, name: str) -> None:
-    markers = os.environ.get(MARKERS_ENV)
-    if not markers:
-        return
-    tag = f"{stage}-{digest[:16]}-{os.getpid()}-{os.urandom(3).hex()}"
-    first = not any(p.startswith(f"started-{digest[:16]}-") for p in os.listdir(markers))
-    Path(markers, tag).touch()
-    if stage == "started" and first and os.environ.get(HOLD_ENV) == name:
-        import time
+class _Refused(Exception):
+    """An upload refused before the sandbox: ``outcome`` says why."""
 
-        time.sleep(120)  # the test kills this worker while it waits
+    def __init__(self, status: str, exit_code: int, check: str, message: str):
+        super().__init__(message)
+        self.outcome = SandboxOutcome(status, exit_code, ({"path": "<file>", "check": check, "severity": "error",
+                                                            "message": message},))
+
+
+def _open_upload(path: Path, limits: SandboxLimits) -> int:
+    """A descriptor of a regular upload within the size limit, judged from metadata alone (no byte read)."""
+    name = path.name
+    if name.endswith(".partial"):
+        raise _Refused("rejected", 1, "partial-run", f"{name} is an unfinished producer run, not an archive; "
+                       "partial uploads are refused: finish the run (`ubench finalize`) and upload the archive")
+    try:
+        st = os.lstat(path)
+    except OSError as exc:
+        raise _Refused("unreadable", 2, "not-found", f"cannot read {name}: {exc.strerror}") from None
+    if not stat.S_ISREG(st.st_mode):
+        kind = "a symbolic link" if stat.S_ISLNK(st.st_mode) else "not a regular file"
+        raise _Refused("unreadable", 2, "not-regular-file", f"{name} is {kind}; archives must be regular files")
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as exc:
+        raise _Refused("unreadable", 2, "not-regular-file", f"cannot open {name}: {exc.strerror}") from None
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode) or st.st_size > limits.max_file_bytes:
+        os.close(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise _Refused("unreadable", 2, "not-regular-file", f"{name} is not a regular file")
+        raise _Refused("rejected", 1, "file-size", f"{name} is {st.st_size} bytes; uploads over "
+                       f"{limits.max_file_bytes} bytes are refused before they are read")
+    return fd
+
+
+def _file_digest(fd: int, name: str, limits: SandboxLimits, deadline: float, copy_to: int | None = None) -> str:
+    """sha256 of the file behind ``fd`` from offset 0 (``pread``: the descriptor's offset is not used), also
+    writing every byte to ``copy_to`` when given; refused past ``max_file_bytes`` or the deadline."""
+    h = hashlib.sha256()
+    offset = 0
+    while block := os.pread(fd, _BLOCK, offset):
+        h.update(block)
+        if copy_to is not None:
+            view = memoryview(block)
+            while view:
+                view = view[os.write(copy_to, view):]
+        offset += len(block)
+        if offset > limits.max_file_bytes:
+            raise _Refused("rejected", 1, "file-size", f"{name} grew past {limits.max_file_bytes} bytes while "
+                           "it was read; refused")
+        if time.monotonic() > deadline:
+            raise _Refused("timeout", 1, "timeout", f"reading {name} took longer than {limits.timeout_seconds:g} s "
+                           "of wall-clock time")
+    return h.hexdigest()
+
+
+@contextlib.contextmanager
+def _private_copy(fd: int, name: str, board: Path, limits: SandboxLimits, deadline: float, digest: str
+                  ) -> Iterator[Path]:
+    """Copy the upload behind ``fd`` into a fresh directory only this user can enter, hashing as it goes; yields
+    the copy's path if its bytes hash to ``digest`` (the key the result is stored under)."""
+    staging = Path(tempfile.mkdtemp(prefix=".staging-", dir=board))  # mode 0700
+    try:
+        copy = staging / "upload.h5"
+        out = os.open(copy, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        try:
+            copied = _file_digest(fd, name, limits, deadline, copy_to=out)
+        finally:
+            os.close(out)
+        if copied != digest:
+            raise _Refused("internal-error", 1, "archive-changed", f"{name} changed while it was read (sha256 "
+                           f"{digest[:16]}… then {copied[:16]}…); it was not scored, and will be on the next run")
+        yield copy
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+def _remove_stale_copies(board: Path) -> None:
+    """Private copies left by a killed run (only called under the board's lock, before any upload is read)."""
+    for entry in os.scandir(board):
+        if entry.name.startswith(".staging-") and entry.is_dir(follow_symlinks=False):
+            shutil.rmtree(entry.path, ignore_errors=True)
+
+
+def _public(obj: Any, names: dict[str, str]) -> Any:
+    """``obj`` with every host path in ``names`` (longest first) replaced by its public name."""
+    if isinstance(obj, str):
+        for path, public in names.items():
+            obj = obj.replace(path, public)
+        return obj
+    if isinstance(obj, dict):
+        return {k: _public(v, names) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(_public(v, names) for v in obj)
+    return obj
+
+
+def _host_names(config: BoardConfig, copy: Path, name: str) -> dict[str, str]:
+    names = {str(copy): name, str(copy.parent): "<upload>"}
+    if config.reference is not None:
+        names[config.reference] = Path(config.reference).name
+    return dict(sorted(names.items(), key=lambda kv: -len(kv[0])))
+
+
+def _scored_bytes_mismatch(outcome: SandboxOutcome, digest: str, config: BoardConfig) -> str | None:
+    """Why a score report does not belong under its key (the archive or reference hash it records differs)."""
+    if outcome.status != "ok" or outcome.report is None or config.kind != "score":
+        return None
+    got = (outcome.report.get("archive") or {}).get("sha256")
+    if got != digest:
+        return f"the scored archive's sha256 {str(got)[:16]}… is not the key's {digest[:16]}…"
+    ref = (outcome.report.get("labels") or {}).get("reference") or {}
+    if config.reference_sha256 is not None and ref.get("sha256") != config.reference_sha256:
+        return f"the reference scored against (sha256 {str(ref.get('sha256'))[:16]}…) is not the board's"
+    return None
 
 
 def score_one(path: str | Path, *, board: str | Path, config: BoardConfig) -> dict[str, Any]:
     """Score one upload into ``board/results`` unless a usable result exists; returns its result record.
 
     Idempotent and safe to run concurrently for the same upload. Every problem with the upload becomes part of
-    the record; only a failure to write ``board`` raises.
+    the record; only a failure to write ``board`` raises (:class:`BoardError` for a planted symbolic link).
     """
-    path = Path(path)
-    results = Path(board) / "results"
-    results.mkdir(parents=True, exist_ok=True)
+    path, board = Path(path), Path(board)
+    name = path.name
+    results = _results_dir(board)
     try:
-        digest = archive_digest(path)
-    except OSError as exc:
-        outcome = SandboxOutcome("unreadable", 2, ({"path": "<file>", "check": "not-found", "severity": "error",
-                                                    "message": f"cannot read {path.name}: {exc}"},))
-        return {"sha256": None, "outcome": outcome.to_dict(), "cached": False, "archive": path.name}
-    target = results / f"{digest}-{config.key()[:16]}.json"
-    cached = _read_result(target)
+        try:
+            fd = _open_upload(path, config.sandbox)
+        except _Refused as refused:
+            return {"sha256": None, "outcome": refused.outcome.to_dict(), "cached": False, "archive": name}
+        try:
+            return _score_open_upload(fd, name, board, results, config)
+        finally:
+            os.close(fd)
+    finally:
+        os.close(results)
+
+
+def _score_open_upload(fd: int, name: str, board: Path, results: int, config: BoardConfig) -> dict[str, Any]:
+    deadline = time.monotonic() + config.sandbox.timeout_seconds
+    try:
+        digest = _file_digest(fd, name, config.sandbox, deadline)
+    except _Refused as refused:
+        return {"sha256": None, "outcome": refused.outcome.to_dict(), "cached": False, "archive": name}
+    target = f"{digest}-{config.key()[:16]}.json"
+    cached = _read_result(results, target)
     status = None if cached is None else cached.get("outcome", {}).get("status")
     # An internal error is a ubench bug: never trust it from the cache. A resource failure is retried when the
     # limits grew.
     stale = cached is not None and (status == "internal-error" or (
         status in RESOURCE_STATUSES and not _limits_cover(config.sandbox, cached.get("sandbox_limits", {}))))
     if cached is not None and not stale:
-        return {**cached, "cached": True, "archive": path.name}
-    _test_hook("started", digest, path.name)
-    task = SandboxTask(config.kind, str(path), config.reference, config.protocol, config.read_limits)
-    outcome = run_sandboxed(task, config.sandbox)
-    _test_hook("scored", digest, path.name)
+        return {**cached, "cached": True, "archive": name}
+    try:
+        with _private_copy(fd, name, board, config.sandbox, deadline, digest) as copy:
+            task = SandboxTask(config.kind, str(copy), config.reference, config.protocol, config.read_limits)
+            outcome = run_sandboxed(task, config.sandbox)
+            outcome = SandboxOutcome.from_dict(_public(outcome.to_dict(), _host_names(config, copy, name)))
+    except _Refused as refused:
+        return {"sha256": digest, "outcome": refused.outcome.to_dict(), "cached": False, "archive": name}
     record = {
         "sha256": digest,
         "config_key": config.key(),
         "ubench_version": __version__,
-        "uploaded_name": path.name,
+        "uploaded_name": name,
         "scored_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "sandbox_limits": config.sandbox.to_dict(),
         "outcome": outcome.to_dict(),
     }
-    if _commit(target, record, replace=stale):
-        _test_hook("committed", digest, path.name)
-        return {**record, "cached": False, "archive": path.name}
-    winner = _read_result(target) or record
-    return {**winner, "cached": True, "archive": path.name}
+    if (why := _scored_bytes_mismatch(outcome, digest, config)) is not None:
+        refused = _Refused("internal-error", 1, "archive-changed", f"{name}: {why}; the result was not stored")
+        return {**record, "outcome": refused.outcome.to_dict(), "cached": False, "archive": name}
+    if _commit(results, target, record, replace=stale):
+        return {**record, "cached": False, "archive": name}
+    winner = _read_result(results, target) or record
+    return {**winner, "cached": True, "archive": name}
 
 
 def score_directory(directory: str | Path, board: str | Path, config: BoardConfig, *, workers: int = 1,
@@ -223,11 +441,28 @@ def score_directory(directory: str | Path, board: str | Path, config: BoardConfi
     Returns
     -------
     The leaderboard dict that was written.
-    """
-    from .distributed import map_unordered
 
+    Raises
+    ------
+    BoardBusyError : another run holds the board's lock.
+    BoardError : ``board/results`` is a symbolic link or not a directory.
+    ReferenceError : the reference file is unusable (checked once, before any upload).
+    """
     board = Path(board)
     board.mkdir(parents=True, exist_ok=True)
+    with board_lock(board):
+        return _score_directory(directory, board, config, workers=workers, scheduler=scheduler, ensemble=ensemble,
+                                progress=progress)
+
+
+def _score_directory(directory, board: Path, config: BoardConfig, *, workers, scheduler, ensemble, progress):
+    from .distributed import map_unordered
+    from .reference import read_reference
+
+    if config.reference is not None:
+        read_reference(config.reference)  # a bad reference fails once, here, not once per upload
+    os.close(_results_dir(board))  # refuse a planted results/ link before any upload is read
+    _remove_stale_copies(board)
     uploads = list_uploads(directory)
     records: list[dict[str, Any] | None] = [None] * len(uploads)
     for done, (i, record) in enumerate(map_unordered(score_one, [str(p) for p in uploads], workers=workers,
@@ -321,7 +556,8 @@ def build_board(records: Sequence[dict[str, Any]], config: BoardConfig,
         "ubench_version": __version__,
         "generated": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "config": {"kind": config.kind, "key": config.key(), "protocol": config.protocol,
-                   "reference": config.reference, "reference_sha256": config.reference_sha256,
+                   "reference": None if config.reference is None else Path(config.reference).name,
+                   "reference_sha256": config.reference_sha256,
                    "sandbox_limits": config.sandbox.to_dict()},
         "ensemble": None if ensemble_record is None else {
             "archive": ensemble_record.get("archive"), "sha256": ensemble_record.get("sha256"),

@@ -3,8 +3,9 @@
 
 A reference file is a prediction-archive-like HDF5 file without predictions::
 
-    /                        ubench_format = "reference-labels", ubench_format_version = "1.0",
-                             ubench_kind = "reference", dataset, n_classes, created, writer
+    /                        ubench_format = "reference-labels", ubench_format_version = "1.1",
+                             ubench_kind = "reference", dataset, n_classes, created, writer,
+                             primary (1.1: the in-domain split behind the headline, ranking and OOD scores)
     /splits                  group, ubench_kind = "splits"
     /splits/<name>           group, ubench_kind = "split"; role, dataset, n_samples (+ shift_kind,
                              shift_intensity for role "shift")
@@ -12,7 +13,14 @@ A reference file is a prediction-archive-like HDF5 file without predictions::
     /splits/<name>/sample_ids  integer (N,)  unique; required for every split
 
 ``write_reference`` derives one from a trusted archive (``ubench reference ARCHIVE --out REF.h5``);
-``read_reference`` reads it back; ``compare_to_reference`` lists every way an upload differs from it.
+``read_reference`` reads it back; ``compare_to_reference`` lists every way an upload differs from it (class
+count, splits, roles, sizes, sample ids, and each shift split's kind and intensity); ``primary_split`` says which
+in-domain split the headline comes from, so the upload never picks it by the order it wrote its splits in.
+
+Version 1.0 files (no ``primary``) stay readable: their primary split is the first labelled in-domain split in
+the reference's own ``/splits`` order. A reference is host data but is read like an upload: through the safe
+reader's container checks (no links, no external storage, no filter plugins, size limits), and a problem with it
+is one ``ReferenceError`` naming the file.
 """
 
 from __future__ import annotations
@@ -26,10 +34,12 @@ from numpy.typing import NDArray
 
 from .. import __version__
 
-__all__ = ["REFERENCE_FORMAT", "ReferenceSplit", "Reference", "ReferenceError", "ReferenceMismatchError",
-           "write_reference", "read_reference", "compare_to_reference"]
+__all__ = ["REFERENCE_FORMAT", "READABLE_VERSIONS", "ReferenceSplit", "Reference", "ReferenceError",
+           "ReferenceMismatchError", "write_reference", "read_reference", "compare_to_reference", "primary_split"]
 
-REFERENCE_FORMAT = ("reference-labels", "1.0")
+REFERENCE_FORMAT = ("reference-labels", "1.1")
+#: Versions ``read_reference`` reads (1.0: no ``primary`` attribute).
+READABLE_VERSIONS = ("1.0", "1.1")
 
 
 class ReferenceError(ValueError):
@@ -62,19 +72,24 @@ class ReferenceSplit:
 
 @dataclass(frozen=True, eq=False)
 class Reference:
-    """A reference file in memory."""
+    """A reference file in memory; ``splits`` in the file's order, ``primary`` the headline in-domain split."""
 
     path: str
     dataset: str
     n_classes: int
     splits: dict[str, ReferenceSplit]
+    primary: str | None = None
 
 
-def write_reference(archive_path: str | Path, out: str | Path, *, overwrite: bool = False) -> Path:
+def write_reference(archive_path: str | Path, out: str | Path, *, overwrite: bool = False,
+                    primary: str | None = None) -> Path:
     """Write the reference file of a trusted archive: its splits' roles, labels and sample ids, no predictions.
 
-    Raises ``ReferenceError`` when a split lacks sample ids, or an in-domain/shift split lacks labels, and the
-    archive reader's errors when the archive is invalid.
+    ``primary`` names the in-domain split the headline is computed on (default: the archive's first in-domain
+    split); it is stored, so uploads are scored on it whatever order they write their splits in.
+
+    Raises ``ReferenceError`` when a split lacks sample ids, an in-domain/shift split lacks labels, or
+    ``primary`` is not an in-domain split, and the archive reader's errors when the archive is invalid.
     """
     from ..archive_schema import open_archive
     from ..archive_schema.durable import atomic_path
@@ -93,13 +108,21 @@ def write_reference(archive_path: str | Path, out: str | Path, *, overwrite: boo
             if labels is None and s.role != "ood":
                 raise ReferenceError(f"split {name!r} ({s.role}) of {archive_path} has no labels")
             splits[name] = ReferenceSplit(s.role, s.dataset, labels, ids, s.shift_kind, s.shift_intensity)
+    in_domain = [n for n, s in splits.items() if s.role == "in_domain"]
+    if primary is None:
+        primary = in_domain[0] if in_domain else None
+    elif primary not in in_domain:
+        raise ReferenceError(f"--primary {primary!r} is not an in-domain split of {archive_path}; in-domain splits: "
+                             f"{', '.join(in_domain) or 'none'}")
     with atomic_path(out) as tmp:
         with h5py.File(tmp, "w") as f:
             f.attrs.update({"ubench_format": REFERENCE_FORMAT[0], "ubench_format_version": REFERENCE_FORMAT[1],
                             "ubench_kind": "reference", "dataset": h.dataset, "n_classes": np.int64(h.n_classes),
                             "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
                             "writer": f"ubench {__version__}"})
-            g = f.create_group("splits")
+            if primary is not None:
+                f.attrs["primary"] = primary
+            g = f.create_group("splits", track_order=True)
             g.attrs["ubench_kind"] = "splits"
             for name, s in splits.items():
                 sg = g.create_group(name)
@@ -114,66 +137,119 @@ def write_reference(archive_path: str | Path, out: str | Path, *, overwrite: boo
     return out
 
 
-def _attr(obj, name: str, where: str, path: str, required: bool = True):
-    if name not in obj.attrs:
+def _attr(scan, obj, name: str, where: str, required: bool = True):
+    from ..archive_schema.scan import read_attr
+
+    v = read_attr(scan, obj, name, where)
+    if not scan.ok:
+        _fail(scan)
+    if v is None:
         if required:
-            raise ReferenceError(f"{path}: attribute {name!r} missing at {where}")
+            raise ReferenceError(f"{scan.path}: attribute {name!r} missing at {where}")
         return None
-    v = obj.attrs[name]
     return v.decode() if isinstance(v, bytes) else v.item() if isinstance(v, np.generic) else v
 
 
-def read_reference(path: str | Path) -> Reference:
-    """Read a reference file; ``ReferenceError`` names what is wrong with it."""
+def _fail(scan) -> None:
+    f = next(f for f in scan.findings if f.severity == "error")
+    raise ReferenceError(f"reference {scan.path}: {f.path}: {f.message} ({f.check})")
+
+
+def _read_ints(scan, group, name: str, where: str, safe: set[str]) -> np.ndarray | None:
+    """A 1-d integer dataset the container walk judged safe, read through its nowhere-pointing access list."""
+    from ..archive_schema.scan import open_dataset
+
+    if name not in group:
+        return None
+    if f"{where}/{name}" not in safe:
+        raise ReferenceError(f"{scan.path}: {where}/{name} is not a plain dataset")
+    ds = open_dataset(group, name)
+    if ds.dtype.kind not in "iu" or ds.ndim != 1:
+        raise ReferenceError(f"{scan.path}: {where}/{name} must be a 1-d integer dataset")
+    return ds[()].astype(np.int64)
+
+
+def read_reference(path: str | Path, limits=None) -> Reference:
+    """Read a reference file through the safe reader's container checks; ``ReferenceError`` names what is wrong.
+
+    The file must be a regular file with the HDF5 signature; links, external storage, virtual datasets,
+    unknown filters and sizes over ``limits`` (``ReadLimits``) are refused before any label is read.
+    """
     from ..archive_schema.safe_h5py import h5py
+    from ..archive_schema.scan import Scan, check_container, open_readonly, walk
+    from ..archive_schema.spec import ReadLimits
 
     path = str(path)
-    p = Path(path)
-    if not p.is_file():
-        raise ReferenceError(f"{path}: no such reference file")
-    try:
-        f = h5py.File(path, "r")
-    except OSError as exc:
-        raise ReferenceError(f"{path}: not an HDF5 file ({exc})") from None
+    scan = Scan(path, limits or ReadLimits())
+    if not check_container(scan):
+        if scan.findings[0].check == "not-found":
+            raise ReferenceError(f"{path}: no such reference file")
+        _fail(scan)
+    f = open_readonly(scan)
+    if f is None:
+        raise ReferenceError(f"{path}: not an HDF5 file ({scan.findings[-1].message})")
     with f:
-        fmt = (_attr(f, "ubench_format", "/", path, False), _attr(f, "ubench_format_version", "/", path, False))
-        if fmt != REFERENCE_FORMAT or _attr(f, "ubench_kind", "/", path, False) != "reference":
+        safe = walk(scan, f)
+        if not scan.ok:
+            _fail(scan)
+        fmt = (_attr(scan, f, "ubench_format", "/", False), _attr(scan, f, "ubench_format_version", "/", False))
+        if (fmt[0] != REFERENCE_FORMAT[0] or fmt[1] not in READABLE_VERSIONS
+                or _attr(scan, f, "ubench_kind", "/", False) != "reference"):
             raise ReferenceError(f"{path}: not a ubench reference file (ubench_format {fmt[0]!r}, version "
-                                 f"{fmt[1]!r}; expected {REFERENCE_FORMAT[0]!r} {REFERENCE_FORMAT[1]!r})")
-        n_classes = int(_attr(f, "n_classes", "/", path))
-        dataset = str(_attr(f, "dataset", "/", path, False) or "")
+                                 f"{fmt[1]!r}; expected {REFERENCE_FORMAT[0]!r}, one of {READABLE_VERSIONS})")
+        n_classes = int(_attr(scan, f, "n_classes", "/"))
+        dataset = str(_attr(scan, f, "dataset", "/", False) or "")
+        primary = _attr(scan, f, "primary", "/", False)
         if "splits" not in f or not isinstance(f["splits"], h5py.Group):
             raise ReferenceError(f"{path}: no /splits group")
         splits = {}
         for name, g in f["splits"].items():
             where = f"/splits/{name}"
-            role = _attr(g, "role", where, path)
-            if "sample_ids" not in g:
+            if not isinstance(g, h5py.Group):
+                raise ReferenceError(f"{path}: {where} must be a group")
+            role = _attr(scan, g, "role", where)
+            ids = _read_ints(scan, g, "sample_ids", where, safe)
+            if ids is None:
                 raise ReferenceError(f"{path}: {where}/sample_ids missing")
-            ids = g["sample_ids"][()]
-            labels = g["labels"][()] if "labels" in g else None
-            if ids.dtype.kind not in "iu" or ids.ndim != 1:
-                raise ReferenceError(f"{path}: {where}/sample_ids must be a 1-d integer dataset")
+            labels = _read_ints(scan, g, "labels", where, safe)
             if labels is not None:
-                if labels.dtype.kind not in "iu" or labels.shape != ids.shape:
+                if labels.shape != ids.shape:
                     raise ReferenceError(f"{path}: {where}/labels must be integers of the sample_ids' shape")
                 if labels.size and (labels.min() < 0 or labels.max() >= n_classes):
                     raise ReferenceError(f"{path}: {where}/labels must be in [0, {n_classes})")
-                labels = labels.astype(np.int64)
             elif role != "ood":
                 raise ReferenceError(f"{path}: {where}/labels missing (required for role {role!r})")
-            intensity = _attr(g, "shift_intensity", where, path, False)
-            splits[name] = ReferenceSplit(role, _attr(g, "dataset", where, path, False) or "", labels,
-                                          ids.astype(np.int64), _attr(g, "shift_kind", where, path, False),
+            intensity = _attr(scan, g, "shift_intensity", where, False)
+            splits[name] = ReferenceSplit(role, _attr(scan, g, "dataset", where, False) or "", labels, ids,
+                                          _attr(scan, g, "shift_kind", where, False),
                                           None if intensity is None else float(intensity))
-    return Reference(path=path, dataset=dataset, n_classes=n_classes, splits=splits)
+    in_domain = [n for n, s in splits.items() if s.role == "in_domain"]
+    if primary is None:
+        primary = in_domain[0] if in_domain else None
+    elif primary not in in_domain:
+        raise ReferenceError(f"{path}: attribute 'primary' at / names {primary!r}, which is not an in-domain split "
+                             f"of the reference (in-domain: {', '.join(in_domain) or 'none'})")
+    return Reference(path=path, dataset=dataset, n_classes=n_classes, splits=splits, primary=primary)
+
+
+def primary_split(header, labels: dict[str, NDArray | None], ref: Reference | None) -> str | None:
+    """The in-domain split behind the headline CLL, the ranking and the OOD scores.
+
+    With a reference, the reference decides (its ``primary`` attribute, or for version 1.0 files its first
+    labelled in-domain split in its own order), whatever order the upload wrote its splits in; without one, the
+    archive's first in-domain split that has labels (the user's own run).
+    """
+    if ref is not None:
+        return ref.primary
+    return next((s for s in header.splits_with_role("in_domain") if labels.get(s) is not None), None)
 
 
 def compare_to_reference(header, sample_ids: dict[str, NDArray | None], ref: Reference) -> list[str]:
     """Every difference between an archive (its header and per-split sample ids) and a reference.
 
     Checks, in order: class count; splits missing from or extra in the archive; per common split, role,
-    size, missing sample ids, and the index of the first differing sample id. Empty when they match.
+    shift kind and intensity (shift splits), size, missing sample ids, and the index of the first differing
+    sample id. Empty when they match.
     """
     diffs = []
     if header.n_classes != ref.n_classes:
@@ -190,6 +266,8 @@ def compare_to_reference(header, sample_ids: dict[str, NDArray | None], ref: Ref
         s = header.splits[name]
         if s.role != rs.role:
             diffs.append(f"split {name!r}: role differs (archive {s.role!r}, reference {rs.role!r})")
+        elif rs.role == "shift":
+            diffs += _shift_differences(name, s, rs)
         if s.n_samples != rs.n_samples:
             diffs.append(f"split {name!r}: N differs (archive {s.n_samples}, reference {rs.n_samples})")
             continue
@@ -202,4 +280,17 @@ def compare_to_reference(header, sample_ids: dict[str, NDArray | None], ref: Ref
             i = int(bad[0])
             diffs.append(f"split {name!r}: sample ids differ first at index {i} (archive {int(ids[i])}, "
                          f"reference {int(rs.sample_ids[i])}; {bad.size} differ in all)")
+    return diffs
+
+
+def _shift_differences(name: str, s, rs: ReferenceSplit) -> list[str]:
+    """A shift split's kind and intensity against the reference's; intensities agree to float32 precision
+    (an archive may store them as float32)."""
+    diffs = []
+    if rs.shift_kind is not None and s.shift_kind != rs.shift_kind:
+        diffs.append(f"split {name!r}: shift_kind differs (archive {s.shift_kind!r}, reference {rs.shift_kind!r})")
+    if rs.shift_intensity is not None and not (
+            s.shift_intensity is not None and np.float32(s.shift_intensity) == np.float32(rs.shift_intensity)):
+        diffs.append(f"split {name!r}: shift_intensity differs (archive {s.shift_intensity!r}, reference "
+                     f"{rs.shift_intensity!r})")
     return diffs

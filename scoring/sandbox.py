@@ -47,10 +47,10 @@ __all__ = [
 ]
 
 #: Finding checks the sandbox itself produces (all exit code 1: the upload is rejected).
-SANDBOX_CHECKS = frozenset({"hdf5-crash", "memory-limit", "cpu-limit", "timeout", "killed", "internal-error"})
-#: Environment variable that lets tests inject faults into the child; never set outside the test suite.
-FAULTS_ENV = "UBENCH_SANDBOX_TEST_FAULTS"
-_FAULTS = ("segv", "abort", "memory", "spin", "sleep", "raise")
+SANDBOX_CHECKS = frozenset({"hdf5-crash", "memory-limit", "cpu-limit", "timeout", "killed", "internal-error",
+                            "report-size"})
+#: What a task may ask the child to do.
+TASK_KINDS = ("validate", "score", "inspect")
 _NOWHERE = "/nonexistent/ubench-sandbox-no-plugins"
 _STDERR_TAIL = 8192
 
@@ -83,6 +83,10 @@ class SandboxLimits:
     timeout_seconds : wall-clock time per task; the child's process group is killed when it passes.
     max_open_files : ``RLIMIT_NOFILE`` of the child.
     landlock : restrict the child's file access with Landlock where the kernel supports it.
+    max_report_bytes : size of one task's JSON answer; a longer one is cut off with the ``report-size``
+        finding (the parent never buffers more than this).
+    max_file_bytes : size of one upload a leaderboard will hash and copy; a larger file is refused from its
+        ``stat`` alone, before any byte is read (the reader's 32 GiB of declared data plus room for metadata).
     """
 
     memory_bytes: int = 4 * 2**30
@@ -90,6 +94,8 @@ class SandboxLimits:
     timeout_seconds: float = 900.0
     max_open_files: int = 256
     landlock: bool = True
+    max_report_bytes: int = 128 * 2**20
+    max_file_bytes: int = 33 * 2**30
 
     def __post_init__(self) -> None:
         if self.memory_bytes < 64 * 2**20:
@@ -98,6 +104,9 @@ class SandboxLimits:
             raise ValueError(f"cpu_seconds must be at least 1; found {self.cpu_seconds}")
         if self.timeout_seconds <= 0:
             raise ValueError(f"timeout_seconds must be positive; found {self.timeout_seconds}")
+        if self.max_report_bytes < 2**16 or self.max_file_bytes < 1:
+            raise ValueError(f"max_report_bytes must be at least 64 KiB and max_file_bytes positive; found "
+                             f"{self.max_report_bytes} and {self.max_file_bytes}")
 
     def to_dict(self) -> dict[str, Any]:
         return {f.name: getattr(self, f.name) for f in fields(self)}
@@ -107,9 +116,10 @@ class SandboxLimits:
 class SandboxTask:
     """One unit of work for the child.
 
-    ``kind`` is ``"validate"`` (``validate_archive``) or ``"score"`` (``score_archive``). ``archive`` and
-    ``reference`` are paths; ``protocol`` is ``Protocol.to_dict()``; ``read_limits`` are ``ReadLimits`` fields
-    (defaults when empty). ``fault`` is honoured only when the test-only environment variable is set.
+    ``kind`` is ``"validate"`` (``validate_archive``), ``"score"`` (``score_archive``) or ``"inspect"``
+    (``describe_archive``; the description is the outcome's ``report``). ``archive`` and ``reference`` are
+    paths; ``protocol`` is ``Protocol.to_dict()``; ``read_limits`` are ``ReadLimits`` fields (defaults when
+    empty).
     """
 
     kind: str
@@ -117,13 +127,10 @@ class SandboxTask:
     reference: str | None = None
     protocol: dict[str, Any] | None = None
     read_limits: dict[str, Any] = field(default_factory=dict)
-    fault: str | None = None
 
     def __post_init__(self) -> None:
-        if self.kind not in ("validate", "score"):
-            raise ValueError(f"kind must be 'validate' or 'score'; found {self.kind!r}")
-        if self.fault is not None and self.fault not in _FAULTS:
-            raise ValueError(f"fault must be one of {_FAULTS}; found {self.fault!r}")
+        if self.kind not in TASK_KINDS:
+            raise ValueError(f"kind must be one of {TASK_KINDS}; found {self.kind!r}")
 
     def to_dict(self) -> dict[str, Any]:
         return {f.name: getattr(self, f.name) for f in fields(self)}
@@ -135,7 +142,7 @@ class SandboxOutcome:
 
     ``status``: ``ok`` (valid / scored), ``rejected`` (findings with errors, exit 1), ``unreadable`` (exit 2),
     or the sandbox's own ``crashed``, ``memory-limit``, ``cpu-limit``, ``timeout``, ``killed``,
-    ``internal-error`` (all exit 1). ``findings`` are ``Finding.to_dict()`` dicts; ``report`` is the score report
+    ``report-limit``, ``internal-error`` (all exit 1). ``findings`` are ``Finding.to_dict()`` dicts; ``report`` is the score report
     (``score`` tasks that succeeded); ``peak_rss_bytes`` the child's peak resident memory when it answered.
     """
 
@@ -188,9 +195,40 @@ def _child_env(workdir: str) -> dict[str, str]:
         "MKL_NUM_THREADS": "1",
         "NUMEXPR_NUM_THREADS": "1",
     }
-    if os.environ.get(FAULTS_ENV) == "1":
-        env[FAULTS_ENV] = "1"
     return env
+
+
+def _child_argv() -> list[str]:
+    """The child's command line: a fresh isolated interpreter running this module's :func:`main`."""
+    return [sys.executable, "-I", "-B", "-m", "ubench.scoring.sandbox"]
+
+
+class ReportTooLarge(Exception):
+    """The child's answer grew past ``SandboxLimits.max_report_bytes``."""
+
+
+class _Lines:
+    """Newline-terminated records from a pipe in linear time: chunks are appended to one ``bytearray`` and only
+    the bytes not yet searched are searched for a newline (re-joining and re-scanning the whole buffer on every
+    chunk made a 64 MiB report take 28 s instead of 2.5 s). A partial record longer than ``limit`` raises
+    :class:`ReportTooLarge`, so the parent never holds more than ``limit`` bytes of it."""
+
+    def __init__(self, limit: int):
+        self.limit = limit
+        self._buf = bytearray()
+        self._searched = 0
+
+    def feed(self, chunk: bytes) -> list[bytes]:
+        self._buf += chunk
+        lines = []
+        while (end := self._buf.find(b"\n", self._searched)) >= 0:
+            lines.append(bytes(self._buf[:end]))
+            del self._buf[: end + 1]  # O(1) amortised at the front of a bytearray
+            self._searched = 0
+        self._searched = len(self._buf)
+        if len(self._buf) > self.limit:
+            raise ReportTooLarge
+        return lines
 
 
 def _signal_outcome(sig: int, seconds: float, rss: int | None) -> SandboxOutcome:
@@ -221,7 +259,7 @@ def _run_child(tasks: list[SandboxTask], limits: SandboxLimits) -> tuple[list[Sa
     outcomes: list[SandboxOutcome] = []
     with tempfile.TemporaryDirectory(prefix="ubench-sandbox-") as workdir:
         proc = subprocess.Popen(
-            [sys.executable, "-I", "-B", "-m", "ubench.scoring.sandbox"],
+            _child_argv(),
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
             cwd=workdir, env=_child_env(workdir), start_new_session=True, close_fds=True,
         )
@@ -233,18 +271,18 @@ def _run_child(tasks: list[SandboxTask], limits: SandboxLimits) -> tuple[list[Sa
         sel = selectors.DefaultSelector()
         sel.register(proc.stdout, selectors.EVENT_READ, "out")
         sel.register(proc.stderr, selectors.EVENT_READ, "err")
-        out, err = b"", b""
+        lines, err = _Lines(limits.max_report_bytes), b""
         started = time.monotonic()
         deadline = started + limits.timeout_seconds
-        timed_out = False
+        timed_out = too_large = False
         open_streams = 2
-        while open_streams:
+        while open_streams and not too_large:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 timed_out = True
                 break
             for key, _ in sel.select(timeout=remaining):
-                chunk = os.read(key.fileobj.fileno(), 1 << 16)
+                chunk = os.read(key.fileobj.fileno(), 1 << 20)
                 if not chunk:
                     sel.unregister(key.fileobj)
                     open_streams -= 1
@@ -252,14 +290,17 @@ def _run_child(tasks: list[SandboxTask], limits: SandboxLimits) -> tuple[list[Sa
                 if key.data == "err":
                     err = (err + chunk)[-_STDERR_TAIL:]
                     continue
-                out += chunk
-                while b"\n" in out:
-                    line, out = out.split(b"\n", 1)
+                try:
+                    done = lines.feed(chunk)
+                except ReportTooLarge:
+                    too_large = True
+                    break
+                for line in done:
                     outcomes.append(SandboxOutcome.from_dict(json.loads(line)))
                     started = time.monotonic()
                     deadline = started + limits.timeout_seconds
         sel.close()
-        if timed_out:
+        if timed_out or too_large:
             os.killpg(proc.pid, signal.SIGKILL)
         _, status, usage = os.wait4(proc.pid, 0)
         proc.returncode = os.waitstatus_to_exitcode(status)
@@ -268,7 +309,11 @@ def _run_child(tasks: list[SandboxTask], limits: SandboxLimits) -> tuple[list[Sa
         rss = usage.ru_maxrss * 1024
         seconds = time.monotonic() - started
         if len(outcomes) < len(tasks):
-            if timed_out:
+            if too_large:
+                outcomes.append(_sandbox_outcome("report-limit", "report-size", f"the scoring report is larger "
+                                                 f"than {limits.max_report_bytes} bytes (the sandbox's "
+                                                 "max_report_bytes); it was cut off", seconds, rss))
+            elif timed_out:
                 outcomes.append(_sandbox_outcome("timeout", "timeout", f"scoring took longer than "
                                                  f"{limits.timeout_seconds:g} s of wall-clock time", seconds, rss))
             elif proc.returncode < 0:
@@ -355,6 +400,8 @@ def _preimport(kinds: set[str]) -> None:
 
     if "score" in kinds:
         from . import protocols, reference, score  # noqa: F401
+    if "inspect" in kinds:
+        from ..archive_schema import describe  # noqa: F401
 
 
 def _landlock(read_files: list[str]) -> bool:
@@ -403,27 +450,6 @@ def _landlock(read_files: list[str]) -> bool:
         os.close(ruleset)
 
 
-def _inject(fault: str) -> None:
-    """Test-only faults that stand in for a hostile file inside libhdf5."""
-    if fault == "segv":
-        import ctypes
-
-        ctypes.string_at(0)  # a real null-pointer read in C: SIGSEGV
-    elif fault == "abort":
-        os.abort()
-    elif fault == "memory":
-        import numpy as np
-
-        np.ones(2**40 // 8)  # 1 TiB: beyond any address-space limit
-    elif fault == "spin":
-        while True:
-            pass
-    elif fault == "sleep":
-        time.sleep(3600)
-    elif fault == "raise":
-        raise RuntimeError("injected test fault")
-
-
 def _protocol(d: dict[str, Any] | None):
     from .protocols import Protocol
 
@@ -446,16 +472,34 @@ def _findings_outcome(findings: list, seconds: float) -> SandboxOutcome:
     return SandboxOutcome(status, code, tuple(f.to_dict() for f in findings), None, None, seconds)
 
 
+def _inspect(archive: str, limits, t0: float) -> SandboxOutcome:
+    """``ubench inspect``'s description of an archive, read in the child like a score."""
+    from ..archive_schema import (ArchiveError, InvalidArchiveError, UnreadableArchiveError, UnsupportedArchiveError,
+                                  open_archive)
+    from ..archive_schema.describe import describe_archive
+
+    try:
+        with open_archive(archive, limits, check_values=False) as reader:
+            info = describe_archive(reader)
+    except (InvalidArchiveError, UnreadableArchiveError) as exc:
+        return _findings_outcome(exc.findings, time.monotonic() - t0)
+    except UnsupportedArchiveError as exc:
+        return SandboxOutcome("rejected", 1, (_finding("version", str(exc), "/"),), None, None, time.monotonic() - t0)
+    except ArchiveError as exc:
+        return SandboxOutcome("rejected", 1, (_finding("rejected", str(exc)),), None, None, time.monotonic() - t0)
+    return SandboxOutcome("ok", 0, (), info, None, time.monotonic() - t0)
+
+
 def _run_task(task: SandboxTask) -> SandboxOutcome:
     from ..archive_schema import (ArchiveError, InvalidArchiveError, ReadLimits, UnreadableArchiveError,
                                   UnsupportedArchiveError, validate_archive)
 
     t0 = time.monotonic()
-    if task.fault is not None and os.environ.get(FAULTS_ENV) == "1":
-        _inject(task.fault)
     limits = ReadLimits(**task.read_limits)
     if task.kind == "validate":
         return _findings_outcome(validate_archive(task.archive, limits), time.monotonic() - t0)
+    if task.kind == "inspect":
+        return _inspect(task.archive, limits, t0)
     from .reference import ReferenceError, ReferenceMismatchError
     from .score import score_archive
 

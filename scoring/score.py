@@ -104,7 +104,7 @@ def run_score(path: str | Path, *, reference: str | Path | None = None,
     from ..archive_schema import open_archive
     from ..archive_schema.validator import block_rows
     from ..metrics import report as R
-    from .reference import ReferenceMismatchError, compare_to_reference, read_reference
+    from .reference import ReferenceMismatchError, compare_to_reference, primary_split, read_reference
 
     from concurrent.futures import ThreadPoolExecutor
 
@@ -114,7 +114,7 @@ def run_score(path: str | Path, *, reference: str | Path | None = None,
     notes: list[str] = []
     # hashlib releases the GIL: the file's sha256 is computed beside the scoring instead of before it.
     with ThreadPoolExecutor(max_workers=1) as pool, open_archive(path, limits, check_values=False) as reader:
-        digest = pool.submit(file_sha256, path)
+        digest = pool.submit(reader.sha256)  # host-integrity: the bytes HDF5 reads, not a second open of path
         h = reader.header
         reader.check_labels_and_ids()
         ids = {name: reader.sample_ids(name) for name in h.splits}
@@ -130,7 +130,7 @@ def run_score(path: str | Path, *, reference: str | Path | None = None,
         p = protocol
         metric_kw = dict(bins=p.bins, eps=p.eps, smoothing=p.smoothing)
         in_domain = h.splits_with_role("in_domain")
-        primary = next((s for s in in_domain if labels[s] is not None), None)
+        primary = primary_split(h, labels, ref)  # host-integrity: the reference decides, not the upload's order
         order = in_domain + h.splits_with_role("ood") + h.splits_with_role("shift")
         report: dict[str, Any] = {"in_domain": {}, "ood": {}, "shift": {}}
         primary_arrays = None

@@ -87,3 +87,125 @@ def test_bad_reference_file(tmp_path, archive):
         score_archive(path, reference=tmp_path / "junk.h5")
     with pytest.raises(ReferenceError, match="not a ubench reference file"):
         score_archive(path, reference=path)
+
+
+# -- issue #16 item 6: the reference, not the upload's link order, picks the primary split ------------------------
+def _two_in_domain(path, p, y, order):
+    """An archive (plain h5py, SPEC.md) with in-domain splits 'alpha' and 'beta' created in ``order`` under a
+    creation-ordered /splits group, so the reader lists them in that order; 'beta' holds worse predictions."""
+    import h5py
+
+    m, n, c = p["alpha"].shape
+    with h5py.File(path, "w") as f:
+        f.attrs.update({"ubench_format": "prediction-archive", "ubench_format_version": "1.0",
+                        "ubench_kind": "archive", "method": "mc_dropout", "model": "lenet", "dataset": "toy",
+                        "n_classes": np.int64(c), "created": "2026-11-22T03:21:31+00:00", "writer": "test 1.0"})
+        g = f.create_group("members")
+        g.attrs["ubench_kind"] = "members"
+        for key in ("seed", "epoch", "step"):
+            g[key] = np.arange(m, dtype=np.int64)
+        g.create_dataset("kind", data=["mc_sample"] * m, dtype=h5py.string_dtype())
+        g.create_dataset("info", data=["{}"] * m, dtype=h5py.string_dtype())
+        s = f.create_group("splits", track_order=True)
+        s.attrs["ubench_kind"] = "splits"
+        for name in order:
+            sg = s.create_group(name)
+            sg.attrs.update({"ubench_kind": "split", "role": "in_domain", "dataset": "toy", "n_samples": np.int64(n)})
+            sg["probs"] = p[name]
+            sg["labels"] = y
+            sg["sample_ids"] = np.arange(n, dtype=np.int64)
+    return path
+
+
+@pytest.fixture
+def two_in_domain(tmp_path):
+    rng = np.random.default_rng(3)
+    y = rng.integers(0, 5, 100)
+    p = {"alpha": member_predictions(rng, 100, 5, y, 2, 3.0), "beta": member_predictions(rng, 100, 5, y, 2, 0.2)}
+    return {order: _two_in_domain(tmp_path / f"{'-'.join(order)}.h5", p, y, order)
+            for order in (("alpha", "beta"), ("beta", "alpha"))}, p, y
+
+
+def test_primary_split_is_the_references_not_the_uploads_order(two_in_domain, tmp_path):
+    """Identical predictions written in two link orders get the same primary split and the same headline under
+    one reference; the default primary is the trusted archive's first in-domain split (accuracy checked against
+    the predictions directly)."""
+    archives, p, y = two_in_domain
+    ref = write_reference(archives[("alpha", "beta")], tmp_path / "ref.h5")
+    reports = [score_archive(a, reference=ref, protocol=NO_TS) for a in archives.values()]
+    assert [r["primary_split"] for r in reports] == ["alpha", "alpha"]
+    assert reports[0]["summary"] == reports[1]["summary"]
+    assert reports[1]["summary"]["accuracy"] == accuracy_score(ensemble_mean_probs(p["alpha"]), y)
+    assert read_reference(ref).primary == "alpha"
+
+
+def test_reference_primary_option_and_version_1_0_files(two_in_domain, tmp_path):
+    """`ubench reference --primary beta` stores the choice; a version 1.0 reference (no attribute) uses its own
+    first in-domain split; a primary that is not an in-domain split is refused."""
+    import h5py
+    from click.testing import CliRunner
+
+    from ubench.cli import cli
+
+    archives, p, y = two_in_domain
+    ref = tmp_path / "ref_beta.h5"
+    res = CliRunner().invoke(cli, ["reference", str(archives[("alpha", "beta")]), "--out", str(ref),
+                                   "--primary", "beta"])
+    assert res.exit_code == 0, res.output
+    report = score_archive(archives[("alpha", "beta")], reference=ref, protocol=NO_TS)
+    assert report["primary_split"] == "beta"
+    assert report["summary"]["accuracy"] == accuracy_score(ensemble_mean_probs(p["beta"]), y)
+    with h5py.File(ref, "r+") as f:  # as ubench 1.0 wrote it
+        del f.attrs["primary"]
+        f.attrs["ubench_format_version"] = "1.0"
+    assert read_reference(ref).primary == "alpha"  # name order of the 1.0 file's /splits
+    with pytest.raises(ReferenceError, match="'ood' is not an in-domain split"):
+        write_reference(archives[("alpha", "beta")], tmp_path / "bad.h5", primary="ood")
+
+
+# -- issue #16 item 7: shift labels are checked against the reference ------------------------------------------
+@pytest.mark.parametrize("attrs, expected", [
+    ({"shift_kind": "noise"}, "split 'blur_2': shift_kind differs (archive 'noise', reference 'blur')"),
+    ({"shift_intensity": 1.0}, "split 'blur_2': shift_intensity differs (archive 1.0, reference 2.0)"),
+])
+def test_relabelled_shift_split_is_a_mismatch(trusted, tmp_path, attrs, expected):
+    """An upload that relabels blur@2 (kind or intensity) is rejected with a difference naming the split."""
+    import h5py
+
+    ref_path, _ = trusted
+    up, _ = build_archive(tmp_path / "up.h5")
+    with h5py.File(up, "r+") as f:
+        f["splits/blur_2"].attrs.update(attrs)
+    with pytest.raises(ReferenceMismatchError) as info:
+        score_archive(up, reference=ref_path, protocol=NO_TS)
+    assert expected in info.value.differences, info.value.differences
+
+
+def test_float32_intensity_matches(trusted, tmp_path):
+    """An intensity stored as float32 (0.1 -> 0.100000001) matches the reference's float64."""
+    import h5py
+
+    up, _ = build_archive(tmp_path / "up.h5", shifts=((("blur", 0.1), 1.0),))
+    ref = write_reference(up, tmp_path / "r01.h5")
+    with h5py.File(up, "r+") as f:
+        f["splits/blur_0.1"].attrs["shift_intensity"] = np.float32(0.1)
+    assert score_archive(up, reference=ref, protocol=NO_TS)["shift"]["blur_0.1"]["shift_intensity"] == pytest.approx(0.1)
+
+
+# -- issue #16 item 13: a hostile reference is read like an upload --------------------------------------------
+def test_reference_with_an_external_link_is_refused(trusted, tmp_path):
+    """A reference whose labels are an external link to another file is refused by the container walk, naming
+    the reference and the link, before anything is read from the other file."""
+    import h5py
+
+    ref_path, data = trusted
+    outside = tmp_path / "outside.h5"
+    with h5py.File(outside, "w") as f:
+        f["labels"] = data["labels"].astype(np.int64)
+    with h5py.File(ref_path, "r+") as f:
+        del f["splits/test/labels"]
+        f["splits/test/labels"] = h5py.ExternalLink(str(outside), "labels")
+    with pytest.raises(ReferenceError) as info:
+        read_reference(ref_path)
+    message = str(info.value)
+    assert str(ref_path) in message and "/splits/test/labels" in message and "external-link" in message
