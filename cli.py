@@ -442,20 +442,28 @@ def reference(archive: Path, out: Path, overwrite: bool, primary: str | None) ->
 @click.option("--ensemble", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
               help="Deep-ensemble archive: adds a DEE column (Deep Ensemble Equivalent of each method's CLL).")
 @_protocol_options
+@click.option("--reference-posterior", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
+              help="Archive of a reference posterior (HMC): add each method's agreement and total variation with "
+                   "its predictive distribution (Izmailov et al. 2021). Reads archives in this process.")
 @click.option("--json", "as_json", is_flag=True, help="Print {'methods': [...], 'reports': [...]} as JSON.")
 @click.option("--sandbox/--no-sandbox", "sandbox", default=None,
               help="Read and score every archive in a limited child process, as `score` does.  "
                    "[default: on with --reference, off otherwise]")
 @_sandbox_limit_options
-def compare(archives: tuple[Path, ...], reference: Path | None, ensemble: Path | None, as_json: bool,
-            sandbox: bool | None, memory_limit: int, cpu_limit: int, timeout: float, **options) -> None:
+def compare(archives: tuple[Path, ...], reference: Path | None, ensemble: Path | None,
+            reference_posterior: Path | None, as_json: bool, sandbox: bool | None, memory_limit: int,
+            cpu_limit: int, timeout: float, **options) -> None:
     """Score several archives under one protocol: one table, methods as rows, comparable columns marked.
 
     \b
     ubench compare de.h5 mc_dropout.h5 swag.h5
     ubench compare sgd.h5 swag.h5 --ensemble de.h5 --json
     ubench compare up1.h5 up2.h5 --reference test_labels.h5      # sandboxed
+    ubench compare sgld.h5 swag.h5 --reference-posterior hmc.h5
     """
+    if reference_posterior is not None and (sandbox if sandbox is not None else reference is not None):
+        raise click.UsageError("--reference-posterior reads the archives in this process; it is for your own "
+                               "archives (use --no-sandbox), not for uploads scored in the sandbox")
     protocol = _protocol_from(**options)
     progress = _progress(not as_json)
     score = _scorer(sandbox, reference, _sandbox_limits(memory_limit, cpu_limit, timeout), progress)
@@ -471,6 +479,8 @@ def compare(archives: tuple[Path, ...], reference: Path | None, ensemble: Path |
             except DeeUnavailableError as exc:
                 r["summary"]["dee"] = None
                 r["notes"].append(f"no DEE: {exc}")
+    if reference_posterior is not None:
+        _add_posterior_agreement(reports, archives, reference_posterior)
     if as_json:
         click.echo(_dump_json({"methods": names, "protocol": protocol.to_dict(), "reports": reports,
                                "ensemble": None if ensemble is None else str(ensemble)}))
@@ -478,6 +488,27 @@ def compare(archives: tuple[Path, ...], reference: Path | None, ensemble: Path |
         from .scoring.tables import format_compare
 
         click.echo(format_compare(reports, names), nl=False)
+
+
+def _add_posterior_agreement(reports: list[dict], archives: tuple[Path, ...], reference_posterior: Path) -> None:
+    """``posterior_agreement`` / ``posterior_total_variation`` in each report's summary (comparable across models:
+    the reference posterior fixes the task)."""
+    from .archive_schema import ArchiveError
+    from .scoring.posterior_agreement import PosteriorMismatchError, agreement_with
+
+    for r, path in zip(reports, archives):
+        try:
+            a = agreement_with(path, reference_posterior)
+        except (PosteriorMismatchError, ArchiveError) as exc:
+            r["summary"]["posterior_agreement"] = r["summary"]["posterior_total_variation"] = None
+            r["notes"].append(f"no agreement with the reference posterior: {exc}")
+            continue
+        r["summary"]["posterior_agreement"] = a["agreement"]
+        r["summary"]["posterior_total_variation"] = a["total_variation"]
+        r["comparability"]["comparable"] = [*r["comparability"]["comparable"], "posterior_agreement",
+                                            "posterior_total_variation"]
+        r["notes"].append(f"agreement and total variation with the reference posterior {reference_posterior.name} "
+                          f"on split {a['split']!r} (Izmailov et al. 2021)")
 
 
 def _scorer(sandbox: bool | None, reference: Path | None, limits, progress):

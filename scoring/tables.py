@@ -17,7 +17,8 @@ COMPARE_COLUMNS = (
     ("accuracy", "acc"), ("cll", "CLL"), ("dee", "DEE"), ("nll", "NLL"), ("brier", "Brier"), ("ece", "ECE"),
     ("tace", "TACE"), ("uce", "UCE"), ("temperature", "T"), ("misclassification_auroc_confidence", "misAUROC"),
     ("ood_auroc_total", "OOD-AUROC(tot)"), ("ood_auroc_knowledge", "OOD-AUROC(kn)"),
-    ("shift_accuracy_median", "shift acc(med)"),
+    ("shift_accuracy_median", "shift acc(med)"), ("posterior_agreement", "agree(HMC)"),
+    ("posterior_total_variation", "TV(HMC)"),
 )
 
 

@@ -1,0 +1,56 @@
+# SPDX-License-Identifier: MIT
+"""Agreement with a reference posterior (``ubench compare … --reference-posterior hmc.h5``): for each archive, the
+agreement and total variation (:mod:`ubench.metrics.agreement`; Izmailov et al. 2021) of its predictive
+distribution (the mean over members) with the reference posterior's, on the reference's primary in-domain split.
+
+The archives are read in this process with the safe reader (value-checked block by block); ``compare`` refuses the
+option where it would sandbox (uploads scored against a reference file), so a host never reads strangers' files
+here.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from ..archive_schema import open_archive
+from ..metrics.agreement import predictive_agreement, total_variation
+
+__all__ = ["predictive_mean", "agreement_with"]
+
+
+class PosteriorMismatchError(ValueError):
+    """The archive and the reference posterior do not predict on the same samples."""
+
+
+def predictive_mean(path: str | Path, split: str | None = None) -> tuple[str, np.ndarray, np.ndarray | None]:
+    """``(split, mean over members (N, C) float64, sample ids or None)`` of ``split`` (default: the first in-domain
+    split), accumulated block by block."""
+    with open_archive(path, check_values=False) as r:
+        h = r.header
+        if split is None:
+            split = next((n for n, s in h.splits.items() if s.role == "in_domain"), None)
+            if split is None:
+                raise PosteriorMismatchError(f"{path}: no in-domain split to compare predictive distributions on")
+        if split not in h.splits:
+            raise PosteriorMismatchError(f"{path}: has no split {split!r} (the reference posterior's primary split)")
+        s = h.splits[split]
+        total = np.zeros((s.n_samples, h.n_classes), dtype=np.float64)
+        for start, block in r.iter_checked_probs(split):
+            total[start: start + block.shape[1]] += block.sum(axis=0, dtype=np.float64)
+        return split, total / h.n_members, r.sample_ids(split)
+
+
+def agreement_with(path: str | Path, reference_posterior: str | Path) -> dict:
+    """``{"split", "agreement", "total_variation"}`` of ``path``'s predictive against ``reference_posterior``'s."""
+    split, ref, ref_ids = predictive_mean(reference_posterior)
+    _, mean, ids = predictive_mean(path, split)
+    if mean.shape != ref.shape:
+        raise PosteriorMismatchError(f"{path}: split {split!r} has shape {mean.shape}, the reference posterior "
+                                     f"{ref.shape}")
+    if ref_ids is not None and ids is not None and not np.array_equal(ids, ref_ids):
+        first = int(np.argmax(ids != ref_ids))
+        raise PosteriorMismatchError(f"{path}: split {split!r} sample_ids differ from the reference posterior's, "
+                                     f"first at index {first}")
+    return {"split": split, "agreement": predictive_agreement(mean, ref), "total_variation": total_variation(mean, ref)}
