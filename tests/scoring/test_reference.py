@@ -166,7 +166,7 @@ def test_reference_primary_option_and_version_1_0_files(two_in_domain, tmp_path)
 # -- issue #16 item 7: shift labels are checked against the reference ------------------------------------------
 @pytest.mark.parametrize("attrs, expected", [
     ({"shift_kind": "noise"}, "split 'blur_2': shift_kind differs (archive 'noise', reference 'blur')"),
-    ({"shift_intensity": 1.0}, "split 'blur_2': shift_intensity differs (archive 1.0, reference 2.0)"),
+    ({"shift_intensity": 3.0}, "split 'blur_2': shift_intensity differs (archive 3.0, reference 2.0)"),
 ])
 def test_relabelled_shift_split_is_a_mismatch(trusted, tmp_path, attrs, expected):
     """An upload that relabels blur@2 (kind or intensity) is rejected with a difference naming the split."""
