@@ -1,14 +1,18 @@
 # SPDX-License-Identifier: MIT
-"""What a ubench report holds: arrays and settings in, a JSON-able dict out. Pure (no files, no terminal).
+"""The sections of a ubench report, one split at a time: arrays and settings in, JSON-able dicts out. Pure.
 
-This is the one module that calls metrics of several families. ``scoring/score.py`` reads archives and feeds
-blocks and arrays here; ``cli.py`` and ``scoring/html.py`` format the dicts this module returns.
+``metrics/report.py`` decides which of these a report holds (:class:`~ubench.metrics.report.ReportBuilder`);
+this module computes them. Per-sample work happens once per split in :class:`SplitAccumulator`, fed blocks
+``(M, rows, C)`` of a split's member predictions: rows are renormalised (see :data:`RENORMALISE_ABOVE`), then the
+ensemble mean and the per-sample uncertainties (total = entropy of the mean, data = mean member entropy,
+knowledge = mutual information, confidence = max of the mean) are computed block by block, so a split's member
+stack never has to be held at once. Every section then works on those (N, C) and (N,) arrays; only the calibrated
+protocol with ``placement="per_member"`` and the member curves need the members.
 
-Per-sample work happens once per split in :class:`SplitAccumulator`, fed blocks ``(M, rows, C)`` of a split's
-member predictions: the ensemble mean and the per-sample uncertainties (total = entropy of the mean, data =
-mean member entropy, knowledge = mutual information, confidence = max of the mean) are computed block by block,
-so a split's member stack never has to be held at once. Every section below then works on those (N, C) and (N,)
-arrays; only the calibrated protocol with ``placement="per_member"`` and the member curves need the members.
+Central smoothing (``smoothing`` > 0, URSABench's gamma = 1e-4) is applied where URSABench's code applies it
+(``tasks/prediction.py``, ``ood_detection.py``, ``decision_making.py``): before every log (NLL, the entropies
+behind the detection scores), to the confidence score and before decisions; never before accuracy, Brier, ECE,
+TACE, UCE or the reliability diagrams, which are computed on the unsmoothed ensemble mean.
 
 Keys are the snake_case names listed in ``scoring/REPORT_KEYS.md``. A metric that is undefined on the data
 (misclassification AUROC when every prediction is right) is ``None`` with a note, never NaN.
@@ -39,15 +43,16 @@ from .ranking import _detection_scores
 from .rejection import _rejection_curve
 from .protocol import cross_validated_calibration as _cross_validated_calibration
 from .protocol import member_curves as _member_curves
-from .shift import shift_summary as _shift_summary
 from .uncertainty import _confidence, _entropy_rows, _normalized_entropy, _uncertainty_decomposition
 
 __all__ = [
     "SplitArrays",
     "SplitAccumulator",
+    "RowSums",
+    "RENORMALISE_ABOVE",
     "UNCERTAINTY_SCORES",
-    "COMPARABLE_KEYS",
-    "NOT_COMPARABLE_KEYS",
+    "scores_for",
+    "split_arrays",
     "core_metrics",
     "misclassification_section",
     "reliability_section",
@@ -55,37 +60,71 @@ __all__ = [
     "decision_section",
     "ood_section",
     "ood_histograms",
-    "summarize_ood",
+    "in_domain_section",
+    "shift_split_section",
+    "calibrated_section",
+    "member_curves_section",
 ]
 
 #: Detection scores, higher = more uncertain: report name -> SplitArrays field.
 UNCERTAINTY_SCORES = {"total": "total", "knowledge": "knowledge", "confidence": "neg_confidence"}
 
-#: Keys of the calibrated section copied into the headline summary.
-CALIBRATED_HEADLINE = ("cll", "temperature", "calibrated_accuracy", "calibrated_nll", "calibrated_brier",
-                       "calibrated_ece")
+#: A row whose float64 sum differs from 1 by more than this is divided by its sum before anything is computed.
+#: The archive spec accepts ``|sum - 1| <= 1e-4 + C * 2**-23`` (float32 softmax rounding), which would let an
+#: upload add up to 1.2 % probability mass for free at C = 100,000 (issue #16 item 12). Rows within 2**-20 (16
+#: float32 ulps of 1) are left bit-identical, so an honest archive scores exactly as its arrays do in any other
+#: tool; the mass an upload can still add is at most 2**-20 per row (NLL and Brier move by < 1e-6).
+RENORMALISE_ABOVE = 2.0**-20
 
-#: Headline keys that may be compared across models (Ashukha et al. 2020, Sec. 2-3): calibrated metrics and
-#: DEE, plus accuracy and the OOD/shift scores, whose task does not depend on the model.
-COMPARABLE_KEYS = (
-    "accuracy", "cll", "calibrated_brier", "dee", "ood_auroc_total", "ood_auroc_knowledge", "ood_auroc_confidence",
-    "ood_aupr_total", "ood_fpr95_total", "shift_accuracy_median",
-)
-#: Headline keys that are not comparable across models: uncalibrated NLL/ECE/TACE depend on the temperature a
-#: model happens to have, and misclassification AUROC is a different detection task for every model.
-NOT_COMPARABLE_KEYS = (
-    "nll", "brier", "ece", "tace", "uce", "misclassification_auroc_total", "misclassification_auroc_confidence",
-    "misclassification_auroc_knowledge",
-)
+
+def scores_for(n_members: int) -> tuple[str, ...]:
+    """The detection scores defined for ``n_members`` members: with one member the mutual information is 0 for
+    every sample, so the knowledge score detects nothing and is left out (its keys are ``None``)."""
+    return tuple(UNCERTAINTY_SCORES) if n_members > 1 else ("total", "confidence")
+
+
+@dataclass(frozen=True)
+class RowSums:
+    """The largest ``|sum_c p - 1|`` over a split's rows (every member), where it was, and how many rows were
+    renormalised (those above :data:`RENORMALISE_ABOVE`)."""
+
+    max_deviation: float = 0.0
+    member: int | None = None
+    sample: int | None = None
+    n_renormalised: int = 0
+
+    def merged(self, other: RowSums) -> RowSums:
+        best = other if other.max_deviation > self.max_deviation else self
+        return RowSums(best.max_deviation, best.member, best.sample, self.n_renormalised + other.n_renormalised)
+
+
+def _renormalised(probs: NDArray, first_sample: int, member0: int = 0) -> tuple[NDArray, RowSums]:
+    """``probs`` (M, rows, C) or (rows, C) with every row further than RENORMALISE_ABOVE from 1 divided by its
+    float64 sum (rounded back to the input dtype), and the row-sum record. Returns the input itself when no row
+    needs it."""
+    sums = probs.sum(axis=-1, dtype=np.float64)
+    dev = np.abs(sums - 1.0)
+    flat = int(np.argmax(dev))
+    where = np.unravel_index(flat, dev.shape)
+    member, sample = (member0, int(where[0])) if dev.ndim == 1 else (member0 + int(where[0]), int(where[1]))
+    bad = dev > RENORMALISE_ABOVE
+    n_bad = int(np.count_nonzero(bad))
+    record = RowSums(float(dev.flat[flat]), member, first_sample + sample, n_bad)
+    if not n_bad:
+        return probs, record
+    fixed = probs.copy()
+    fixed[bad] = (probs[bad].astype(np.float64) / sums[bad][:, None]).astype(probs.dtype)
+    return fixed, record
 
 
 @dataclass(frozen=True)
 class SplitArrays:
     """The per-split arrays every section works on.
 
-    ``mean_probs`` (N, C) float64 is the unsmoothed ensemble mean; the uncertainties (N,) are computed on members
-    after the protocol's central smoothing; ``neg_confidence`` is ``-max_c`` of the (smoothed) mean, so all three
-    scores read higher = more uncertain. ``member_probs`` (M, N, C) is kept only when asked for.
+    ``mean_probs`` (N, C) float64 is the unsmoothed ensemble mean of the renormalised members; the uncertainties
+    (N,) are computed on members after the protocol's central smoothing; ``neg_confidence`` is ``-max_c`` of the
+    (smoothed) mean, so all three scores read higher = more uncertain. ``member_probs`` (M, N, C) (renormalised)
+    is kept only when asked for. ``row_sums`` records the renormalisation.
     """
 
     mean_probs: NDArray[np.float64]
@@ -94,6 +133,7 @@ class SplitArrays:
     knowledge: NDArray[np.float64]
     neg_confidence: NDArray[np.float64]
     member_probs: NDArray[np.floating] | None = None
+    row_sums: RowSums = RowSums()
 
     @property
     def n_samples(self) -> int:
@@ -113,7 +153,8 @@ class SplitAccumulator:
     keep_members : also keep the member stack (M, N, C) in ``dtype`` (for per-member placement, member curves).
     dtype : storage dtype of the kept members.
 
-    Blocks are assumed validated (the archive reader's value checks run on the same blocks).
+    Blocks are assumed validated (the archive reader's value checks run on the same blocks). Each block's rows
+    are renormalised first (:data:`RENORMALISE_ABOVE`), so everything below sees rows that sum to 1.
     """
 
     def __init__(self, n_members: int, n_samples: int, n_classes: int, *, smoothing: float = 0.0,
@@ -126,9 +167,12 @@ class SplitAccumulator:
         self._members = np.empty(self.shape, dtype=dtype) if keep_members else None
         self._seen = 0
         self._partial: dict[str, NDArray] | None = None
+        self._rows = RowSums()
 
     def add(self, start: int, block: NDArray[np.floating]) -> None:
         """Add samples ``start:start+rows`` of every member: ``block`` is (M, rows, C)."""
+        block, rows = _renormalised(block, start)
+        self._rows = self._rows.merged(rows)
         stop = start + block.shape[1]
         if self.gamma:  # uncertainties of the smoothed members; the report's mean stays unsmoothed
             self._mean[start:stop] = _ensemble_mean(block)
@@ -145,6 +189,8 @@ class SplitAccumulator:
         0..M-1. Memory then depends on N x C only, whatever M; the sums run in the same order as :meth:`add`, so
         the results are the same to the last bit."""
         m_total, n, c = self.shape
+        rows, record = _renormalised(rows, start, member)
+        self._rows = self._rows.merged(record)
         if self._partial is None:
             self._partial = {"sum": np.zeros((n, c), dtype=np.float64), "data": np.zeros(n, dtype=np.float64)}
             if self.gamma:
@@ -176,7 +222,7 @@ class SplitAccumulator:
     def result(self) -> SplitArrays:
         if self._seen != self.shape[1]:
             raise ValueError(f"accumulator saw {self._seen} of {self.shape[1]} samples")
-        return SplitArrays(mean_probs=self._mean, member_probs=self._members, **self._u)
+        return SplitArrays(mean_probs=self._mean, member_probs=self._members, row_sums=self._rows, **self._u)
 
 
 def split_arrays(member_probs: NDArray[np.floating], *, smoothing: float = 0.0, keep_members: bool = False
@@ -193,47 +239,52 @@ def _float_list(a: NDArray) -> list[float]:
 
 
 def core_metrics(probs: NDArray, labels: NDArray, *, bins: int, eps: float, smoothing: float) -> dict[str, float]:
-    """accuracy, nll, brier, ece, tace, uce of one predictive distribution (validated (N, C) and labels)."""
-    p = _smooth(probs, smoothing) if smoothing else probs
+    """accuracy, nll, brier, ece, tace, uce of one predictive distribution (validated (N, C) and labels).
+
+    Only NLL sees the central smoothing (URSABench ``tasks/prediction.py``: ``nll`` of
+    ``central_smoothing(mean)``, ``brier_score`` and ``ece`` of the unsmoothed mean); TACE and UCE, which
+    URSABench does not compute, are calibration errors like ECE and follow it.
+    """
     return {
         "accuracy": _accuracy(probs, labels),
         "nll": _nll(probs, labels, eps, smoothing),
-        "brier": float(_brier_per_sample(p, labels).mean()),
-        "ece": _ece(p, labels, bins),
-        "tace": _tace(p, labels, bins),
-        "uce": _uce(p, labels, bins),
+        "brier": float(_brier_per_sample(probs, labels).mean()),
+        "ece": _ece(probs, labels, bins),
+        "tace": _tace(probs, labels, bins),
+        "uce": _uce(probs, labels, bins),
     }
 
 
-def misclassification_section(arrays: SplitArrays, labels: NDArray, *, tpr: float) -> tuple[dict[str, Any], list[str]]:
+def misclassification_section(arrays: SplitArrays, labels: NDArray, *, tpr: float,
+                              scores: Sequence[str] = tuple(UNCERTAINTY_SCORES)) -> tuple[dict[str, Any], list[str]]:
     """Misclassification detection (positive = top-1 error of the mean) for every uncertainty score.
 
-    Returns ``misclassification_{auroc,aupr,fpr95}_{total,knowledge,confidence}`` (``None`` when undefined) and
-    notes. Not comparable across models (Ashukha et al. 2020, Sec. 2.3).
+    Returns ``misclassification_{auroc,aupr,fpr95}_{total,knowledge,confidence}`` (``None`` when undefined, or
+    for a score not in ``scores``) and notes. Not comparable across models (Ashukha et al. 2020, Sec. 2.3).
     """
     errors = (_predictions(arrays.mean_probs) != labels).astype(np.int8)
     out: dict[str, Any] = {}
     notes: list[str] = []
     for name in UNCERTAINTY_SCORES:
-        try:
-            d = _detection_scores(arrays.score(name), errors, tpr)
-            vals = (d.auroc, d.average_precision, d.fpr_at_tpr)
-        except UndefinedMetricError as exc:
-            vals = (None, None, None)
-            if not notes:
-                notes.append(f"misclassification detection undefined: {exc}")
+        vals = (None, None, None)
+        if name in scores:
+            try:
+                d = _detection_scores(arrays.score(name), errors, tpr)
+                vals = (d.auroc, d.average_precision, d.fpr_at_tpr)
+            except UndefinedMetricError as exc:
+                if not notes:
+                    notes.append(f"misclassification detection undefined: {exc}")
         for key, v in zip(("auroc", "aupr", "fpr95"), vals):
             out[f"misclassification_{key}_{name}"] = v
     return out, notes
 
 
-def reliability_section(probs: NDArray, labels: NDArray, *, bins: int, smoothing: float) -> dict[str, Any]:
-    """Data of the two reliability diagrams: top-1 confidence vs accuracy (ECE) and normalized entropy vs error
-    (UCE, Laves et al. 2019). Bins are equal-width ``(lo, hi]``; empty bins hold 0."""
-    p = _smooth(probs, smoothing) if smoothing else probs
-    rb = _reliability_bins(p, labels, bins)
-    u = _normalized_entropy(p)
-    err = (_predictions(p) != labels).astype(np.float64)
+def reliability_section(probs: NDArray, labels: NDArray, *, bins: int) -> dict[str, Any]:
+    """Data of the two reliability diagrams of the unsmoothed ``probs``: top-1 confidence vs accuracy (ECE) and
+    normalized entropy vs error (UCE, Laves et al. 2019). Bins are equal-width ``(lo, hi]``; empty bins hold 0."""
+    rb = _reliability_bins(probs, labels, bins)
+    u = _normalized_entropy(probs)
+    err = (_predictions(probs) != labels).astype(np.float64)
     counts, su, se = _binned_sums(_equal_width_bin_index(u, bins), u, err, bins)
     safe = np.maximum(counts, 1)
     return {
@@ -245,16 +296,20 @@ def reliability_section(probs: NDArray, labels: NDArray, *, bins: int, smoothing
     }
 
 
-def rejection_section(arrays: SplitArrays, labels: NDArray, *, points: int = 101) -> dict[str, Any]:
-    """Accuracy-rejection curves (reject the most uncertain first) for every uncertainty score.
+def rejection_section(arrays: SplitArrays, labels: NDArray, *, points: int = 101,
+                      scores: Sequence[str] = tuple(UNCERTAINTY_SCORES)) -> dict[str, Any]:
+    """Accuracy-rejection curves (reject the most uncertain first) for every uncertainty score in ``scores``.
 
-    ``aurc_<score>`` is the area under the risk-coverage curve (lower is better); ``curves`` holds the curve at
-    ``points`` evenly spaced rejected fractions in ``[0, 1)`` for the plots.
+    ``aurc_<score>`` is the area under the risk-coverage curve (lower is better; ``None`` for a score not in
+    ``scores``); ``curves`` holds the curve at ``points`` evenly spaced rejected fractions in ``[0, 1)``.
     """
     n = arrays.n_samples
     idx = np.unique(np.minimum(n - 1, np.round(np.linspace(0.0, 1.0, points, endpoint=False) * n).astype(int)))
     out: dict[str, Any] = {"curves": {}}
     for name in UNCERTAINTY_SCORES:
+        if name not in scores:
+            out[f"aurc_{name}"] = None
+            continue
         curve = _rejection_curve(arrays.mean_probs, labels, arrays.score(name))
         out[f"aurc_{name}"] = float(1.0 - curve.accuracy.mean())
         out["curves"][name] = {"rejected_fraction": _float_list(curve.rejected_fraction[idx]),
@@ -268,7 +323,8 @@ def decision_section(probs: NDArray, labels: NDArray, *, cost_preset: str | None
     """URSABench decision cost of the Bayes decisions under the named or given cost matrix (``None`` if neither).
 
     ``decision_cost`` is the sum over samples when ``reduction == "sum"`` (URSABench) and the mean otherwise;
-    both are recorded as ``decision_cost_sum`` and ``decision_cost_mean``.
+    both are recorded as ``decision_cost_sum`` and ``decision_cost_mean``; ``cost_preset`` names the matrix
+    (``None`` for a given one). Decisions see the smoothed mean (URSABench smooths every member before the risk).
     """
     if cost_preset is None and cost_matrix is None:
         return None
@@ -276,26 +332,30 @@ def decision_section(probs: NDArray, labels: NDArray, *, cost_preset: str | None
     cost = _check_cost(cost, probs.shape[1])
     d = _decision_cost(probs, labels, cost, smoothing)
     return {"decision_cost": d.total if reduction == "sum" else d.mean, "decision_cost_sum": d.total,
-            "decision_cost_mean": d.mean, "cost_reduction": reduction}
+            "decision_cost_mean": d.mean, "cost_reduction": reduction, "cost_preset": cost_preset}
 
 
-def ood_section(in_arrays: SplitArrays, ood_arrays: SplitArrays, *, tpr: float) -> dict[str, Any]:
+def ood_section(in_arrays: SplitArrays, ood_arrays: SplitArrays, *, tpr: float,
+                scores: Sequence[str] = tuple(UNCERTAINTY_SCORES)) -> dict[str, Any]:
     """OOD detection (positive = OOD) of one OOD split against the in-domain split, for every uncertainty score:
-    ``ood_{auroc,aupr,fpr95}_{total,knowledge,confidence}``."""
+    ``ood_{auroc,aupr,fpr95}_{total,knowledge,confidence}`` (``None`` for a score not in ``scores``)."""
     y = np.concatenate([np.zeros(in_arrays.n_samples, np.int8), np.ones(ood_arrays.n_samples, np.int8)])
     out: dict[str, Any] = {}
     for name in UNCERTAINTY_SCORES:
-        d = _detection_scores(np.concatenate([in_arrays.score(name), ood_arrays.score(name)]), y, tpr)
-        out[f"ood_auroc_{name}"] = d.auroc
-        out[f"ood_aupr_{name}"] = d.average_precision
-        out[f"ood_fpr95_{name}"] = d.fpr_at_tpr
+        vals = (None, None, None)
+        if name in scores:
+            d = _detection_scores(np.concatenate([in_arrays.score(name), ood_arrays.score(name)]), y, tpr)
+            vals = (d.auroc, d.average_precision, d.fpr_at_tpr)
+        for key, v in zip(("auroc", "aupr", "fpr95"), vals):
+            out[f"ood_{key}_{name}"] = v
     return out
 
 
-def ood_histograms(in_arrays: SplitArrays, ood_arrays: SplitArrays, *, n_bins: int = 30) -> dict[str, Any]:
+def ood_histograms(in_arrays: SplitArrays, ood_arrays: SplitArrays, *, n_bins: int = 30,
+                   scores: Sequence[str] = tuple(UNCERTAINTY_SCORES)) -> dict[str, Any]:
     """Histograms (shared edges per score) of the in-domain and OOD uncertainty scores, for the report's plots."""
     out = {}
-    for name in UNCERTAINTY_SCORES:
+    for name in scores:
         a, b = in_arrays.score(name), ood_arrays.score(name)
         lo = float(min(a.min(), b.min()))
         hi = float(max(a.max(), b.max()))
@@ -307,31 +367,24 @@ def ood_histograms(in_arrays: SplitArrays, ood_arrays: SplitArrays, *, n_bins: i
     return out
 
 
-def summarize_ood(sections: Mapping[str, Mapping[str, Any]]) -> dict[str, float]:
-    """Mean over OOD splits of every ``ood_*`` key (the headline numbers)."""
-    if not sections:
-        return {}
-    keys = [k for k in next(iter(sections.values())) if k.startswith("ood_")]
-    return {k: float(np.mean([s[k] for s in sections.values()])) for k in keys}
-
-
 def in_domain_section(arrays: SplitArrays, labels: NDArray, *, bins: int, eps: float, smoothing: float, tpr: float,
                       cost_preset: str | None = None, cost_matrix: Sequence[Sequence[float]] | None = None,
-                      cost_reduction: str = "mean") -> dict[str, Any]:
+                      cost_reduction: str = "mean", scores: Sequence[str] = tuple(UNCERTAINTY_SCORES)
+                      ) -> dict[str, Any]:
     """Everything measured on one labelled in-domain split without fitting anything: core metrics of the
     ensemble mean, misclassification detection, accuracy-rejection curves, reliability-diagram data, the
     decision cost (when a cost matrix is named) and the mean uncertainties."""
     out: dict[str, Any] = {"n_samples": arrays.n_samples}
     out.update(core_metrics(arrays.mean_probs, labels, bins=bins, eps=eps, smoothing=smoothing))
-    mis, notes = misclassification_section(arrays, labels, tpr=tpr)
+    mis, notes = misclassification_section(arrays, labels, tpr=tpr, scores=scores)
     out.update(mis)
     out["mean_total_uncertainty"] = float(arrays.total.mean())
     out["mean_knowledge_uncertainty"] = float(arrays.knowledge.mean())
     out["mean_data_uncertainty"] = float(arrays.data.mean())
-    rej = rejection_section(arrays, labels)
+    rej = rejection_section(arrays, labels, scores=scores)
     out.update({k: v for k, v in rej.items() if k != "curves"})
     out["rejection_curves"] = rej["curves"]
-    out["reliability"] = reliability_section(arrays.mean_probs, labels, bins=bins, smoothing=smoothing)
+    out["reliability"] = reliability_section(arrays.mean_probs, labels, bins=bins)
     dec = decision_section(arrays.mean_probs, labels, cost_preset=cost_preset, cost_matrix=cost_matrix,
                            smoothing=smoothing, reduction=cost_reduction)
     if dec is not None:
@@ -401,52 +454,3 @@ def member_curves_section(member_probs: NDArray, labels: NDArray, *, placement: 
         "orders": mc.orders.tolist(),
         "placement": mc.placement,
     }
-
-
-def shift_summary(sections: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
-    """Shift splits by kind, and quartiles over kinds per intensity among kinds measured on the same scale.
-
-    ``by_kind[kind]`` lists ``{intensity, split, accuracy, nll, brier, ece, tace, uce}`` sorted by intensity.
-    Intensities are only comparable between kinds that share an intensity grid (noise and blur at levels 1-5 are;
-    rotation in degrees and translation in pixels are not), so ``groups`` holds one entry per distinct grid:
-    ``kinds``, ``intensities`` and ``by_intensity[str(intensity)]`` = ``{intensity, n_splits, <metric>: {min, q1,
-    median, q3, max}}`` over its kinds (:func:`ubench.metrics.shift.shift_summary`; Ovadia et al. 2019's box plots).
-    """
-    metrics = ("accuracy", "nll", "brier", "ece", "tace", "uce")
-    by_kind: dict[str, list] = {}
-    for name, sec in sections.items():
-        row = {"split": name, "intensity": sec["shift_intensity"], **{m: sec[m] for m in metrics}}
-        by_kind.setdefault(sec["shift_kind"], []).append(row)
-    by_kind = {k: sorted(v, key=lambda r: (r["intensity"], r["split"])) for k, v in sorted(by_kind.items())}
-    grids: dict[tuple[float, ...], list[str]] = {}
-    for kind, rows in by_kind.items():
-        grids.setdefault(tuple(r["intensity"] for r in rows), []).append(kind)
-    groups = []
-    for grid, kinds in sorted(grids.items(), key=lambda g: (len(g[0]), g[0])):
-        summary = _shift_summary([{"kind": k, "intensity": r["intensity"], **{m: r[m] for m in metrics}}
-                                  for k in kinds for r in by_kind[k]])
-        by_int = {}
-        for i, stats in summary.quartiles.items():
-            by_int[f"{i:g}"] = {"intensity": i, "n_splits": stats[metrics[0]]["n_kinds"],
-                                **{m: {"min": s["min"], "q1": s["q25"], "median": s["median"], "q3": s["q75"],
-                                       "max": s["max"]} for m, s in stats.items()}}
-        groups.append({"kinds": kinds, "intensities": list(grid), "by_intensity": by_int})
-    return {"by_kind": by_kind, "groups": groups}
-
-
-def headline(report: Mapping[str, Any], primary: str | None) -> dict[str, Any]:
-    """The flat headline numbers: the primary in-domain split's metrics (and calibrated ones), the mean over OOD
-    splits of every ``ood_*`` key, and the median over shift splits of accuracy, NLL, Brier and ECE."""
-    out: dict[str, Any] = {}
-    if primary is not None and primary in report["in_domain"]:
-        sec = report["in_domain"][primary]
-        out.update({k: v for k, v in sec.items()
-                    if k != "calibrated" and (isinstance(v, (int, float)) or v is None)})
-        cal = sec.get("calibrated")
-        if cal:
-            out.update({k: cal[k] for k in CALIBRATED_HEADLINE})
-    out.update(summarize_ood(report["ood"]))
-    if report["shift"]:
-        for key in ("accuracy", "nll", "brier", "ece"):
-            out[f"shift_{key}_median"] = float(np.median([s[key] for s in report["shift"].values()]))
-    return out

@@ -1,0 +1,312 @@
+# SPDX-License-Identifier: MIT
+"""What a ubench report holds, decided in one place: splits in, a JSON-able dict out. Pure (no files, no terminal).
+
+``scoring/score.py`` reads an archive and hands every split, as :class:`~ubench.metrics.report_sections.SplitArrays`
+with its labels, to a :class:`ReportBuilder`; the builder decides which sections each split gets (by role, number
+of members, number of samples and the protocol), which splits are the headline, which numbers are null and why,
+and which are comparable across models. ``metrics/report_sections.py`` computes the sections; ``cli.py``,
+``scoring/tables.py`` and ``scoring/html.py`` only format the dict (``scoring/dee.py`` adds the DEE of two
+finished reports).
+
+Keys are the snake_case names listed in ``scoring/REPORT_KEYS.md``. A metric that is undefined on the data
+(misclassification AUROC when every prediction is right, knowledge-uncertainty scores of a single model, the CLL of
+a one-sample split) is ``None`` with a note, never NaN and never a placeholder number.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from .decision import COST_PRESETS, cost_preset_for_dataset
+from .report_sections import (
+    RENORMALISE_ABOVE,
+    UNCERTAINTY_SCORES,
+    RowSums,
+    SplitAccumulator,
+    SplitArrays,
+    calibrated_section,
+    core_metrics,
+    decision_section,
+    in_domain_section,
+    member_curves_section,
+    misclassification_section,
+    ood_histograms,
+    ood_section,
+    reliability_section,
+    rejection_section,
+    scores_for,
+    shift_split_section,
+    split_arrays,
+)
+from .shift import shift_summary as _shift_quartiles
+
+__all__ = [
+    "ReportBuilder",
+    "SplitArrays",
+    "SplitAccumulator",
+    "UNCERTAINTY_SCORES",
+    "COMPARABLE_KEYS",
+    "NOT_COMPARABLE_KEYS",
+    "CALIBRATED_HEADLINE",
+    "split_arrays",
+    "core_metrics",
+    "misclassification_section",
+    "reliability_section",
+    "rejection_section",
+    "decision_section",
+    "ood_section",
+    "ood_histograms",
+    "in_domain_section",
+    "shift_split_section",
+    "calibrated_section",
+    "member_curves_section",
+    "summarize_ood",
+    "shift_summary_section",
+    "headline",
+    "comparability",
+]
+
+#: Keys of the calibrated section copied into the headline summary.
+CALIBRATED_HEADLINE = ("cll", "temperature", "calibrated_accuracy", "calibrated_nll", "calibrated_brier",
+                       "calibrated_ece")
+
+#: Headline keys that may be compared across models (Ashukha et al. 2020, Sec. 2-3): calibrated metrics and
+#: DEE, plus accuracy and the OOD/shift scores, whose task does not depend on the model.
+COMPARABLE_KEYS = (
+    "accuracy", "cll", "calibrated_brier", "dee", "ood_auroc_total", "ood_auroc_knowledge", "ood_auroc_confidence",
+    "ood_aupr_total", "ood_fpr95_total", "shift_accuracy_median",
+)
+#: Headline keys that are not comparable across models: uncalibrated NLL/ECE/TACE depend on the temperature a
+#: model happens to have, and misclassification AUROC is a different detection task for every model.
+NOT_COMPARABLE_KEYS = (
+    "nll", "brier", "ece", "tace", "uce", "misclassification_auroc_total", "misclassification_auroc_confidence",
+    "misclassification_auroc_knowledge",
+)
+
+
+def summarize_ood(sections: Mapping[str, Mapping[str, Any]]) -> dict[str, float | None]:
+    """Mean over OOD splits of every ``ood_*`` key (the headline numbers); ``None`` where a split has ``None``."""
+    if not sections:
+        return {}
+    keys = [k for k in next(iter(sections.values())) if k.startswith("ood_")]
+    out: dict[str, float | None] = {}
+    for k in keys:
+        vals = [s[k] for s in sections.values()]
+        out[k] = None if any(v is None for v in vals) else float(np.mean(vals))
+    return out
+
+
+def shift_summary_section(sections: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+    """The report's ``shift_summary``: shift splits by kind, and quartiles over kinds per intensity among kinds
+    measured on the same scale.
+
+    ``by_kind[kind]`` lists ``{intensity, split, accuracy, nll, brier, ece, tace, uce}`` sorted by intensity.
+    Intensities are only comparable between kinds that share an intensity grid (noise and blur at levels 1-5 are;
+    rotation in degrees and translation in pixels are not), so ``groups`` holds one entry per distinct grid:
+    ``kinds``, ``intensities`` and ``by_intensity[str(intensity)]`` = ``{intensity, n_splits, <metric>: {min, q1,
+    median, q3, max}}`` over its kinds (quartiles from :func:`ubench.metrics.shift.shift_summary`; Ovadia et al.
+    2019's box plots).
+    """
+    metrics = ("accuracy", "nll", "brier", "ece", "tace", "uce")
+    by_kind: dict[str, list] = {}
+    for name, sec in sections.items():
+        row = {"split": name, "intensity": sec["shift_intensity"], **{m: sec[m] for m in metrics}}
+        by_kind.setdefault(sec["shift_kind"], []).append(row)
+    by_kind = {k: sorted(v, key=lambda r: (r["intensity"], r["split"])) for k, v in sorted(by_kind.items())}
+    grids: dict[tuple[float, ...], list[str]] = {}
+    for kind, rows in by_kind.items():
+        grids.setdefault(tuple(r["intensity"] for r in rows), []).append(kind)
+    groups = []
+    for grid, kinds in sorted(grids.items(), key=lambda g: (len(g[0]), g[0])):
+        summary = _shift_quartiles([{"kind": k, "intensity": r["intensity"], **{m: r[m] for m in metrics}}
+                                    for k in kinds for r in by_kind[k]])
+        by_int = {}
+        for i, stats in summary.quartiles.items():
+            by_int[f"{i:g}"] = {"intensity": i, "n_splits": stats[metrics[0]]["n_kinds"],
+                                **{m: {"min": s["min"], "q1": s["q25"], "median": s["median"], "q3": s["q75"],
+                                       "max": s["max"]} for m, s in stats.items()}}
+        groups.append({"kinds": kinds, "intensities": list(grid), "by_intensity": by_int})
+    return {"by_kind": by_kind, "groups": groups}
+
+
+def headline(report: Mapping[str, Any], primary: str | None, *, calibrated: bool = False) -> dict[str, Any]:
+    """The flat headline numbers: the primary in-domain split's metrics (and calibrated ones: ``None`` when the
+    protocol calibrates but the split could not be, e.g. one sample), the mean over OOD splits of every ``ood_*``
+    key, and the median over shift splits of accuracy, NLL, Brier and ECE."""
+    out: dict[str, Any] = {}
+    if primary is not None and primary in report["in_domain"]:
+        sec = report["in_domain"][primary]
+        out.update({k: v for k, v in sec.items()
+                    if k not in ("calibrated", "cost_preset") and (isinstance(v, (int, float)) or v is None)})
+        cal = sec.get("calibrated")
+        if cal:
+            out.update({k: cal[k] for k in CALIBRATED_HEADLINE})
+        elif calibrated:
+            out.update({k: None for k in CALIBRATED_HEADLINE})
+    out.update(summarize_ood(report["ood"]))
+    if report["shift"]:
+        for key in ("accuracy", "nll", "brier", "ece"):
+            out[f"shift_{key}_median"] = float(np.median([s[key] for s in report["shift"].values()]))
+    return out
+
+
+def comparability(summary: Mapping[str, Any]) -> dict[str, list[str]]:
+    """Which summary keys may be compared across models. A key whose value is ``None`` in this report (undefined
+    on its data: the knowledge scores of one member, the CLL of a one-sample split) is in neither list but in
+    ``undefined``, so no board or table marks an undefined number comparable."""
+    undefined = sorted(k for k, v in summary.items() if v is None)
+    return {"comparable": [k for k in COMPARABLE_KEYS if k not in undefined],
+            "not_comparable": [k for k in NOT_COMPARABLE_KEYS if k not in undefined],
+            "undefined": undefined}
+
+
+class ReportBuilder:
+    """Assemble one report from the splits of one archive, in reading order (in-domain splits first).
+
+    Parameters
+    ----------
+    protocol : the settings; any object with the attributes of ``ubench.scoring.protocols.Protocol`` (``bins``,
+        ``eps``, ``smoothing``, ``tpr``, ``placement``, ``temperature_scaling``, ``repeats``, ``seed``, ``orders``,
+        ``member_curves``, ``cost_preset``, ``cost_matrix``, ``cost_reduction``).
+    n_members, n_classes : the archive's M and C.
+    dataset : the archive's ``dataset`` attribute (picks the decision-cost matrix when ``cost_preset == "auto"``).
+    primary : the in-domain split behind the headline and against which OOD splits are scored (``None``: none).
+
+    Each ``add_*`` call computes that split's section at once, so only the primary split's arrays and the OOD
+    splits' scores are held until :meth:`finish`.
+    """
+
+    def __init__(self, protocol: Any, *, n_members: int, n_classes: int, dataset: str, primary: str | None):
+        self.p = protocol
+        self.n_members, self.n_classes = int(n_members), int(n_classes)
+        self.primary = primary
+        self.scores = scores_for(self.n_members)
+        self.notes: list[str] = []
+        self.sections: dict[str, dict[str, Any]] = {"in_domain": {}, "ood": {}, "shift": {}}
+        self._primary_arrays: SplitArrays | None = None
+        self._ood: dict[str, SplitArrays] = {}
+        self._rows: dict[str, RowSums] = {}
+        self.cost_preset, self.cost_matrix = self._decision_cost_matrix(dataset)
+        if self.n_members == 1:
+            self.notes.append("one member: its knowledge uncertainty (mutual information) is 0 for every sample, "
+                              "so the knowledge-based detection scores (*_knowledge, aurc_knowledge) are null")
+
+    def _decision_cost_matrix(self, dataset: str) -> tuple[str | None, Any]:
+        """The cost preset and matrix the in-domain splits are scored under; ``"auto"`` picks URSABench's matrix
+        from the archive's dataset (:func:`ubench.metrics.decision.cost_preset_for_dataset`)."""
+        p = self.p
+        if p.cost_preset != "auto":
+            return p.cost_preset, p.cost_matrix
+        name = cost_preset_for_dataset(dataset)
+        if name is None:
+            self.notes.append(f"no decision cost: the archive's dataset {dataset!r} is none of those URSABench "
+                              f"defines a cost matrix for ({', '.join(sorted(COST_PRESETS))}); name one with "
+                              "--cost-preset or give --cost-matrix")
+            return None, None
+        if COST_PRESETS[name][0] != self.n_classes:
+            self.notes.append(f"no decision cost: the archive's dataset {dataset!r} names URSABench's {name} cost "
+                              f"matrix, which has {COST_PRESETS[name][0]} classes, but the archive has "
+                              f"{self.n_classes}")
+            return None, None
+        return name, None
+
+    def keep_members(self, name: str, n_samples: int) -> bool:
+        """Whether split ``name`` needs its member stack (per-member temperature scaling or member curves)."""
+        if name != self.primary or n_samples < 2:
+            return False
+        return self.p.placement == "per_member" or (self.p.member_curves and self.n_members > 1)
+
+    def note(self, text: str) -> None:
+        self.notes.append(text)
+
+    def add_in_domain(self, name: str, arrays: SplitArrays, labels: NDArray | None, *, progress=None) -> None:
+        """An in-domain split: its metrics, calibrated protocol and member curves (only if labelled)."""
+        p = self.p
+        self._rows[name] = arrays.row_sums
+        if labels is None:
+            self.notes.append(f"in-domain split {name!r} has no labels; only its uncertainties are used")
+            return
+        sec = in_domain_section(arrays, labels, bins=p.bins, eps=p.eps, smoothing=p.smoothing, tpr=p.tpr,
+                                cost_preset=self.cost_preset, cost_matrix=self.cost_matrix,
+                                cost_reduction=p.cost_reduction, scores=self.scores)
+        n = arrays.n_samples
+        if p.temperature_scaling:
+            if n >= 2:
+                sec["calibrated"] = calibrated_section(arrays, labels, placement=p.placement, repeats=p.repeats,
+                                                       seed=p.seed, bins=p.bins, eps=p.eps, smoothing=p.smoothing)
+            else:
+                sec["calibrated"] = None
+                sec["notes"].append(f"split {name!r} has {n} sample: test-time cross-validation needs at least 2, "
+                                    "so cll and the calibrated metrics are null")
+        if p.member_curves and self.n_members > 1 and name == self.primary:
+            if n < 2:
+                sec["notes"].append(f"split {name!r} has {n} sample: no member curves (each point is a "
+                                    "cross-validated CLL, which needs at least 2)")
+            elif arrays.member_probs is not None:
+                if progress is not None:
+                    progress(f"{name}: member curves", 0, 1)
+                sec["member_curves"] = member_curves_section(
+                    arrays.member_probs, labels, placement=p.placement, orders=p.orders, repeats=p.repeats,
+                    seed=p.seed, eps=p.eps, smoothing=p.smoothing)
+                if progress is not None:
+                    progress(f"{name}: member curves", 1, 1)
+        self.sections["in_domain"][name] = sec
+        if name == self.primary:
+            self._primary_arrays = arrays
+
+    def add_ood(self, name: str, arrays: SplitArrays) -> None:
+        """An OOD split: scored against the primary split in :meth:`finish`."""
+        self._rows[name] = arrays.row_sums
+        self._ood[name] = arrays
+
+    def add_shift(self, name: str, arrays: SplitArrays, labels: NDArray | None, *, kind: str,
+                  intensity: float) -> None:
+        """A shift split: core metrics, if labelled."""
+        p = self.p
+        self._rows[name] = arrays.row_sums
+        if labels is None:
+            self.notes.append(f"shift split {name!r} has no labels; it was skipped")
+            return
+        sec = shift_split_section(arrays, labels, bins=p.bins, eps=p.eps, smoothing=p.smoothing)
+        sec.update(shift_kind=kind, shift_intensity=float(intensity))
+        self.sections["shift"][name] = sec
+
+    def _row_sums(self) -> dict[str, Any]:
+        worst_split, worst = None, RowSums()
+        for name, rs in self._rows.items():
+            if worst_split is None or rs.max_deviation > worst.max_deviation:
+                worst_split, worst = name, rs
+        total = sum(rs.n_renormalised for rs in self._rows.values())
+        if total:
+            self.notes.append(f"{total} probability row(s) did not sum to 1 (largest deviation "
+                              f"{worst.max_deviation:.3g}: split {worst_split!r}, member {worst.member}, sample "
+                              f"{worst.sample}); they were divided by their sums before scoring, so no row adds "
+                              "probability mass")
+        return {"max_deviation": worst.max_deviation, "split": worst_split, "member": worst.member,
+                "sample": worst.sample, "n_renormalised": total, "threshold": RENORMALISE_ABOVE}
+
+    def finish(self) -> dict[str, Any]:
+        """The report body: ``primary_split``, ``in_domain``, ``ood``, ``shift``, ``shift_summary``, ``summary``,
+        ``comparability``, ``row_sums`` and ``notes``."""
+        p = self.p
+        report: dict[str, Any] = dict(self.sections)
+        if self._ood and self._primary_arrays is None:
+            self.notes.append("OOD splits need a labelled in-domain split to score against; none was found")
+        elif self._ood:
+            for name, arrays in self._ood.items():
+                sec = ood_section(self._primary_arrays, arrays, tpr=p.tpr, scores=self.scores)
+                sec.update(against=self.primary, n_samples=arrays.n_samples,
+                           histograms=ood_histograms(self._primary_arrays, arrays, scores=self.scores))
+                report["ood"][name] = sec
+        report["shift_summary"] = shift_summary_section(report["shift"]) if report["shift"] else None
+        primary = self.primary if self.primary in report["in_domain"] else None
+        report["summary"] = headline(report, primary, calibrated=p.temperature_scaling)
+        report["comparability"] = comparability(report["summary"])
+        report["primary_split"] = primary
+        report["row_sums"] = self._row_sums()
+        report["notes"] = self.notes
+        return report
