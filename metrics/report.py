@@ -240,12 +240,12 @@ class ReportBuilder:
                                                        seed=p.seed, bins=p.bins, eps=p.eps, smoothing=p.smoothing)
             else:
                 sec["calibrated"] = None
-                sec["notes"].append(f"split {name!r} has {n} sample: test-time cross-validation needs at least 2, "
-                                    "so cll and the calibrated metrics are null")
+                self.notes.append(f"split {name!r} has {n} sample: test-time cross-validation needs at least 2, "
+                                  "so cll and the calibrated metrics are null")
         if p.member_curves and self.n_members > 1 and name == self.primary:
             if n < 2:
-                sec["notes"].append(f"split {name!r} has {n} sample: no member curves (each point is a "
-                                    "cross-validated CLL, which needs at least 2)")
+                self.notes.append(f"split {name!r} has {n} sample: no member curves (each point is a "
+                                  "cross-validated CLL, which needs at least 2)")
             elif arrays.member_probs is not None:
                 if progress is not None:
                     progress(f"{name}: member curves", 0, 1)
