@@ -307,3 +307,54 @@ def test_cli_score_html_accepts_a_one_sample_split(tmp_path):
     result = CliRunner().invoke(cli, ["score", str(path), "--html", str(tmp_path / "r.html")])
     assert result.exit_code == 0, result.output
     assert "cll and the calibrated metrics are null" in result.output
+
+
+def _scored_cases():
+    """The scorer's hostile cases from tests/archive_schema/hostile_corpus.py (that folder's modules import each
+    other by name, so it goes on sys.path the way pytest puts it there for its own tests)."""
+    import importlib
+    import sys
+    from pathlib import Path
+
+    folder = str(Path(__file__).resolve().parents[1] / "archive_schema")
+    if folder not in sys.path:
+        sys.path.insert(0, folder)
+    return importlib.import_module("hostile_corpus").SCORED_CASES
+
+
+def _comparable_numbers(report):
+    """Every number of a report except where the file is and what its rows summed to."""
+    out = {k: v for k, v in report.items() if k not in ("archive", "row_sums", "notes", "limits")}
+    return json.loads(_dumps(out))
+
+
+def _assert_same_numbers(a, b, rel, where=""):
+    if isinstance(a, dict):
+        assert sorted(a) == sorted(b), where
+        for k in a:
+            _assert_same_numbers(a[k], b[k], rel, f"{where}.{k}")
+    elif isinstance(a, list):
+        assert len(a) == len(b), where
+        for i, (x, y) in enumerate(zip(a, b)):
+            _assert_same_numbers(x, y, rel, f"{where}[{i}]")
+    elif isinstance(a, float) and not isinstance(a, bool):
+        assert a == pytest.approx(b, rel=rel, abs=rel), where
+    else:
+        assert a == b, where
+
+
+@pytest.mark.parametrize("name", sorted(_scored_cases()))
+def test_inflated_rows_score_like_their_normalised_twin(tmp_path, name):
+    """Rows that sum to more than 1 within the spec's tolerance are renormalised before scoring: the upload scores
+    like its honest twin, and row_sums records the largest correction and where."""
+    from ubench.archive_schema import validate_archive
+
+    case = _scored_cases()[name](tmp_path)
+    assert not [f for f in validate_archive(case.path) if f.severity == "error"]  # within the spec
+    protocol = Protocol.preset(case.protocol)
+    hostile, twin = score_archive(case.path, protocol=protocol), score_archive(case.twin, protocol=protocol)
+    _assert_same_numbers(_comparable_numbers(hostile), _comparable_numbers(twin), case.rel)
+    assert twin["row_sums"]["n_renormalised"] == 0 and twin["row_sums"]["max_deviation"] < 2.0**-20
+    rs = hostile["row_sums"]
+    assert rs["n_renormalised"] > 0 and rs["max_deviation"] > 2.0**-20 and rs["split"] in hostile["archive"]["splits"]
+    assert any("divided by their sums before scoring" in n for n in hostile["notes"])
