@@ -21,54 +21,14 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from . import report_sections as _sections
 from .decision import COST_PRESETS, cost_preset_for_dataset
-from .report_sections import (
-    RENORMALISE_ABOVE,
-    UNCERTAINTY_SCORES,
-    RowSums,
-    SplitAccumulator,
-    SplitArrays,
-    calibrated_section,
-    core_metrics,
-    decision_section,
-    in_domain_section,
-    member_curves_section,
-    misclassification_section,
-    ood_histograms,
-    ood_section,
-    reliability_section,
-    rejection_section,
-    scores_for,
-    shift_split_section,
-    split_arrays,
-)
+from .report_sections import *  # noqa: F403 -- the sections stay reachable as ubench.metrics.report.<name>
+from .report_sections import RENORMALISE_ABOVE, RowSums, SplitArrays, scores_for
 from .shift import shift_summary as _shift_quartiles
 
-__all__ = [
-    "ReportBuilder",
-    "SplitArrays",
-    "SplitAccumulator",
-    "UNCERTAINTY_SCORES",
-    "COMPARABLE_KEYS",
-    "NOT_COMPARABLE_KEYS",
-    "CALIBRATED_HEADLINE",
-    "split_arrays",
-    "core_metrics",
-    "misclassification_section",
-    "reliability_section",
-    "rejection_section",
-    "decision_section",
-    "ood_section",
-    "ood_histograms",
-    "in_domain_section",
-    "shift_split_section",
-    "calibrated_section",
-    "member_curves_section",
-    "summarize_ood",
-    "shift_summary_section",
-    "headline",
-    "comparability",
-]
+__all__ = ["ReportBuilder", "COMPARABLE_KEYS", "NOT_COMPARABLE_KEYS", "CALIBRATED_HEADLINE", "summarize_ood",
+           "shift_summary_section", "headline", "comparability", *_sections.__all__]
 
 #: Keys of the calibrated section copied into the headline summary.
 CALIBRATED_HEADLINE = ("cll", "temperature", "calibrated_accuracy", "calibrated_nll", "calibrated_brier",
