@@ -15,7 +15,7 @@ a one-sample split) is ``None`` with a note, never NaN and never a placeholder n
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -27,7 +27,7 @@ from .report_sections import *  # noqa: F403 -- the sections stay reachable as u
 from .report_sections import RENORMALISE_ABOVE, RowSums, SplitArrays, scores_for
 from .shift import shift_summary as _shift_quartiles
 
-__all__ = ["ReportBuilder", "COMPARABLE_KEYS", "NOT_COMPARABLE_KEYS", "CALIBRATED_HEADLINE", "summarize_ood",
+__all__ = ["ReportBuilder", "primary_split", "COMPARABLE_KEYS", "NOT_COMPARABLE_KEYS", "CALIBRATED_HEADLINE", "summarize_ood",
            "shift_summary_section", "headline", "comparability", *_sections.__all__]
 
 #: Keys of the calibrated section copied into the headline summary.
@@ -122,6 +122,12 @@ def comparability(summary: Mapping[str, Any]) -> dict[str, list[str]]:
     return {"comparable": [k for k in COMPARABLE_KEYS if k not in undefined],
             "not_comparable": [k for k in NOT_COMPARABLE_KEYS if k not in undefined],
             "undefined": undefined}
+
+
+def primary_split(in_domain: Sequence[str], labelled: Collection[str]) -> str | None:
+    """The in-domain split behind the headline and the OOD scores: the first labelled one of ``in_domain`` (in the
+    order given), or ``None``."""
+    return next((s for s in in_domain if s in labelled), None)
 
 
 class ReportBuilder:

@@ -115,11 +115,6 @@ def _checked_labels(path, reader, ref) -> tuple[dict[str, np.ndarray | None], li
     return _labels_for(reader, h, ref, notes), notes
 
 
-def _primary_split(header, labels) -> str | None:
-    """The in-domain split behind the headline and the OOD scores: the first labelled one."""
-    return next((s for s in header.splits_with_role("in_domain") if labels[s] is not None), None)
-
-
 def _scoring_order(header) -> list[str]:
     """In-domain splits first (OOD splits are scored against the primary one), then OOD, then shift."""
     return header.splits_with_role("in_domain") + header.splits_with_role("ood") + header.splits_with_role("shift")
@@ -181,7 +176,7 @@ def run_score(path: str | Path, *, reference: str | Path | None = None,
 
     from ..archive_schema import open_archive
     from ..archive_schema.scan import file_sha256
-    from ..metrics.report import ReportBuilder
+    from ..metrics.report import ReportBuilder, primary_split
     from .reference import read_reference
 
     ref = read_reference(reference) if reference is not None else None
@@ -191,7 +186,8 @@ def run_score(path: str | Path, *, reference: str | Path | None = None,
         h = reader.header
         labels, notes = _checked_labels(path, reader, ref)
         builder = ReportBuilder(protocol, n_members=h.n_members, n_classes=h.n_classes, dataset=h.dataset,
-                                primary=_primary_split(h, labels))
+                                primary=primary_split(h.splits_with_role("in_domain"),
+                                                      {s for s, y in labels.items() if y is not None}))
         builder.notes[:0] = notes
         for name in _scoring_order(h):
             arrays = _stream_split(reader, name, builder, limits, progress)

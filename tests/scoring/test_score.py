@@ -358,3 +358,19 @@ def test_inflated_rows_score_like_their_normalised_twin(tmp_path, name):
     rs = hostile["row_sums"]
     assert rs["n_renormalised"] > 0 and rs["max_deviation"] > 2.0**-20 and rs["split"] in hostile["archive"]["splits"]
     assert any("divided by their sums before scoring" in n for n in hostile["notes"])
+
+
+def test_compare_shows_no_knowledge_score_for_a_single_model(tmp_path):
+    """In `ubench compare`, a one-member archive's OOD-AUROC(kn) cell is empty, whatever the order of archives;
+    the column stays marked comparable for the ensemble."""
+    from ubench.scoring.tables import format_compare
+
+    single = score_archive(build_archive(tmp_path / "sgd.h5", m=1)[0], protocol=NO_TS)
+    ensemble = score_archive(build_archive(tmp_path / "de.h5", m=4)[0], protocol=NO_TS)
+    for reports in ([single, ensemble], [ensemble, single]):
+        names = ["sgd" if r is single else "de" for r in reports]
+        lines = format_compare(reports, names).splitlines()
+        header = lines[0].split()
+        col = header.index("OOD-AUROC(kn)*")
+        row = {ln.split()[0]: ln.split() for ln in lines[2:4]}
+        assert row["sgd"][col] == "-" and row["de"][col] != "-"
