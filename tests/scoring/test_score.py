@@ -374,3 +374,57 @@ def test_compare_shows_no_knowledge_score_for_a_single_model(tmp_path):
         col = header.index("OOD-AUROC(kn)*")
         row = {ln.split()[0]: ln.split() for ln in lines[2:4]}
         assert row["sgd"][col] == "-" and row["de"][col] != "-"
+
+
+def test_member_by_member_reading_renormalises_too():
+    """Both streaming paths (whole blocks, and member rows when a chunk exceeds the block budget) divide rows that
+    are off by more than 2**-20 by their sums and leave the others bit-identical."""
+    from ubench.metrics.report import SplitAccumulator
+
+    rng = np.random.default_rng(7)
+    honest = member_predictions(rng, 9, 5, rng.integers(0, 5, 9), 3, 1.0).astype(np.float64)
+    honest /= honest.sum(-1, keepdims=True)
+    inflated = honest.copy()
+    inflated[1, 4] *= 1 + 9e-5
+    inflated[2, 7] *= 1 - 5e-5
+    results = []
+    for probs in (honest, inflated):
+        whole = SplitAccumulator(3, 9, 5, dtype=np.float64)
+        whole.add(0, probs)
+        rows = SplitAccumulator(3, 9, 5, dtype=np.float64)
+        for start in range(0, 9, 4):
+            for m in range(3):
+                rows.add_member_rows(start, m, probs[m, start:start + 4])
+        results.append((whole.result(), rows.result()))
+    for a in (*results[0], *results[1]):
+        np.testing.assert_allclose(a.mean_probs, honest.mean(axis=0), rtol=1e-14)
+    for whole, rows in results:
+        assert whole.row_sums == rows.row_sums
+    assert results[0][0].row_sums.n_renormalised == 0
+    rs = results[1][0].row_sums
+    assert rs.n_renormalised == 2 and (rs.member, rs.sample) == (1, 4) and rs.max_deviation == pytest.approx(9e-5)
+
+
+def test_report_content_is_decided_by_the_builder_alone(archive):
+    """score_archive adds only the envelope (archive, labels, protocol, limits, versions) to what
+    metrics.report.ReportBuilder returns for the same arrays; the report's shift summary and the metrics' shift
+    quartiles have distinct names."""
+    import ubench.metrics.report as R
+    from ubench.metrics.shift import shift_summary
+
+    path, data = archive
+    protocol = Protocol.preset("pitfalls")
+    report = score_archive(path, protocol=protocol)
+    b = R.ReportBuilder(protocol, n_members=4, n_classes=5, dataset="toy", primary="test")
+    b.note("labels were taken from the archive itself (no --reference): fine for your own runs, not for untrusted "
+           "uploads")
+    b.add_in_domain("test", R.split_arrays(data["probs"]["test"]), data["labels"])
+    b.add_ood("ood", R.split_arrays(data["probs"]["ood"]))
+    for name in ("blur_1", "blur_2", "noise_1"):
+        kind, level = name.split("_")
+        b.add_shift(name, R.split_arrays(data["probs"][name]), data["labels"], kind=kind, intensity=float(level))
+    body = b.finish()
+    envelope = {"ubench_version", "report_schema", "archive", "labels", "protocol", "limits"}
+    assert set(report) == set(body) | envelope
+    assert _dumps({k: report[k] for k in body}) == _dumps(body)
+    assert not hasattr(R, "shift_summary") and R.shift_summary_section is not shift_summary
