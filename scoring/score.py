@@ -25,7 +25,7 @@ from .protocols import Protocol
 __all__ = ["MEMBER_CACHE_BLOCKS", "score_archive", "run_score", "ProgressFn", "REPORT_SCHEMA_VERSION"]
 
 #: Version of the report layout (``scoring/REPORT_KEYS.md``); bumped when a key changes meaning or moves.
-REPORT_SCHEMA_VERSION = "1.0"
+REPORT_SCHEMA_VERSION = "1.1"
 
 #: ``progress(task, done, total)``: called while streaming; ``task`` names the split or sweep.
 ProgressFn = Callable[[str, int, int], None]

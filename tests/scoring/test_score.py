@@ -158,7 +158,7 @@ def test_bad_probs_raise_the_validators_findings(tmp_path):
 def test_report_records_archive_and_settings(archive):
     path, _ = archive
     report = score_archive(path, protocol=NO_TS.replace(bins=10, seed=3))
-    assert report["ubench_version"] and report["report_schema"] == "1.0"
+    assert report["ubench_version"] and report["report_schema"] == "1.1"
     assert report["archive"]["format_version"] == "1.0" and report["archive"]["n_members"] == 4
     assert report["protocol"]["bins"] == 10 and report["protocol"]["seed"] == 3
     assert report["protocol"]["overrides"] == ["placement", "bins", "seed"]
