@@ -9,10 +9,8 @@ knowledge = mutual information, confidence = max of the mean) are computed block
 stack never has to be held at once. Every section then works on those (N, C) and (N,) arrays; only the calibrated
 protocol with ``placement="per_member"`` and the member curves need the members.
 
-Central smoothing (``smoothing`` > 0, URSABench's gamma = 1e-4) is applied where URSABench's code applies it
-(``tasks/prediction.py``, ``ood_detection.py``, ``decision_making.py``): before every log (NLL, the entropies
-behind the detection scores), to the confidence score and before decisions; never before accuracy, Brier, ECE,
-TACE, UCE or the reliability diagrams, which are computed on the unsmoothed ensemble mean.
+Central smoothing (``smoothing`` > 0) goes where the ``ursabench`` preset's description in
+``scoring/protocols.py`` says (the one place it is written down, with the URSABench code it follows).
 
 Keys are the snake_case names listed in ``scoring/REPORT_KEYS.md``. A metric that is undefined on the data
 (misclassification AUROC when every prediction is right) is ``None`` with a note, never NaN.
@@ -239,12 +237,8 @@ def _float_list(a: NDArray) -> list[float]:
 
 
 def core_metrics(probs: NDArray, labels: NDArray, *, bins: int, eps: float, smoothing: float) -> dict[str, float]:
-    """accuracy, nll, brier, ece, tace, uce of one predictive distribution (validated (N, C) and labels).
-
-    Only NLL sees the central smoothing (URSABench ``tasks/prediction.py``: ``nll`` of
-    ``central_smoothing(mean)``, ``brier_score`` and ``ece`` of the unsmoothed mean); TACE and UCE, which
-    URSABench does not compute, are calibration errors like ECE and follow it.
-    """
+    """accuracy, nll, brier, ece, tace, uce of one predictive distribution (validated (N, C) and labels); only NLL
+    sees ``smoothing`` (the ``ursabench`` preset in ``scoring/protocols.py`` says why)."""
     return {
         "accuracy": _accuracy(probs, labels),
         "nll": _nll(probs, labels, eps, smoothing),
