@@ -252,8 +252,9 @@ def _protocol_options(f):
                      help="Central smoothing of every member (URSABench: 1e-4). [default: preset]"),
         click.option("--orders", type=click.IntRange(min=1), default=None,
                      help="Random member orders of member curves and DEE. [default: preset]"),
-        click.option("--cost-preset", type=click.Choice(("mnist", "cifar10", "cifar100", "imagenet")), default=None,
-                     help="URSABench decision-cost matrix to report the decision cost under."),
+        click.option("--cost-preset", type=click.Choice(("mnist", "cifar10", "cifar100", "imagenet", "auto")),
+                     default=None, help="URSABench decision-cost matrix to report the decision cost under; 'auto' "
+                                        "picks it from the archive's dataset. [default: preset]"),
         click.option("--cost-matrix", type=click.Path(exists=True, dir_okay=False), default=None,
                      help="Decision-cost matrix file (.npy or .csv), cost[true, decided]."),
         click.option("--member-curves/--no-member-curves", "member_curves", default=None,
@@ -387,15 +388,10 @@ def score(archive: Path, reference: Path | None, as_json: bool, html_path: Path 
     else:
         report = _score_or_exit(archive, reference=reference, protocol=protocol, progress=_progress(not as_json))
     if ensemble is not None:
-        from .scoring.dee import DeeUnavailableError, dee_between
+        from .scoring.dee import attach_dee
 
-        ens = _score_or_exit(ensemble, reference=reference, protocol=_dee_protocol(protocol),
-                             progress=_progress(not as_json))
-        try:
-            report["dee"] = dee_between(report, ens)
-            report["summary"]["dee"] = report["dee"]["dee"]
-        except DeeUnavailableError as exc:
-            report["notes"].append(f"no DEE: {exc}")
+        attach_dee(report, _score_or_exit(ensemble, reference=reference, protocol=_dee_protocol(protocol),
+                                          progress=_progress(not as_json)))
     if html_path is not None:
         from .scoring.html import write_html
 
@@ -470,15 +466,11 @@ def compare(archives: tuple[Path, ...], reference: Path | None, ensemble: Path |
     reports = [score(a, protocol) for a in archives]
     names = [f"{r['archive']['method']} ({Path(r['archive']['path']).name})" for r in reports]
     if ensemble is not None:
-        from .scoring.dee import DeeUnavailableError, dee_of_report
+        from .scoring.dee import attach_dee
 
         ens = score(ensemble, _dee_protocol(protocol))
         for r in reports:
-            try:
-                r["summary"]["dee"] = dee_of_report(r, ens)["dee"]
-            except DeeUnavailableError as exc:
-                r["summary"]["dee"] = None
-                r["notes"].append(f"no DEE: {exc}")
+            attach_dee(r, ens, curve=False)
     if reference_posterior is not None:
         _add_posterior_agreement(reports, archives, reference_posterior)
     if as_json:

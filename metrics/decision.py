@@ -19,6 +19,7 @@ __all__ = [
     "COST_PRESETS",
     "cost_matrix",
     "cost_matrix_preset",
+    "cost_preset_for_dataset",
     "bayes_decisions",
     "DecisionCost",
     "decision_cost",
@@ -128,6 +129,53 @@ def cost_matrix_preset(name: str) -> NDArray[np.float64]:
         raise ValueError(f"name must be one of {sorted(COST_PRESETS)}; found {name!r}")
     n, crit, fn, other = COST_PRESETS[name]
     return cost_matrix(n, crit, false_negative_cost=fn, other_error_cost=other)
+
+
+#: Spellings of dataset names (lower case, without ``-``, ``_``, spaces and dots) -> URSABench cost preset.
+DATASET_COST_PRESETS: dict[str, str] = {
+    "mnist": "mnist",
+    "cifar10": "cifar10",
+    "cifar100": "cifar100",
+    "imagenet": "imagenet",
+    "imagenet1k": "imagenet",
+    "ilsvrc2012": "imagenet",
+}
+
+
+def cost_preset_for_dataset(dataset: str) -> str | None:
+    r"""The URSABench cost preset of a dataset name, or ``None`` when URSABench defines none for it.
+
+    Parameters
+    ----------
+    dataset : str
+        A dataset name as archives spell it: case, ``-``, ``_``, spaces and dots are ignored, so ``CIFAR-10``,
+        ``cifar_10`` and ``cifar10`` all give ``"cifar10"``; ``ImageNet``, ``imagenet-1k`` and ``ILSVRC2012``
+        give ``"imagenet"``.
+
+    Returns
+    -------
+    str or None
+        One of ``COST_PRESETS``.
+
+    Notes
+    -----
+    Convention: follows URSABench's code, which picks the matrix by the exact torchvision dataset class
+    (``tasks/decision_making.py``: ``MNIST``, ``CIFAR10``, ``CIFAR100``, compared with ``is``, so
+    ``FashionMNIST``, a subclass of ``MNIST``, gets none and raises there); ImageNet's matrix comes from the full
+    paper's Appendix A, which the released task code does not implement. Fashion-MNIST, KMNIST, SVHN, digits and
+    every other name give ``None``.
+
+    References
+    ----------
+    .. [1] Vadera et al. (2020), URSABench, Appendix A; reml-lab/URSABench ``URSABench/tasks/decision_making.py``.
+
+    Examples
+    --------
+    >>> cost_preset_for_dataset("CIFAR-10"), cost_preset_for_dataset("fashion-mnist")
+    ('cifar10', None)
+    """
+    key = "".join(ch for ch in str(dataset).lower() if ch not in "-_ .")
+    return DATASET_COST_PRESETS.get(key)
 
 
 def _check_cost(cost: ArrayLike, n_classes: int) -> NDArray[np.float64]:

@@ -360,7 +360,8 @@ def misclassification_scores(
     -----
     Positives are :math:`\hat y_i \ne y_i` with :math:`\hat y_i = \arg\max_c \bar p_{ic}`.
 
-    Convention: positive = error (the Pitfalls code scores positive = correct, giving 1 - AUROC). These numbers
+    Convention: positive = error, as in the Pitfalls code (``get_misclass_auroc`` in bayesgroup/pytorch-ensembles
+    ``metrics.py`` labels ``1 - correct``) and URSABench's ``tasks/prediction.py``. These numbers
     are **not comparable across models**: every model induces its own set of errors, hence its own detection
     problem (Ashukha et al. 2020, Sec. 2.3). Compare them only for scores of one model.
 

@@ -13,8 +13,10 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..metrics.dee import dee_curve, dee_score
+from ..metrics.report import comparability
 
-__all__ = ["DEE_REFERENCE_SETTINGS", "DeeUnavailableError", "reference_curve", "dee_of_report", "dee_between"]
+__all__ = ["DEE_REFERENCE_SETTINGS", "DeeUnavailableError", "reference_curve", "dee_of_report", "dee_between",
+           "attach_dee"]
 
 #: Protocol settings a deep ensemble is scored under to serve as DEE reference (``Protocol.replace(**…)``): its
 #: member curves, with the temperature fitted after averaging as in the Pitfalls paper.
@@ -105,3 +107,19 @@ def dee_between(method_report: Mapping[str, Any], ensemble_report: Mapping[str, 
         "dee": points[-1]["dee"],
         "notes": notes,
     }
+
+
+def attach_dee(report: dict[str, Any], ensemble_report: Mapping[str, Any], *, curve: bool = True) -> None:
+    """Add the DEE against a deep-ensemble report to a finished report, in place: ``summary.dee`` (``None`` with a
+    note when unavailable) and, with ``curve``, the whole ``dee`` section of :func:`dee_between` (``ubench score
+    --ensemble``); ``ubench compare --ensemble`` asks for the number only."""
+    try:
+        if curve:
+            report["dee"] = dee_between(report, ensemble_report)
+            report["summary"]["dee"] = report["dee"]["dee"]
+        else:
+            report["summary"]["dee"] = dee_of_report(report, ensemble_report)["dee"]
+    except DeeUnavailableError as exc:
+        report["summary"]["dee"] = None
+        report["notes"].append(f"no DEE: {exc}")
+    report["comparability"] = comparability(report["summary"])

@@ -11,8 +11,17 @@ folds and repeats, seed, calibration bins, smoothing, member-curve orders, decis
     5 repeats (10 fits); seed 0; 15 equal-width bins for ECE/UCE and 15 equal-count bins for TACE; no smoothing.
     The calibrated log-likelihood (CLL) is the comparable headline number.
 ``ursabench`` (Vadera et al., 2020)
-    No temperature scaling; central smoothing 1e-4 of every member before NLL, OOD scores and decisions;
-    decision cost reported as a sum over samples (not a mean); 15 bins.
+    What URSABench's code does (``URSABench/tasks/prediction.py``, ``ood_detection.py``,
+    ``decision_making.py``): no temperature scaling; central smoothing ``(1 - 1e-4) p + 1e-4 / C`` of every
+    member before every log and every decision, i.e. before NLL, the uncertainty scores of misclassification and
+    OOD detection (entropy, mutual information, confidence) and the Bayes decisions; accuracy, Brier and ECE on the
+    *unsmoothed* ensemble mean, and so are TACE, UCE and the reliability diagrams (URSABench computes neither; as
+    calibration errors they follow ECE). The decision cost is always reported (``cost_preset="auto"``), under the
+    cost matrix URSABench's ``decision_making.py`` uses for the archive's ``dataset`` (mnist, cifar10, cifar100;
+    imagenet from the paper's Appendix A; any spelling such as ``CIFAR-10``, see
+    ``metrics.decision.cost_preset_for_dataset``), as a sum over samples; a note says when no matrix matches.
+    15 bins. This paragraph is the one description of the preset: ``scoring/REPORT_KEYS.md`` and the README
+    point here.
 ``shift`` (Ovadia et al., 2019)
     No temperature scaling; Brier, NLL, ECE with 15 bins; no smoothing; per-intensity tables with quartiles.
 
@@ -29,8 +38,9 @@ __all__ = ["Protocol", "PRESETS", "PLACEMENTS", "COST_PRESETS", "COST_REDUCTIONS
 
 #: Temperature-scaling placements; ``None`` (stored as the string ``"none"``) means no temperature scaling.
 PLACEMENTS = ("post", "per_member", "none")
-#: Decision-cost presets named by the issue (URSABench's cost matrices per dataset).
-COST_PRESETS = ("mnist", "cifar10", "cifar100", "imagenet")
+#: Decision-cost presets (URSABench's cost matrices per dataset); ``"auto"`` picks one from the archive's
+#: ``dataset`` attribute when the report is built (``metrics.decision.cost_preset_for_dataset``).
+COST_PRESETS = ("mnist", "cifar10", "cifar100", "imagenet", "auto")
 #: How per-sample decision costs are reduced.
 COST_REDUCTIONS = ("sum", "mean")
 
@@ -48,14 +58,15 @@ class Protocol:
     repeats : random re-splits of the test-time cross-validation.
     seed : seed of every random choice (fold splits, member orders).
     bins : bins of ECE, TACE, UCE and the reliability diagrams.
-    smoothing : central smoothing weight applied to every member before NLL, detection scores and decisions.
+    smoothing : central smoothing weight applied to every member before NLL, detection scores and decisions (never
+        before accuracy, Brier, ECE, TACE, UCE; see the ``ursabench`` preset above).
     orders : random member orders averaged in the metric-against-members and DEE curves.
     member_curves : compute the metric-against-members curves of the main in-domain split (a cross-validated
         temperature fit per prefix of every order: the slow part of a report, so on request; ``--html`` and
         ``ubench dee`` turn it on).
     eps : floor inside every log (``log(p + eps)``).
     tpr : true-positive rate of FPR@TPR (FPR95 uses 0.95).
-    cost_preset : named decision-cost matrix, or ``None``.
+    cost_preset : named decision-cost matrix, ``"auto"`` (the matrix of the archive's dataset), or ``None``.
     cost_matrix : explicit (C, C) cost matrix as nested tuples (row = true class, column = decision), or ``None``.
     cost_source : where ``cost_matrix`` came from (a file path), recorded in the report.
     cost_reduction : ``"sum"`` or ``"mean"`` of per-sample decision costs.
@@ -149,7 +160,8 @@ class Protocol:
 
 PRESETS: dict[str, Protocol] = {
     "pitfalls": Protocol(name="pitfalls"),
-    "ursabench": Protocol(name="ursabench", placement="none", smoothing=1e-4, cost_reduction="sum"),
+    "ursabench": Protocol(name="ursabench", placement="none", smoothing=1e-4, cost_preset="auto",
+                          cost_reduction="sum"),
     "shift": Protocol(name="shift", placement="none"),
 }
 

@@ -25,7 +25,7 @@ from .protocols import Protocol
 __all__ = ["MEMBER_CACHE_BLOCKS", "score_archive", "run_score", "ProgressFn", "REPORT_SCHEMA_VERSION"]
 
 #: Version of the report layout (``scoring/REPORT_KEYS.md``); bumped when a key changes meaning or moves.
-REPORT_SCHEMA_VERSION = "1.0"
+REPORT_SCHEMA_VERSION = "1.1"
 
 #: ``progress(task, done, total)``: called while streaming; ``task`` names the split or sweep.
 ProgressFn = Callable[[str, int, int], None]
@@ -94,131 +94,123 @@ def _labels_for(reader, header, ref, notes: list[str]) -> dict[str, np.ndarray |
             bad = np.flatnonzero(own != trusted)
             notes.append(f"split {name!r}: the archive's own labels differ from the reference at {bad.size} "
                          f"sample(s) (first at index {int(bad[0])}); they were ignored")
+    if ref is None:
+        notes.append("labels were taken from the archive itself (no --reference): fine for your own runs, "
+                     "not for untrusted uploads")
     return labels
+
+
+def _checked_labels(path, reader, ref) -> tuple[dict[str, np.ndarray | None], list[str]]:
+    """Step 1: check labels and sample ids (against the reference when given); the labels each split is scored
+    with, and the notes about where they came from."""
+    from .reference import ReferenceMismatchError, compare_to_reference
+
+    h = reader.header
+    reader.check_labels_and_ids()
+    if ref is not None:
+        diffs = compare_to_reference(h, {name: reader.sample_ids(name) for name in h.splits}, ref)
+        if diffs:
+            raise ReferenceMismatchError(str(path), ref.path, diffs)
+    notes: list[str] = []
+    return _labels_for(reader, h, ref, notes), notes
+
+
+def _scoring_order(header) -> list[str]:
+    """In-domain splits first (OOD splits are scored against the primary one), then OOD, then shift."""
+    return header.splits_with_role("in_domain") + header.splits_with_role("ood") + header.splits_with_role("shift")
+
+
+def _stream_split(reader, name: str, builder, limits: ReadLimits, progress: ProgressFn | None):
+    """Step 2, per split: read its predictions once, in blocks, into the per-split arrays (keeping the member
+    stack when the builder needs it and it fits the member budget)."""
+    from ..archive_schema.validator import block_rows
+    from ..metrics.report import SplitAccumulator
+
+    h = reader.header
+    n = h.splits[name].n_samples
+    shape = (h.n_members, n, h.n_classes)
+    needs_members = builder.keep_members(name, n)
+    budget = MEMBER_CACHE_BLOCKS * limits.block_bytes
+    keep = needs_members and np.prod(shape) * 8 <= budget
+    if needs_members and not keep:
+        builder.note(f"split {name!r}: its member stack ({np.prod(shape) * 8 / 2**20:.0f} MiB as float64) "
+                     f"exceeds the member budget ({budget / 2**20:.0f} MiB); per-member temperature scaling and "
+                     "member curves were not computed")
+    acc = SplitAccumulator(*shape, smoothing=builder.p.smoothing, keep_members=keep, dtype=reader.probs_dtype(name))
+    rows = block_rows(h.n_members, h.n_classes, limits.block_bytes)
+    chunk = reader.chunk_rows(name)
+    if chunk is not None and chunk > rows:
+        # A whole chunk row across all members would exceed the block budget: read member by member, one chunk
+        # each, so memory depends on N x C only (each chunk is still decompressed once).
+        for start, m, member_rows in reader.iter_checked_member_rows(name, chunk):
+            acc.add_member_rows(start, m, member_rows)
+            if progress is not None and m == h.n_members - 1:
+                progress(name, min(n, start + member_rows.shape[0]), n)
+    else:
+        for start, block in reader.iter_checked_probs(name, _aligned_rows(chunk, rows)):
+            acc.add(start, block)
+            if progress is not None:
+                progress(name, min(n, start + block.shape[1]), n)
+    return acc.result()
+
+
+def _archive_section(path: str | Path, header, sha256: str) -> dict[str, Any]:
+    """The report's ``archive``: what was scored."""
+    out = _file_info(path, header, sha256)
+    out["splits"] = {n: {"role": s.role, "dataset": s.dataset, "n_samples": s.n_samples,
+                         "shift_kind": s.shift_kind, "shift_intensity": s.shift_intensity}
+                     for n, s in header.splits.items()}
+    return out
 
 
 def run_score(path: str | Path, *, reference: str | Path | None = None,
               protocol: Protocol = Protocol.preset("pitfalls"), limits: ReadLimits = ReadLimits(),
               progress: ProgressFn | None = None) -> dict:
-    """:func:`score_archive` with an optional ``progress`` callback (the CLI draws progress bars with it)."""
-    from ..archive_schema import open_archive
-    from ..archive_schema.validator import block_rows
-    from ..metrics import report as R
-    from .reference import ReferenceMismatchError, compare_to_reference, primary_split, read_reference
+    """:func:`score_archive` with an optional ``progress`` callback (the CLI draws progress bars with it).
 
+    The steps: read the reference; open the archive; check labels and ids (:func:`_checked_labels`); stream
+    every split into a :class:`ubench.metrics.report.ReportBuilder`, which decides the report's content
+    (:func:`_stream_split`); describe the archive (:func:`_archive_section`) and wrap it all with the settings.
+    """
     from concurrent.futures import ThreadPoolExecutor
 
+    from ..archive_schema import open_archive
     from ..archive_schema.scan import file_sha256
+    from ..metrics.report import ReportBuilder, primary_split
+    from .reference import read_reference
 
     ref = read_reference(reference) if reference is not None else None
-    notes: list[str] = []
     # hashlib releases the GIL: the file's sha256 is computed beside the scoring instead of before it.
     with ThreadPoolExecutor(max_workers=1) as pool, open_archive(path, limits, check_values=False) as reader:
         digest = pool.submit(reader.sha256)  # host-integrity: the bytes HDF5 reads, not a second open of path
         h = reader.header
-        reader.check_labels_and_ids()
-        ids = {name: reader.sample_ids(name) for name in h.splits}
-        if ref is not None:
-            diffs = compare_to_reference(h, ids, ref)
-            if diffs:
-                raise ReferenceMismatchError(str(path), ref.path, diffs)
-        labels = _labels_for(reader, h, ref, notes)
-        if ref is None:
-            notes.append("labels were taken from the archive itself (no --reference): fine for your own runs, "
-                         "not for untrusted uploads")
-
-        p = protocol
-        metric_kw = dict(bins=p.bins, eps=p.eps, smoothing=p.smoothing)
-        in_domain = h.splits_with_role("in_domain")
-        primary = primary_split(h, labels, ref)  # host-integrity: the reference decides, not the upload's order
-        order = in_domain + h.splits_with_role("ood") + h.splits_with_role("shift")
-        report: dict[str, Any] = {"in_domain": {}, "ood": {}, "shift": {}}
-        primary_arrays = None
-        ood_arrays: dict[str, Any] = {}
-        for name in order:
+        labels, notes = _checked_labels(path, reader, ref)
+        # With a reference, the reference decides the primary split, not the upload's link order (#16.6).
+        primary = ref.primary if ref is not None else primary_split(
+            h.splits_with_role("in_domain"), {s for s, y in labels.items() if y is not None})
+        builder = ReportBuilder(protocol, n_members=h.n_members, n_classes=h.n_classes, dataset=h.dataset,
+                                primary=primary)
+        builder.notes[:0] = notes
+        for name in _scoring_order(h):
+            arrays = _stream_split(reader, name, builder, limits, progress)
             info = h.splits[name]
-            ds_shape = (h.n_members, info.n_samples, h.n_classes)
-            rows = block_rows(h.n_members, h.n_classes, limits.block_bytes)
-            chunk = reader.chunk_rows(name)
-            needs_members = name == primary and (p.placement == "per_member"
-                                                 or (p.member_curves and h.n_members > 1))
-            keep = needs_members and np.prod(ds_shape) * 8 <= MEMBER_CACHE_BLOCKS * limits.block_bytes
-            if needs_members and not keep:
-                notes.append(f"split {name!r}: its member stack ({np.prod(ds_shape) * 8 / 2**20:.0f} MiB as float64) "
-                             f"exceeds the member budget ({MEMBER_CACHE_BLOCKS * limits.block_bytes / 2**20:.0f} MiB); "
-                             "per-member temperature scaling and member curves were not computed")
-            acc = R.SplitAccumulator(*ds_shape, smoothing=p.smoothing, keep_members=keep,
-                                     dtype=reader.probs_dtype(name))
-            if chunk is not None and chunk > rows:
-                # A whole chunk row across all members would exceed the block budget: read member by member,
-                # one chunk each, so memory depends on N x C only (each chunk is still decompressed once).
-                for start, m, member_rows in reader.iter_checked_member_rows(name, chunk):
-                    acc.add_member_rows(start, m, member_rows)
-                    if progress is not None and m == h.n_members - 1:
-                        progress(name, min(info.n_samples, start + member_rows.shape[0]), info.n_samples)
-            else:
-                for start, block in reader.iter_checked_probs(name, _aligned_rows(chunk, rows)):
-                    acc.add(start, block)
-                    if progress is not None:
-                        progress(name, min(info.n_samples, start + block.shape[1]), info.n_samples)
-            arrays = acc.result()
-            y = labels[name]
             if info.role == "in_domain":
-                if y is None:
-                    notes.append(f"in-domain split {name!r} has no labels; only its uncertainties are used")
-                    continue
-                sec = R.in_domain_section(arrays, y, tpr=p.tpr, cost_preset=p.cost_preset,
-                                          cost_matrix=p.cost_matrix, cost_reduction=p.cost_reduction, **metric_kw)
-                if p.temperature_scaling and info.n_samples >= 2:
-                    sec["calibrated"] = R.calibrated_section(
-                        arrays, y, placement=p.placement, repeats=p.repeats, seed=p.seed, bins=p.bins, eps=p.eps,
-                        smoothing=p.smoothing)
-                if arrays.member_probs is not None and p.member_curves and h.n_members > 1:
-                    if progress is not None:
-                        progress(f"{name}: member curves", 0, 1)
-                    sec["member_curves"] = R.member_curves_section(
-                        arrays.member_probs, y, placement=p.placement, orders=p.orders, repeats=p.repeats,
-                        seed=p.seed, eps=p.eps, smoothing=p.smoothing)
-                    if progress is not None:
-                        progress(f"{name}: member curves", 1, 1)
-                report["in_domain"][name] = sec
-                if name == primary:
-                    primary_arrays = arrays
+                builder.add_in_domain(name, arrays, labels[name], progress=progress)
             elif info.role == "ood":
-                ood_arrays[name] = arrays
+                builder.add_ood(name, arrays)
             else:
-                if y is None:
-                    notes.append(f"shift split {name!r} has no labels; it was skipped")
-                    continue
-                sec = R.shift_split_section(arrays, y, **metric_kw)
-                sec.update(shift_kind=info.shift_kind, shift_intensity=float(info.shift_intensity))
-                report["shift"][name] = sec
-
-        if ood_arrays and primary_arrays is None:
-            notes.append("OOD splits need a labelled in-domain split to score against; none was found")
-        elif ood_arrays:
-            for name, arrays in ood_arrays.items():
-                sec = R.ood_section(primary_arrays, arrays, tpr=p.tpr)
-                sec.update(against=primary, n_samples=arrays.n_samples,
-                           histograms=R.ood_histograms(primary_arrays, arrays))
-                report["ood"][name] = sec
-        report["shift_summary"] = R.shift_summary(report["shift"]) if report["shift"] else None
-        report["summary"] = R.headline(report, primary)
-        report["comparability"] = {"comparable": list(R.COMPARABLE_KEYS),
-                                   "not_comparable": list(R.NOT_COMPARABLE_KEYS)}
-        archive = _file_info(path, h, digest.result())
-        archive["splits"] = {n: {"role": s.role, "dataset": s.dataset, "n_samples": s.n_samples,
-                                 "shift_kind": s.shift_kind, "shift_intensity": s.shift_intensity}
-                             for n, s in h.splits.items()}
+                builder.add_shift(name, arrays, labels[name], kind=info.shift_kind, intensity=info.shift_intensity)
+        body = builder.finish()
+        archive = _archive_section(path, h, digest.result())
+    notes = body.pop("notes")
     return {
         "ubench_version": __version__,
         "report_schema": REPORT_SCHEMA_VERSION,
         "archive": archive,
         "labels": {"source": "reference" if ref is not None else "archive",
                    "reference": None if ref is None else {"path": ref.path, "sha256": file_sha256(ref.path)}},
-        "protocol": p.to_dict(),
+        "protocol": protocol.to_dict(),
         "limits": _limits_dict(limits),
-        "primary_split": primary,
-        **report,
+        **body,
         "notes": notes,
     }

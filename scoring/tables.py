@@ -106,7 +106,8 @@ def shift_rows(report: Mapping[str, Any]) -> list[tuple]:
 
 def format_compare(reports: Sequence[Mapping[str, Any]], names: Sequence[str]) -> str:
     """One table, methods as rows; ``*`` marks columns comparable across models (Ashukha et al. 2020)."""
-    comparable = set(reports[0]["comparability"]["comparable"]) if reports else set()
+    # a key is comparable when any report says so (a report leaves out the keys undefined on its own data)
+    comparable = set().union(*(r["comparability"]["comparable"] for r in reports))
     cols = [(k, h) for k, h in COMPARE_COLUMNS if any(r["summary"].get(k) is not None for r in reports)]
     header = ["method"] + [h + ("*" if k in comparable else "") for k, h in cols]
     rows = [[n] + [r["summary"].get(k) for k, _ in cols] for n, r in zip(names, reports)]

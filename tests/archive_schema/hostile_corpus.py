@@ -398,3 +398,67 @@ def _shift_duplicate_kind_intensity(root: Path) -> Built:
     splits["rot_15_again"] = dict(splits["rot_15"], shift_intensity=15.0)
     p = write_plain_archive(archive_dir(root) / "a.h5", splits=splits)
     return Built(p, "shift-duplicate", "/splits/rot_15_again", "'rot_15' and 'rot_15_again'")
+
+
+# --- issue 16 item 12 (fid-report) ---------------------------------------------------------------------------------
+# Valid archives that attack the scorer, not the reader: the validator rightly accepts them, so they are not in
+# CASES. Each builder writes the hostile file and its honest twin; tests/scoring/test_score.py asserts that both
+# score the same (to ``rel``).
+
+@dataclass
+class ScoredTwin:
+    """A spec-valid hostile file, the honest file it must score exactly like, the relative tolerance, and the
+    protocol preset to score both under."""
+
+    path: Path
+    twin: Path
+    rel: float
+    what: str
+    protocol: str = "pitfalls"
+
+
+SCORED_CASES: dict[str, Callable[[Path], ScoredTwin]] = {}
+
+
+def scored_case(fn: Callable[[Path], ScoredTwin]) -> Callable[[Path], ScoredTwin]:
+    SCORED_CASES[fn.__name__.lstrip("_")] = fn
+    return fn
+
+
+def _inflate(splits: dict, factor: float) -> dict:
+    return {k: {**s, "probs": s["probs"] * s["probs"].dtype.type(factor)} for k, s in splits.items()}
+
+
+@scored_case
+def _inflated_rows_float64(root: Path) -> ScoredTwin:
+    """Every row of every split scaled by 1 + 0.9 * (1e-4 + C * 2**-23): within the spec's row-sum tolerance, it
+    adds probability mass to the true class of every sample (NLL improves by ~9e-5 at C = 4)."""
+    c = 4
+    honest = {k: {**s, "probs": s["probs"].astype(np.float64) / s["probs"].astype(np.float64).sum(-1, keepdims=True)}
+              for k, s in default_splits(c=c).items()}
+    twin = write_plain_archive(archive_dir(root) / "twin.h5", n_classes=c, splits=honest)
+    hostile = write_plain_archive(archive_dir(root) / "a.h5", n_classes=c,
+                                  splits=_inflate(honest, 1 + 0.9 * (1e-4 + c * 2.0**-23)))
+    return ScoredTwin(hostile, twin, 1e-12, "float64 rows inflated within tolerance")
+
+
+@scored_case
+def _inflated_rows_100k_classes(root: Path) -> ScoredTwin:
+    """The issue's figure: at C = 100,000 the tolerance is 0.012, so float32 rows scaled by 1.0119 pass
+    validation and improve NLL by 0.0118. Renormalised in float64 and rounded back to float32, they differ from
+    the twin by float32 rounding only."""
+    c, n = 100_000, 6
+    rng = np.random.default_rng(5)
+    z = rng.normal(0, 4, (1, n, c))
+    p = np.exp(z - z.max(-1, keepdims=True))
+    p = (p / p.sum(-1, keepdims=True)).astype(np.float32)
+    y = rng.integers(0, c, n).astype(np.int64)
+    p[0, np.arange(n), y] += np.float32(0.3)  # make the true class likely, then renormalise in float64
+    p = (p / p.astype(np.float64).sum(-1, keepdims=True)).astype(np.float32)
+    honest = {"test": dict(role="in_domain", dataset="digits", probs=p, labels=y,
+                           sample_ids=np.arange(n, dtype=np.int64))}
+    twin = write_plain_archive(archive_dir(root) / "twin.h5", n_classes=c, splits=honest)
+    hostile = write_plain_archive(archive_dir(root) / "a.h5", n_classes=c,
+                                  splits=_inflate(honest, 1 + 0.99 * (1e-4 + c * 2.0**-23)))
+    # no temperature scaling: fitting it over 100,000 classes takes ~15 s and adds nothing to this check
+    return ScoredTwin(hostile, twin, 1e-6, "float32 rows at C = 100,000 inflated by 1.2 %", protocol="shift")

@@ -1,0 +1,450 @@
+# SPDX-License-Identifier: MIT
+"""The sections of a ubench report, one split at a time: arrays and settings in, JSON-able dicts out. Pure.
+
+``metrics/report.py`` decides which of these a report holds (:class:`~ubench.metrics.report.ReportBuilder`);
+this module computes them. Per-sample work happens once per split in :class:`SplitAccumulator`, fed blocks
+``(M, rows, C)`` of a split's member predictions: rows are renormalised (see :data:`RENORMALISE_ABOVE`), then the
+ensemble mean and the per-sample uncertainties (total = entropy of the mean, data = mean member entropy,
+knowledge = mutual information, confidence = max of the mean) are computed block by block, so a split's member
+stack never has to be held at once. Every section then works on those (N, C) and (N,) arrays; only the calibrated
+protocol with ``placement="per_member"`` and the member curves need the members.
+
+Central smoothing (``smoothing`` > 0) goes where the ``ursabench`` preset's description in
+``scoring/protocols.py`` says (the one place it is written down, with the URSABench code it follows).
+
+Keys are the snake_case names listed in ``scoring/REPORT_KEYS.md``. A metric that is undefined on the data
+(misclassification AUROC when every prediction is right) is ``None`` with a note, never NaN.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from ._validation import UndefinedMetricError
+from .calibration import (
+    _binned_sums,
+    _ece,
+    _equal_width_bin_index,
+    _reliability_bins,
+    _tace,
+    _uce,
+)
+from .classification import _accuracy, _brier_per_sample, _nll, _predictions
+from .decision import _check_cost, _decision_cost, cost_matrix_preset
+from .ensemble import _ensemble_mean, _smooth
+from .ranking import _detection_scores
+from .rejection import _rejection_curve
+from .protocol import cross_validated_calibration as _cross_validated_calibration
+from .protocol import member_curves as _member_curves
+from .uncertainty import _confidence, _entropy_rows, _normalized_entropy, _uncertainty_decomposition
+
+__all__ = [
+    "SplitArrays",
+    "SplitAccumulator",
+    "RowSums",
+    "RENORMALISE_ABOVE",
+    "UNCERTAINTY_SCORES",
+    "scores_for",
+    "split_arrays",
+    "core_metrics",
+    "misclassification_section",
+    "reliability_section",
+    "rejection_section",
+    "decision_section",
+    "ood_section",
+    "ood_histograms",
+    "in_domain_section",
+    "shift_split_section",
+    "calibrated_section",
+    "member_curves_section",
+]
+
+#: Detection scores, higher = more uncertain: report name -> SplitArrays field.
+UNCERTAINTY_SCORES = {"total": "total", "knowledge": "knowledge", "confidence": "neg_confidence"}
+
+#: A row whose float64 sum differs from 1 by more than this is divided by its sum before anything is computed.
+#: The archive spec accepts ``|sum - 1| <= 1e-4 + C * 2**-23`` (float32 softmax rounding), which would let an
+#: upload add up to 1.2 % probability mass for free at C = 100,000 (issue #16 item 12). Rows within 2**-20 (16
+#: float32 ulps of 1) are left bit-identical, so an honest archive scores exactly as its arrays do in any other
+#: tool; the mass an upload can still add is at most 2**-20 per row (NLL and Brier move by < 1e-6).
+RENORMALISE_ABOVE = 2.0**-20
+
+
+def scores_for(n_members: int) -> tuple[str, ...]:
+    """The detection scores defined for ``n_members`` members: with one member the mutual information is 0 for
+    every sample, so the knowledge score detects nothing and is left out (its keys are ``None``)."""
+    return tuple(UNCERTAINTY_SCORES) if n_members > 1 else ("total", "confidence")
+
+
+@dataclass(frozen=True)
+class RowSums:
+    """The largest ``|sum_c p - 1|`` over a split's rows (every member), where it was, and how many rows were
+    renormalised (those above :data:`RENORMALISE_ABOVE`)."""
+
+    max_deviation: float = 0.0
+    member: int | None = None
+    sample: int | None = None
+    n_renormalised: int = 0
+
+    def merged(self, other: RowSums) -> RowSums:
+        best = other if other.max_deviation > self.max_deviation else self
+        return RowSums(best.max_deviation, best.member, best.sample, self.n_renormalised + other.n_renormalised)
+
+
+def _renormalised(probs: NDArray, first_sample: int, member0: int = 0) -> tuple[NDArray, RowSums]:
+    """``probs`` (M, rows, C) or (rows, C) with every row further than RENORMALISE_ABOVE from 1 divided by its
+    float64 sum (rounded back to the input dtype), and the row-sum record. Returns the input itself when no row
+    needs it."""
+    sums = probs.sum(axis=-1, dtype=np.float64)
+    dev = np.abs(sums - 1.0)
+    flat = int(np.argmax(dev))
+    where = np.unravel_index(flat, dev.shape)
+    member, sample = (member0, int(where[0])) if dev.ndim == 1 else (member0 + int(where[0]), int(where[1]))
+    bad = dev > RENORMALISE_ABOVE
+    n_bad = int(np.count_nonzero(bad))
+    record = RowSums(float(dev.flat[flat]), member, first_sample + sample, n_bad)
+    if not n_bad:
+        return probs, record
+    fixed = probs.copy()
+    fixed[bad] = (probs[bad].astype(np.float64) / sums[bad][:, None]).astype(probs.dtype)
+    return fixed, record
+
+
+@dataclass(frozen=True)
+class SplitArrays:
+    """The per-split arrays every section works on.
+
+    ``mean_probs`` (N, C) float64 is the unsmoothed ensemble mean of the renormalised members; the uncertainties
+    (N,) are computed on members after the protocol's central smoothing; ``neg_confidence`` is ``-max_c`` of the
+    (smoothed) mean, so all three scores read higher = more uncertain. ``member_probs`` (M, N, C) (renormalised)
+    is kept only when asked for. ``row_sums`` records the renormalisation.
+    """
+
+    mean_probs: NDArray[np.float64]
+    total: NDArray[np.float64]
+    data: NDArray[np.float64]
+    knowledge: NDArray[np.float64]
+    neg_confidence: NDArray[np.float64]
+    member_probs: NDArray[np.floating] | None = None
+    row_sums: RowSums = RowSums()
+
+    @property
+    def n_samples(self) -> int:
+        return int(self.mean_probs.shape[0])
+
+    def score(self, name: str) -> NDArray[np.float64]:
+        return getattr(self, UNCERTAINTY_SCORES[name])
+
+
+class SplitAccumulator:
+    """Stream a split's member predictions block by block: ``add(start, block)`` then ``result()``.
+
+    Parameters
+    ----------
+    n_members, n_samples, n_classes : the split's shape (M, N, C).
+    smoothing : central smoothing weight of every member before the uncertainties (0 = none).
+    keep_members : also keep the member stack (M, N, C) in ``dtype`` (for per-member placement, member curves).
+    dtype : storage dtype of the kept members.
+
+    Blocks are assumed validated (the archive reader's value checks run on the same blocks). Each block's rows
+    are renormalised first (:data:`RENORMALISE_ABOVE`), so everything below sees rows that sum to 1.
+    """
+
+    def __init__(self, n_members: int, n_samples: int, n_classes: int, *, smoothing: float = 0.0,
+                 keep_members: bool = False, dtype: type | np.dtype = np.float32):
+        self.gamma = float(smoothing)
+        self.shape = (int(n_members), int(n_samples), int(n_classes))
+        self.dtype = np.dtype(dtype)
+        self._mean = np.empty((n_samples, n_classes), dtype=np.float64)
+        self._u = {k: np.empty(n_samples, dtype=np.float64) for k in ("total", "data", "knowledge", "neg_confidence")}
+        self._members = np.empty(self.shape, dtype=dtype) if keep_members else None
+        self._seen = 0
+        self._partial: dict[str, NDArray] | None = None
+        self._rows = RowSums()
+
+    def add(self, start: int, block: NDArray[np.floating]) -> None:
+        """Add samples ``start:start+rows`` of every member: ``block`` is (M, rows, C)."""
+        block, rows = _renormalised(block, start)
+        self._rows = self._rows.merged(rows)
+        stop = start + block.shape[1]
+        if self.gamma:  # uncertainties of the smoothed members; the report's mean stays unsmoothed
+            self._mean[start:stop] = _ensemble_mean(block)
+            dec = _uncertainty_decomposition(_smooth(block, self.gamma))
+        else:  # one pass gives the uncertainties and the mean
+            dec = _uncertainty_decomposition(block, mean_out=self._mean[start:stop])
+        self._finish_rows(start, stop, dec.total, dec.data, dec.knowledge)
+        if self._members is not None:
+            self._members[:, start:stop] = block
+        self._seen += block.shape[1]
+
+    def add_member_rows(self, start: int, member: int, rows: NDArray[np.floating]) -> None:
+        """Add samples ``start:start+r`` of one member (``rows`` is (r, C)); members of a row range come in order
+        0..M-1. Memory then depends on N x C only, whatever M; the sums run in the same order as :meth:`add`, so
+        the results are the same to the last bit."""
+        m_total, n, c = self.shape
+        rows, record = _renormalised(rows, start, member)
+        self._rows = self._rows.merged(record)
+        if self._partial is None:
+            self._partial = {"sum": np.zeros((n, c), dtype=np.float64), "data": np.zeros(n, dtype=np.float64)}
+            if self.gamma:
+                self._partial["sum_s"] = np.zeros((n, c), dtype=np.float64)
+        stop = start + rows.shape[0]
+        self._partial["sum"][start:stop] += rows
+        smoothed = _smooth(rows, self.gamma) if self.gamma else rows
+        if self.gamma:
+            self._partial["sum_s"][start:stop] += smoothed
+        self._partial["data"][start:stop] += _entropy_rows(smoothed)
+        if self._members is not None:
+            self._members[member, start:stop] = rows
+        if member == m_total - 1:
+            mean = self._partial["sum"][start:stop] / m_total
+            self._mean[start:stop] = mean
+            mean_s = self._partial["sum_s"][start:stop] / m_total if self.gamma else mean
+            total = _entropy_rows(mean_s, smoothed.dtype)
+            data = self._partial["data"][start:stop] / m_total
+            self._finish_rows(start, stop, total, data, np.maximum(total - data, 0.0))
+            self._seen += stop - start
+
+    def _finish_rows(self, start: int, stop: int, total: NDArray, data: NDArray, knowledge: NDArray) -> None:
+        self._u["total"][start:stop] = total
+        self._u["data"][start:stop] = data
+        self._u["knowledge"][start:stop] = knowledge
+        mean_s = self._mean[start:stop] if not self.gamma else _smooth(self._mean[start:stop], self.gamma)
+        self._u["neg_confidence"][start:stop] = -_confidence(mean_s)
+
+    def result(self) -> SplitArrays:
+        if self._seen != self.shape[1]:
+            raise ValueError(f"accumulator saw {self._seen} of {self.shape[1]} samples")
+        return SplitArrays(mean_probs=self._mean, member_probs=self._members, row_sums=self._rows, **self._u)
+
+
+def split_arrays(member_probs: NDArray[np.floating], *, smoothing: float = 0.0, keep_members: bool = False
+                 ) -> SplitArrays:
+    """One-shot :class:`SplitAccumulator` over a whole (validated) member stack."""
+    acc = SplitAccumulator(*member_probs.shape, smoothing=smoothing, keep_members=keep_members,
+                           dtype=member_probs.dtype)
+    acc.add(0, member_probs)
+    return acc.result()
+
+
+def _float_list(a: NDArray) -> list[float]:
+    return [float(x) for x in np.asarray(a, dtype=np.float64)]
+
+
+def core_metrics(probs: NDArray, labels: NDArray, *, bins: int, eps: float, smoothing: float) -> dict[str, float]:
+    """accuracy, nll, brier, ece, tace, uce of one predictive distribution (validated (N, C) and labels); only NLL
+    sees ``smoothing`` (the ``ursabench`` preset in ``scoring/protocols.py`` says why)."""
+    return {
+        "accuracy": _accuracy(probs, labels),
+        "nll": _nll(probs, labels, eps, smoothing),
+        "brier": float(_brier_per_sample(probs, labels).mean()),
+        "ece": _ece(probs, labels, bins),
+        "tace": _tace(probs, labels, bins),
+        "uce": _uce(probs, labels, bins),
+    }
+
+
+def misclassification_section(arrays: SplitArrays, labels: NDArray, *, tpr: float,
+                              scores: Sequence[str] = tuple(UNCERTAINTY_SCORES)) -> tuple[dict[str, Any], list[str]]:
+    """Misclassification detection (positive = top-1 error of the mean) for every uncertainty score.
+
+    Returns ``misclassification_{auroc,aupr,fpr95}_{total,knowledge,confidence}`` (``None`` when undefined, or
+    for a score not in ``scores``) and notes. Not comparable across models (Ashukha et al. 2020, Sec. 2.3).
+    """
+    errors = (_predictions(arrays.mean_probs) != labels).astype(np.int8)
+    out: dict[str, Any] = {}
+    notes: list[str] = []
+    for name in UNCERTAINTY_SCORES:
+        vals = (None, None, None)
+        if name in scores:
+            try:
+                d = _detection_scores(arrays.score(name), errors, tpr)
+                vals = (d.auroc, d.average_precision, d.fpr_at_tpr)
+            except UndefinedMetricError as exc:
+                if not notes:
+                    notes.append(f"misclassification detection undefined: {exc}")
+        for key, v in zip(("auroc", "aupr", "fpr95"), vals):
+            out[f"misclassification_{key}_{name}"] = v
+    return out, notes
+
+
+def reliability_section(probs: NDArray, labels: NDArray, *, bins: int) -> dict[str, Any]:
+    """Data of the two reliability diagrams of the unsmoothed ``probs``: top-1 confidence vs accuracy (ECE) and
+    normalized entropy vs error (UCE, Laves et al. 2019). Bins are equal-width ``(lo, hi]``; empty bins hold 0."""
+    rb = _reliability_bins(probs, labels, bins)
+    u = _normalized_entropy(probs)
+    err = (_predictions(probs) != labels).astype(np.float64)
+    counts, su, se = _binned_sums(_equal_width_bin_index(u, bins), u, err, bins)
+    safe = np.maximum(counts, 1)
+    return {
+        "edges": _float_list(rb.edges),
+        "confidence": {"counts": [int(c) for c in rb.counts], "mean_confidence": _float_list(rb.mean_confidence),
+                       "accuracy": _float_list(rb.accuracy)},
+        "uncertainty": {"counts": [int(c) for c in counts], "mean_uncertainty": _float_list(su / safe),
+                        "error": _float_list(se / safe)},
+    }
+
+
+def rejection_section(arrays: SplitArrays, labels: NDArray, *, points: int = 101,
+                      scores: Sequence[str] = tuple(UNCERTAINTY_SCORES)) -> dict[str, Any]:
+    """Accuracy-rejection curves (reject the most uncertain first) for every uncertainty score in ``scores``.
+
+    ``aurc_<score>`` is the area under the risk-coverage curve (lower is better; ``None`` for a score not in
+    ``scores``); ``curves`` holds the curve at ``points`` evenly spaced rejected fractions in ``[0, 1)``.
+    """
+    n = arrays.n_samples
+    idx = np.unique(np.minimum(n - 1, np.round(np.linspace(0.0, 1.0, points, endpoint=False) * n).astype(int)))
+    out: dict[str, Any] = {"curves": {}}
+    for name in UNCERTAINTY_SCORES:
+        if name not in scores:
+            out[f"aurc_{name}"] = None
+            continue
+        curve = _rejection_curve(arrays.mean_probs, labels, arrays.score(name))
+        out[f"aurc_{name}"] = float(1.0 - curve.accuracy.mean())
+        out["curves"][name] = {"rejected_fraction": _float_list(curve.rejected_fraction[idx]),
+                               "accuracy": _float_list(curve.accuracy[idx])}
+    return out
+
+
+def decision_section(probs: NDArray, labels: NDArray, *, cost_preset: str | None,
+                     cost_matrix: Sequence[Sequence[float]] | None, smoothing: float, reduction: str
+                     ) -> dict[str, Any] | None:
+    """URSABench decision cost of the Bayes decisions under the named or given cost matrix (``None`` if neither).
+
+    ``decision_cost`` is the sum over samples when ``reduction == "sum"`` (URSABench) and the mean otherwise;
+    both are recorded as ``decision_cost_sum`` and ``decision_cost_mean``; ``cost_preset`` names the matrix
+    (``None`` for a given one). Decisions see the smoothed mean (URSABench smooths every member before the risk).
+    """
+    if cost_preset is None and cost_matrix is None:
+        return None
+    cost = cost_matrix_preset(cost_preset) if cost_preset is not None else np.asarray(cost_matrix, np.float64)
+    cost = _check_cost(cost, probs.shape[1])
+    d = _decision_cost(probs, labels, cost, smoothing)
+    return {"decision_cost": d.total if reduction == "sum" else d.mean, "decision_cost_sum": d.total,
+            "decision_cost_mean": d.mean, "cost_reduction": reduction, "cost_preset": cost_preset}
+
+
+def ood_section(in_arrays: SplitArrays, ood_arrays: SplitArrays, *, tpr: float,
+                scores: Sequence[str] = tuple(UNCERTAINTY_SCORES)) -> dict[str, Any]:
+    """OOD detection (positive = OOD) of one OOD split against the in-domain split, for every uncertainty score:
+    ``ood_{auroc,aupr,fpr95}_{total,knowledge,confidence}`` (``None`` for a score not in ``scores``)."""
+    y = np.concatenate([np.zeros(in_arrays.n_samples, np.int8), np.ones(ood_arrays.n_samples, np.int8)])
+    out: dict[str, Any] = {}
+    for name in UNCERTAINTY_SCORES:
+        vals = (None, None, None)
+        if name in scores:
+            d = _detection_scores(np.concatenate([in_arrays.score(name), ood_arrays.score(name)]), y, tpr)
+            vals = (d.auroc, d.average_precision, d.fpr_at_tpr)
+        for key, v in zip(("auroc", "aupr", "fpr95"), vals):
+            out[f"ood_{key}_{name}"] = v
+    return out
+
+
+def ood_histograms(in_arrays: SplitArrays, ood_arrays: SplitArrays, *, n_bins: int = 30,
+                   scores: Sequence[str] = tuple(UNCERTAINTY_SCORES)) -> dict[str, Any]:
+    """Histograms (shared edges per score) of the in-domain and OOD uncertainty scores, for the report's plots."""
+    out = {}
+    for name in scores:
+        a, b = in_arrays.score(name), ood_arrays.score(name)
+        lo = float(min(a.min(), b.min()))
+        hi = float(max(a.max(), b.max()))
+        if hi <= lo:
+            hi = lo + 1e-12
+        edges = np.linspace(lo, hi, n_bins + 1)
+        out[name] = {"edges": _float_list(edges), "in_domain": [int(c) for c in np.histogram(a, edges)[0]],
+                     "ood": [int(c) for c in np.histogram(b, edges)[0]]}
+    return out
+
+
+def in_domain_section(arrays: SplitArrays, labels: NDArray, *, bins: int, eps: float, smoothing: float, tpr: float,
+                      cost_preset: str | None = None, cost_matrix: Sequence[Sequence[float]] | None = None,
+                      cost_reduction: str = "mean", scores: Sequence[str] = tuple(UNCERTAINTY_SCORES)
+                      ) -> dict[str, Any]:
+    """Everything measured on one labelled in-domain split without fitting anything: core metrics of the
+    ensemble mean, misclassification detection, accuracy-rejection curves, reliability-diagram data, the
+    decision cost (when a cost matrix is named) and the mean uncertainties."""
+    out: dict[str, Any] = {"n_samples": arrays.n_samples}
+    out.update(core_metrics(arrays.mean_probs, labels, bins=bins, eps=eps, smoothing=smoothing))
+    mis, notes = misclassification_section(arrays, labels, tpr=tpr, scores=scores)
+    out.update(mis)
+    out["mean_total_uncertainty"] = float(arrays.total.mean())
+    out["mean_knowledge_uncertainty"] = float(arrays.knowledge.mean())
+    out["mean_data_uncertainty"] = float(arrays.data.mean())
+    rej = rejection_section(arrays, labels, scores=scores)
+    out.update({k: v for k, v in rej.items() if k != "curves"})
+    out["rejection_curves"] = rej["curves"]
+    out["reliability"] = reliability_section(arrays.mean_probs, labels, bins=bins)
+    dec = decision_section(arrays.mean_probs, labels, cost_preset=cost_preset, cost_matrix=cost_matrix,
+                           smoothing=smoothing, reduction=cost_reduction)
+    if dec is not None:
+        out.update(dec)
+    out["notes"] = notes
+    return out
+
+
+def shift_split_section(arrays: SplitArrays, labels: NDArray, *, bins: int, eps: float, smoothing: float
+                        ) -> dict[str, Any]:
+    """Core metrics of one labelled shifted split (the shift paper's accuracy, Brier, NLL, ECE; TACE and UCE too)."""
+    out: dict[str, Any] = {"n_samples": arrays.n_samples}
+    out.update(core_metrics(arrays.mean_probs, labels, bins=bins, eps=eps, smoothing=smoothing))
+    out["mean_total_uncertainty"] = float(arrays.total.mean())
+    return out
+
+
+def calibrated_section(arrays: SplitArrays, labels: NDArray, *, placement: str, repeats: int, seed: int, bins: int,
+                       eps: float, smoothing: float) -> dict[str, Any] | None:
+    """The calibrated protocol on one in-domain split: test-time cross-validated temperature scaling.
+
+    ``post`` fits the temperature on the log of the (smoothed) ensemble mean, ``per_member`` on every member's
+    log-probabilities before averaging (needs ``arrays.member_probs``; ``None`` is returned without them). Keys:
+    ``cll`` (mean held-out log-likelihood after scaling), ``temperature`` (mean over folds), ``temperature_std``,
+    ``temperatures``, ``n_hit_bound``, ``calibrated_{accuracy,nll,brier,ece}`` and the same metrics before
+    scaling averaged over the held-out halves (``cv_{nll,brier,ece}_before``).
+    """
+    if placement == "per_member":
+        if arrays.member_probs is None:
+            return None
+        members = _smooth(arrays.member_probs, smoothing) if smoothing else arrays.member_probs
+    else:
+        members = (_smooth(arrays.mean_probs, smoothing) if smoothing else arrays.mean_probs)[None]
+    cv = _cross_validated_calibration(members, labels, placement=placement, n_repeats=repeats, seed=seed, eps=eps,
+                                      n_bins=bins)
+    return {
+        "cll": cv.cll,
+        "temperature": cv.temperature_mean,
+        "temperature_std": cv.temperature_std,
+        "temperatures": list(cv.temperatures),
+        "n_hit_bound": cv.n_hit_bound,
+        "calibrated_accuracy": cv.accuracy_after,
+        "calibrated_nll": cv.nll_after,
+        "calibrated_brier": cv.brier_after,
+        "calibrated_ece": cv.ece_after,
+        "cv_nll_before": cv.nll_before,
+        "cv_brier_before": cv.brier_before,
+        "cv_ece_before": cv.ece_before,
+        "placement": placement,
+        "folds": cv.n_folds,
+        "repeats": cv.n_repeats,
+        "seed": cv.seed,
+    }
+
+
+def member_curves_section(member_probs: NDArray, labels: NDArray, *, placement: str, orders: int, repeats: int,
+                          seed: int, eps: float, smoothing: float) -> dict[str, Any]:
+    """CLL, accuracy and Brier of the ensemble of the first k members, k = 1..M, over ``orders`` member orders:
+    ``n_members`` and, per metric, ``mean`` and ``std`` over orders (also the DEE reference of a deep ensemble)."""
+    members = _smooth(member_probs, smoothing) if smoothing else member_probs
+    mc = _member_curves(members, labels, n_orders=orders, seed=seed,
+                        placement="post" if placement == "none" else placement, n_repeats=repeats, eps=eps)
+    return {
+        "n_members": mc.n_members.tolist(),
+        "metrics": {name: {"mean": _float_list(getattr(mc, f"{name}_mean")),
+                           "std": _float_list(getattr(mc, f"{name}_std"))} for name in ("cll", "accuracy", "brier")},
+        "orders": mc.orders.tolist(),
+        "placement": mc.placement,
+    }
