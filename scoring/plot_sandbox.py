@@ -15,6 +15,7 @@ report itself is still written.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import signal
@@ -50,7 +51,7 @@ def figure_inputs(report: Mapping[str, Any]) -> dict[str, Any]:
         "protocol": {"description": report["protocol"]["description"]},
         "primary_split": report.get("primary_split"),
         "in_domain": {name: {k: sec[k] for k in keep if k in sec} for name, sec in report["in_domain"].items()},
-        "ood": {name: {"histograms": sec["histograms"]} for name, sec in report["ood"].items()},
+        "ood": {name: {"histograms": sec.get("histograms")} for name, sec in report["ood"].items()},
         "shift_summary": report.get("shift_summary"),
         "dee": report.get("dee"),
     }
@@ -110,13 +111,15 @@ def draw_figures(report: Mapping[str, Any], limits: SandboxLimits = SandboxLimit
     if proc.returncode != 0:
         return DrawnFigures((), (_failure_note(proc.returncode, err, limits),))
     answer = json.loads(out)
-    drawn = tuple((str(c), str(svg)) for c, svg in answer["figures"])
-    notes = (_left_out_note(answer["left_out"], max_figures, len(drawn)),) if answer["left_out"] else ()
+    drawn = tuple((str(c), str(svg)) for c, svg in answer["drawn"])
+    notes = tuple(f"figure not drawn: {f}" for f in answer["failed"])
+    if answer["left_out"]:
+        notes += (_left_out_note(answer["left_out"], max_figures, len(drawn)),)
     return DrawnFigures(drawn, notes)
 
 
 def main() -> None:
-    """The child: read the request, limit itself, draw, write ``{"figures": [...], "left_out": [...]}``."""
+    """The child: read the request, limit itself, draw, write :class:`~ubench.scoring.plots.Figures` as JSON."""
     import resource
 
     request = json.loads(sys.stdin.buffer.read())
@@ -126,8 +129,8 @@ def main() -> None:
     resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 5))
     from .plots import figures
 
-    drawn, left_out = figures(request["inputs"], limit=int(request["max_figures"]))
-    sys.stdout.write(json.dumps({"figures": drawn, "left_out": left_out}))
+    drawn = figures(request["inputs"], limit=int(request["max_figures"]))
+    sys.stdout.write(json.dumps(dataclasses.asdict(drawn)))
     sys.stdout.flush()
 
 

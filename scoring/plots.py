@@ -19,11 +19,12 @@ import contextlib
 import io
 import math
 from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from .text import shorten
 
-__all__ = ["figures", "dee_figure", "MAX_FIGURES", "LABEL_LIMIT", "AXIS_LIMIT"]
+__all__ = ["Figures", "figures", "dee_figure", "MAX_FIGURES", "LABEL_LIMIT", "AXIS_LIMIT"]
 
 #: Figures drawn per report, in this order: the in-domain splits (primary first), the DEE curve, the shift
 #: groups, the OOD histograms. Each takes about 0.3 s and 50-100 kB of SVG, so 999 OOD splits took 354 s and
@@ -196,10 +197,12 @@ def _planned(report: Mapping[str, Any], line: str) -> list[tuple[str, Callable[[
     out: list[tuple[str, Callable[[Any], str]]] = []
     for name in names:
         sec = report["in_domain"][name]
-        out.append((f"Reliability diagrams of {_label(name)}",
-                    lambda plt, n=name, s=sec: _reliability(plt, n, s["reliability"], line)))
-        out.append((f"Accuracy-rejection curves of {_label(name)}",
-                    lambda plt, n=name, s=sec: _rejection(plt, n, s["rejection_curves"], line)))
+        if sec.get("reliability"):
+            out.append((f"Reliability diagrams of {_label(name)}",
+                        lambda plt, n=name, s=sec: _reliability(plt, n, s["reliability"], line)))
+        if sec.get("rejection_curves"):
+            out.append((f"Accuracy-rejection curves of {_label(name)}",
+                        lambda plt, n=name, s=sec: _rejection(plt, n, s["rejection_curves"], line)))
         if sec.get("member_curves"):
             out.append((f"Metrics against members of {_label(name)}",
                         lambda plt, n=name, s=sec: _member_curve(plt, n, s["member_curves"], line)))
@@ -210,20 +213,42 @@ def _planned(report: Mapping[str, Any], line: str) -> list[tuple[str, Callable[[
             out.append((f"Accuracy and ECE against shift intensity: {_kinds(group)}",
                         lambda plt, g=group: _shift(plt, report["shift_summary"], g, line)))
     for name, sec in report["ood"].items():
-        out.append((f"OOD score histograms of {_label(name)}",
-                    lambda plt, n=name, s=sec: _ood_hist(plt, n, s["histograms"], line)))
+        if sec.get("histograms"):
+            out.append((f"OOD score histograms of {_label(name)}",
+                        lambda plt, n=name, s=sec: _ood_hist(plt, n, s["histograms"], line)))
     return out
 
 
-def figures(report: Mapping[str, Any], *, limit: int = MAX_FIGURES) -> tuple[list[tuple[str, str]], list[str]]:
-    """``(caption, svg)`` of the first ``limit`` figures the report has data for, and the captions of the rest.
+@dataclass(frozen=True)
+class Figures:
+    """``drawn``: ``(caption, svg)`` pairs; ``left_out``: captions past the cap; ``failed``: ``caption: error``
+    of figures that could not be drawn. Captions are escaped plain text (``html.escape`` them for a page)."""
 
-    Every string in a caption or a figure is escaped and cut (:func:`~ubench.scoring.text.shorten`), so the
-    captions are plain text, safe for a terminal; ``html.escape`` them for a page.
+    drawn: list[tuple[str, str]]
+    left_out: list[str]
+    failed: list[str]
+
+
+#: What drawing one figure may raise on strange data (the sandbox boundary catches anything else): the figure is
+#: reported as not drawn and the others still are.
+_DRAW_ERRORS = (ValueError, TypeError, KeyError, IndexError, OverflowError, RecursionError)
+
+
+def figures(report: Mapping[str, Any], *, limit: int = MAX_FIGURES) -> Figures:
+    """The first ``limit`` figures the report has data for (the order of :data:`MAX_FIGURES`), each drawn on its
+    own: one that raises is listed in ``failed`` and the others are still drawn.
+
+    Every string in a caption or a figure is escaped and cut (:func:`~ubench.scoring.text.shorten`).
     """
     plt = _pyplot()
     line = report["protocol"]["description"]
     planned = _planned(report, line)
+    drawn, failed = [], []
     with _plain_text():
-        drawn = [(caption, draw(plt)) for caption, draw in planned[:limit]]
-    return drawn, [caption for caption, _ in planned[limit:]]
+        for caption, draw in planned[:limit]:
+            try:
+                drawn.append((caption, draw(plt)))
+            except _DRAW_ERRORS as exc:
+                plt.close("all")
+                failed.append(f"{caption}: {type(exc).__name__}: {shorten(exc, 3 * LABEL_LIMIT)}")
+    return Figures(drawn, [caption for caption, _ in planned[limit:]], failed)

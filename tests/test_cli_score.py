@@ -330,3 +330,19 @@ def test_score_html_figures_are_drawn_under_the_sandbox_limits(run, tmp_path):
     text = page.read_text(encoding="utf-8")
     assert "<svg" not in text and "note: figures not drawn" in text
     assert "note: figures not drawn" in res.stderr
+
+
+def test_a_figure_that_cannot_be_drawn_is_named_and_the_others_are_drawn(run):
+    """Per-figure isolation in the drawing child: one figure whose data is strange (histogram edges that are not
+    numbers) becomes a note naming it; every other figure is still drawn."""
+    from ubench.scoring.plot_sandbox import draw_figures
+
+    path, _ = run
+    res = CliRunner().invoke(cli, ["score", str(path), "--json", "--placement", "none"])
+    report = json.loads(res.stdout)
+    report["ood"]["ood"]["histograms"]["total"]["edges"] = ["not", "numbers"]
+    drawn = draw_figures(report)
+    captions = [c for c, _ in drawn.figures]
+    assert "OOD score histograms of ood" not in captions and "Reliability diagrams of test" in captions
+    assert len(captions) == 4 and all(svg.startswith("<svg") for _, svg in drawn.figures)  # 2 in-domain, 2 shift
+    assert len(drawn.notes) == 1 and drawn.notes[0].startswith("figure not drawn: OOD score histograms of ood: ")
