@@ -15,11 +15,10 @@ is written with ``ensure_ascii``, so controls and surrogates appear as ``\\uXXXX
 from __future__ import annotations
 
 import html
-import os
 import re
 from typing import Any
 
-__all__ = ["escape_text", "escape_lines", "shorten", "html_text", "display_path", "UNSAFE_CHARACTERS"]
+__all__ = ["escape_text", "escape_lines", "shorten", "html_text", "UNSAFE_CHARACTERS"]
 
 #: What :func:`escape_text` escapes: C0 controls, DEL and C1 controls (category Cc), the bidirectional
 #: formatting characters (ALM U+061C, LRM/RLM U+200E-200F, the embeddings and overrides U+202A-202E, the
@@ -80,8 +79,3 @@ def html_text(value: Any, limit: int | None = None) -> str:
     if value is None:
         return ""
     return html.escape(escape_text(value) if limit is None else shorten(value, limit), quote=True)
-
-
-def display_path(path: str | bytes | os.PathLike) -> str:
-    """A file name or path for people: ``os.fsdecode`` (undecodable bytes become surrogates), then escaped."""
-    return escape_text(os.fsdecode(path))

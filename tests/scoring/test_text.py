@@ -4,12 +4,13 @@
 from __future__ import annotations
 
 import html
+import os
 import unicodedata
 
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ubench.scoring.text import display_path, escape_lines, escape_text, html_text, shorten
+from ubench.scoring.text import escape_lines, escape_text, html_text, shorten
 
 #: Bidirectional classes of the embedding, override and isolate controls (U+202A-202E, U+2066-2069).
 BIDI_CONTROLS = {"LRE", "RLE", "PDF", "LRO", "RLO", "LRI", "RLI", "FSI", "PDI"}
@@ -41,7 +42,7 @@ def test_worked_example_of_a_terminal_attack():
     attack = "x\x1b[2J\x1b]0;t\x07\r\nforged\u202e\x9b1m" + b"\xff".decode("utf-8", "surrogateescape")
     assert escape_text(attack) == "x\\x1b[2J\\x1b]0;t\\x07\\r\\nforged\\u202e\\x9b1m\\udcff"
     assert escape_lines("a\x1b\nb\r") == "a\\x1b\nb\\r"
-    assert display_path(b"up\xff\n.h5") == "up\\udcff\\n.h5"
+    assert escape_text(os.fsdecode(b"up\xff\n.h5")) == "up\\udcff\\n.h5"  # a file name, as os.scandir gives it
 
 
 @given(st.text())
