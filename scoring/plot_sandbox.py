@@ -67,8 +67,11 @@ def _left_out_note(left_out: list[str], limit: int, drawn: int) -> str:
 def _failure_note(returncode: int, stderr: bytes, limits: SandboxLimits) -> str:
     if returncode < 0:
         sig = -returncode
-        if sig == signal.SIGXCPU or sig == signal.SIGKILL:
-            why = f"it used more than {limits.cpu_seconds} s of CPU time (signal {sig})"
+        if sig == signal.SIGXCPU:
+            why = f"it used more than {limits.cpu_seconds} s of CPU time"
+        elif sig == signal.SIGKILL:
+            why = (f"the drawing process was killed (SIGKILL: past the {limits.cpu_seconds} s CPU limit, or the "
+                   "system's out-of-memory killer)")
         else:
             why = f"the drawing process died of signal {sig}"
     else:

@@ -8,8 +8,9 @@ The report's strings and intensities come from an upload, so the drawing is boun
 #16 item 9): text is drawn as plain text, never as mathtext or LaTeX (a ``$`` in a shift kind raised
 ``ValueError`` or ``RecursionError``); every label from the report is escaped and cut to :data:`LABEL_LIMIT`
 characters (``scoring/text.py``); intensities an axis cannot hold (beyond :data:`AXIS_LIMIT` in magnitude,
-where matplotlib's tick locators overflow) are placed by rank with their values as tick labels; and at most
-:data:`MAX_FIGURES` figures are drawn per report. ``score --html`` draws them in a limited child process
+where matplotlib's tick locators overflow) are placed by rank with their values as tick labels; at most
+:data:`MAX_KINDS_DRAWN` shift kinds get a line of their own in one figure; and at most :data:`MAX_FIGURES`
+figures are drawn per report. ``score --html`` draws them in a limited child process
 (``scoring/plot_sandbox.py``).
 """
 
@@ -24,7 +25,7 @@ from typing import Any
 
 from .text import shorten
 
-__all__ = ["Figures", "figures", "dee_figure", "MAX_FIGURES", "LABEL_LIMIT", "AXIS_LIMIT"]
+__all__ = ["Figures", "figures", "dee_figure", "MAX_FIGURES", "MAX_KINDS_DRAWN", "LABEL_LIMIT", "AXIS_LIMIT"]
 
 #: Figures drawn per report, in this order: the in-domain splits (primary first), the DEE curve, the shift
 #: groups, the OOD histograms. Each takes about 0.3 s and 50-100 kB of SVG, so 999 OOD splits took 354 s and
@@ -32,6 +33,8 @@ __all__ = ["Figures", "figures", "dee_figure", "MAX_FIGURES", "LABEL_LIMIT", "AX
 MAX_FIGURES = 24
 #: Characters of one label from the report (a split name, a shift kind) drawn in a figure.
 LABEL_LIMIT = 40
+#: Shift kinds drawn as their own line in one shift figure (the quartile band and median cover every kind).
+MAX_KINDS_DRAWN = 12
 #: Largest intensity magnitude drawn on a linear axis: at +-1e308 the tick locator's range overflows
 #: (``arange: cannot compute length``), and far before that ticks stop meaning anything.
 AXIS_LIMIT = 1e12
@@ -142,7 +145,9 @@ def _ood_hist(plt, name: str, hists: Mapping[str, Any], line: str) -> str:
 
 
 def _kinds(group: Mapping[str, Any]) -> str:
-    return _label(", ".join(group["kinds"]), 3 * LABEL_LIMIT)
+    kinds = group["kinds"]
+    shown = _label(", ".join(kinds[:MAX_KINDS_DRAWN]), 3 * LABEL_LIMIT)
+    return shown if len(kinds) <= MAX_KINDS_DRAWN else f"{shown}; {MAX_KINDS_DRAWN} of {len(kinds)} kinds drawn"
 
 
 def _shift(plt, summary: Mapping[str, Any], group: Mapping[str, Any], line: str) -> str:
@@ -156,7 +161,7 @@ def _shift(plt, summary: Mapping[str, Any], group: Mapping[str, Any], line: str)
     def at(values):
         return [float(v) for v in values] if ranks is None else [ranks[float(v)] for v in values]
 
-    for kind, rows in rows_of.items():
+    for kind, rows in list(rows_of.items())[:MAX_KINDS_DRAWN]:
         x = at(r["intensity"] for r in rows)
         a.plot(x, [r["accuracy"] for r in rows], marker="o", label=_label(kind))
         b.plot(x, [r["ece"] for r in rows], marker="o", label=_label(kind))

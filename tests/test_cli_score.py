@@ -285,11 +285,13 @@ def test_leaderboard_page_renders_a_strange_row_as_a_row_that_says_so():
     ("mathtext_kind", r"$\frac{\frac{a}{b}}{c}$"),
     ("huge_intensity", "placed by rank"),
     ("long_kind", "k" * 40 + "...(99960 more characters)"),
+    ("many_shift_kinds", "12 of 60 kinds drawn"),
 ])
 def test_score_html_figures_survive_hostile_strings_and_numbers(tmp_path, case, check):
-    """``--html`` on a shift kind matplotlib's mathtext cannot parse, on intensities of +-1e308 and on a
-    100,000-character kind: exit 0 and every figure drawn (today: ParseSyntaxException, ``arange: cannot compute
-    length``, a 16 MB page). The kind is drawn as plain text, cut; huge intensities are placed by rank."""
+    """``--html`` on a shift kind matplotlib's mathtext cannot parse, on intensities of +-1e308, on a
+    100,000-character kind and on 60 kinds in one figure: exit 0 and every figure drawn (today:
+    ParseSyntaxException, ``arange: cannot compute length``, a 16 MB page, a line and legend entry per kind).
+    The kind is drawn as plain text, cut; huge intensities are placed by rank; 12 kinds get lines."""
     path = _case(case, tmp_path / "c")
     page = tmp_path / "r.html"
     res = CliRunner().invoke(cli, ["score", str(path), "--html", str(page), "--placement", "none"])

@@ -504,3 +504,14 @@ def _many_ood_splits(root: Path) -> Path:
     for i in range(996):
         splits[f"ood_{i:03d}"] = dict(role="ood", dataset="noise", probs=softmax(rng.normal(0, 1, (2, 7, 4))))
     return write_plain_archive(archive_dir(root) / "a.h5", splits=splits)
+
+
+@output_case
+def _many_shift_kinds(root: Path) -> Path:
+    """60 shift kinds on one intensity grid (1, 2): one figure with a line and a legend entry per kind."""
+    splits = default_splits()
+    del splits["rot_15"]
+    for i in range(60):
+        for level in (1, 2):
+            splits[f"kind{i:02d}_{level}"] = _shift_split(f"kind{i:02d}", level, 100 * i + level)
+    return write_plain_archive(archive_dir(root) / "a.h5", splits=splits)
