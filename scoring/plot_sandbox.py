@@ -76,8 +76,9 @@ def _failure_note(returncode: int, stderr: bytes, limits: SandboxLimits) -> str:
             why = f"the drawing process died of signal {sig}"
     else:
         text = stderr.decode("utf-8", errors="replace")
-        if "MemoryError" in text:
-            why = f"it needed more memory than the {limits.memory_bytes / 2**30:.2g} GiB address-space limit"
+        # what running out of address space looks like: in Python, in the C library, in the dynamic loader
+        if any(m in text for m in ("MemoryError", "Cannot allocate memory", "failed to map segment")):
+            why = f"it needed more memory than the {limits.memory_bytes / 2**20:.0f} MiB address-space limit"
         else:
             last = next((ln for ln in reversed(text.strip().splitlines()) if ln.strip()), "no message")
             why = f"the drawing process exited with status {returncode}: {shorten(last, 300)}"

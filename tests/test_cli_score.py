@@ -331,7 +331,7 @@ def test_score_html_figures_are_drawn_under_the_sandbox_limits(run, tmp_path):
                                    "--memory-limit", "64M"])
     assert res.exit_code == 0, res.output
     text = page.read_text(encoding="utf-8")
-    assert "<svg" not in text and "note: figures not drawn" in text
+    assert "<svg" not in text and "note: figures not drawn: it needed more memory than the 64 MiB" in text
     assert "note: figures not drawn" in res.stderr
 
 
