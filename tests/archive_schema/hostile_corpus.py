@@ -385,6 +385,9 @@ def _fletcher32_flipped(root: Path) -> Built:
 # the figures) rather than the reader: the reader accepts them (the invalid UTF-8 ones may get a finding once the
 # reader decodes strictly, which the tests allow), so they are not in CASES. ``OUTPUT_CASES`` maps a name to
 # ``builder(directory) -> path``; tests/test_cli_score.py and tests/test_cli_archive.py run them through the CLI.
+import json  # noqa: E402 - this block's own imports, kept inside it for merges
+from plain_writer import softmax  # noqa: E402
+
 #: Clear screen, set the window title (OSC 0 ... BEL), carriage return, a newline that would forge a line,
 #: a right-to-left override and a C1 CSI: every string of ``_every_string_attacks`` carries it.
 TERMINAL_ATTACK = "\x1b[2J\x1b]0;pwned\x07\r\nforged line\u202eevil\x9b31m"
@@ -410,8 +413,6 @@ def _with_ids(splits: dict) -> dict:
 def _every_string_attacks(root: Path) -> Path:
     """Method, model, dataset, writer, description, config, class names, a split's dataset, the shift kind, a
     /scalability key and value all carry TERMINAL_ATTACK."""
-    import json
-
     a = TERMINAL_ATTACK
     splits = _with_ids(default_splits())
     splits["noise"]["dataset"] = "noise" + a
@@ -459,8 +460,6 @@ def _attack_file_name(root: Path) -> Path:
 
 def _shift_split(kind: str, intensity: float, seed: int) -> dict:
     rng = np.random.default_rng(seed)
-    from plain_writer import softmax
-
     return dict(role="shift", dataset="digits", shift_kind=kind, shift_intensity=intensity,
                 probs=softmax(rng.normal(0, 2, (2, 5, 4))).astype("<f4"), labels=rng.integers(0, 4, 5))
 
@@ -497,8 +496,6 @@ def _long_kind(root: Path) -> Path:
 @output_case
 def _many_ood_splits(root: Path) -> Path:
     """996 OOD splits (999 splits, the reader allows 1000): ``--html`` drew a figure for each, 354 s."""
-    from plain_writer import softmax
-
     rng = np.random.default_rng(2)
     splits = default_splits()
     for i in range(996):
