@@ -37,9 +37,25 @@ def _exit_code(findings) -> int:
     return 2 if any(f.check in UNREADABLE_CHECKS for f in errors) else 1
 
 
+def _echo(line: str = "", *, err: bool = False) -> None:
+    """Print one line: every control, bidi and surrogate character in it escaped (``scoring/text.py``), a newline
+    in an archive string or a file name included, so an upload can neither drive the terminal nor forge a line."""
+    from .scoring.text import escape_text
+
+    click.echo(escape_text(line), err=err)
+
+
+def _echo_text(text: str, *, err: bool = False, nl: bool = True) -> None:
+    """Print formatted text (tables, JSON) whose values are escaped already: its line breaks are kept, any other
+    control character left in it is escaped."""
+    from .scoring.text import escape_lines
+
+    click.echo(escape_lines(text), err=err, nl=nl)
+
+
 def _echo_findings(findings, *, err: bool = False) -> None:
     for f in findings:
-        click.echo(str(f), err=err)
+        _echo(str(f), err=err)
 
 
 @click.group(epilog=EPILOG)
@@ -57,10 +73,10 @@ def _archive_errors_exit(archive: Path):
         yield
     except (InvalidArchiveError, UnreadableArchiveError) as exc:
         _echo_findings([f for f in exc.findings if f.severity == "error"], err=True)
-        click.echo(f"{archive}: rejected (run `ubench validate {archive}` for every finding)", err=True)
+        _echo(f"{archive}: rejected (run `ubench validate {archive}` for every finding)", err=True)
         sys.exit(_exit_code(exc.findings) or 1)
     except ArchiveError as exc:  # unsupported version, partial runs, …
-        click.echo(f"error: {exc}", err=True)
+        _echo(f"error: {exc}", err=True)
         sys.exit(1)
 
 
@@ -154,7 +170,7 @@ def _sandboxed_or_exit(kind: str, archive: Path, *, reference=None, protocol=Non
     if outcome.status == "ok":
         return outcome.report
     _echo_findings([Finding(**f) for f in outcome.findings if f["severity"] == "error"], err=True)
-    click.echo(f"{archive}: rejected ({outcome.status}; run `ubench validate {archive}` for every finding)", err=True)
+    _echo(f"{archive}: rejected ({outcome.status}; run `ubench validate {archive}` for every finding)", err=True)
     sys.exit(outcome.exit_code or 1)
 
 
@@ -180,33 +196,33 @@ def inspect(archive: Path, as_json: bool, sandbox: bool, memory_limit: int, cpu_
         with _open_or_exit(archive, check_values=False) as reader:
             info = describe_archive(reader)
     if as_json:
-        click.echo(_dump_json(info))
+        _echo_text(_dump_json(info))
         return
-    click.echo(f"archive   {info['path']}  ({_human_bytes(info['file_bytes'])}, format {info['format_version']})")
+    _echo(f"archive   {info['path']}  ({_human_bytes(info['file_bytes'])}, format {info['format_version']})")
     for key in ("method", "model", "dataset", "n_classes", "n_members"):
-        click.echo(f"{key:<9} {info[key]}")
+        _echo(f"{key:<9} {info[key]}")
     for key, value in info["provenance"].items():
-        click.echo(f"{key:<9} {value}")
+        _echo(f"{key:<9} {value}")
     if info["class_names"]:
-        click.echo(f"classes   {', '.join(info['class_names'])}")
+        _echo(f"classes   {', '.join(info['class_names'])}")
     if info["scalability"]:
-        click.echo("scalability " + ", ".join(f"{k}={v}" for k, v in sorted(info["scalability"].items())))
+        _echo("scalability " + ", ".join(f"{k}={v}" for k, v in sorted(info["scalability"].items())))
     if info.get("diagnostics"):
-        click.echo(f"diagnostics {_diagnostics_line(info['diagnostics'])}")
-    click.echo("")
-    click.echo(f"{'split':<24} {'role':<10} {'dataset':<16} {'shift':<18} {'shape (M, N, C)':<20} "
+        _echo(f"diagnostics {_diagnostics_line(info['diagnostics'])}")
+    _echo("")
+    _echo(f"{'split':<24} {'role':<10} {'dataset':<16} {'shift':<18} {'shape (M, N, C)':<20} "
                f"{'dtype':<8} {'stored':>10} labels ids")
     for s in info["splits"]:
         shift = f"{s['shift_kind']}@{s['shift_intensity']:g}" if s["role"] == "shift" else "-"
-        click.echo(f"{s['name']:<24} {s['role']:<10} {s['dataset']:<16} {shift:<18} {str(tuple(s['shape'])):<20} "
+        _echo(f"{s['name']:<24} {s['role']:<10} {s['dataset']:<16} {shift:<18} {str(tuple(s['shape'])):<20} "
                    f"{s['dtype']:<8} {_human_bytes(s['stored_bytes']):>10} "
                    f"{'yes' if s['has_labels'] else 'no':<6} {'yes' if s['has_sample_ids'] else 'no'}")
-    click.echo("")
+    _echo("")
     kinds = sorted({m["kind"] for m in info["members"]})
     seeds = [m["seed"] for m in info["members"]]
-    click.echo(f"members   {len(seeds)} ({', '.join(kinds)}); seeds {seeds[:10]}{' …' if len(seeds) > 10 else ''}")
+    _echo(f"members   {len(seeds)} ({', '.join(kinds)}); seeds {seeds[:10]}{' …' if len(seeds) > 10 else ''}")
     if info["config"]:
-        click.echo("config    " + json.dumps(info["config"], sort_keys=True)[:400])
+        _echo("config    " + json.dumps(info["config"], sort_keys=True)[:400])
 
 
 @cli.command(epilog=EPILOG)
@@ -223,9 +239,9 @@ def finalize(partial: Path, overwrite: bool) -> None:
     try:
         out = finalize_partial(partial, overwrite=overwrite)
     except ArchiveError as exc:
-        click.echo(f"error: {exc}", err=True)
+        _echo(f"error: {exc}", err=True)
         sys.exit(1)
-    click.echo(str(out))
+    _echo(str(out))
 
 
 # --- scoring: score, reference, compare, dee (issue #4) ---------------------------------------------------------
@@ -284,12 +300,15 @@ def _progress(enabled: bool):
     """A ``progress(task, done, total)`` callback drawing a bar on stderr, or None (not a terminal, or --json)."""
     if not enabled or not sys.stderr.isatty():
         return None
+    from .scoring.text import escape_text
+
     state = {"task": None}
 
     def update(task: str, done: int, total: int) -> None:
         width = 30
         fill = int(width * done / max(total, 1))
-        click.echo(f"\r{task[:24]:<24} [{'#' * fill}{'.' * (width - fill)}] {done}/{total}", err=True, nl=False)
+        click.echo(f"\r{escape_text(task)[:24]:<24} [{'#' * fill}{'.' * (width - fill)}] {done}/{total}", err=True,
+                   nl=False)
         if done >= total:
             click.echo("", err=True)
         state["task"] = task
@@ -306,16 +325,16 @@ def _score_or_exit(archive: Path, *, reference=None, protocol, progress=None) ->
         try:
             return run_score(archive, reference=reference, protocol=protocol, progress=progress)
         except ReferenceMismatchError as exc:
-            click.echo(f"{archive}: does not match the reference:", err=True)
+            _echo(f"{archive}: does not match the reference:", err=True)
             for d in exc.differences:
-                click.echo(f"  {d}", err=True)
+                _echo(f"  {d}", err=True)
             sys.exit(1)
         except ReferenceError as exc:
-            click.echo(f"error: {exc}", err=True)
+            _echo(f"error: {exc}", err=True)
             sys.exit(2)
         except ValueError as exc:
             # a valid archive that cannot be scored under the protocol (e.g. a cost matrix of the wrong size)
-            click.echo(f"error: {archive}: cannot be scored: {exc}", err=True)
+            _echo(f"error: {archive}: cannot be scored: {exc}", err=True)
             sys.exit(1)
 
 
@@ -347,11 +366,11 @@ def validate(archive: Path, as_json: bool, sandbox: bool, memory_limit: int, cpu
         findings = validate_archive(archive)
         code = _exit_code(findings)
     if as_json:
-        click.echo(_dump_json({"archive": str(archive), "valid": code == 0, "exit_code": code,
+        _echo_text(_dump_json({"archive": str(archive), "valid": code == 0, "exit_code": code,
                                "findings": [f.to_dict() for f in findings]}))
     else:
         _echo_findings(findings)
-        click.echo(f"{archive}: {'valid' if code == 0 else 'INVALID' if code == 1 else 'UNREADABLE'}"
+        _echo(f"{archive}: {'valid' if code == 0 else 'INVALID' if code == 1 else 'UNREADABLE'}"
                    f" ({sum(f.severity == 'error' for f in findings)} error(s))")
     sys.exit(code)
 
@@ -395,15 +414,18 @@ def score(archive: Path, reference: Path | None, as_json: bool, html_path: Path 
     if html_path is not None:
         from .scoring.html import write_html
 
-        write_html(report, html_path)
+        # the figures are drawn in a limited child, under the same limits as sandboxed scoring (issue #16.9)
+        _, figure_notes = write_html(report, html_path, limits=_sandbox_limits(memory_limit, cpu_limit, timeout))
         if not as_json:
-            click.echo(f"wrote {html_path}", err=True)
+            _echo(f"wrote {html_path}", err=True)
+            for n in figure_notes:
+                _echo(f"note: {n}", err=True)
     if as_json:
-        click.echo(_dump_json(report))
+        _echo_text(_dump_json(report))
     else:
         from .scoring.tables import format_score
 
-        click.echo(format_score(report), nl=False)
+        _echo_text(format_score(report), nl=False)
 
 
 @cli.command(epilog=EPILOG)
@@ -425,9 +447,9 @@ def reference(archive: Path, out: Path, overwrite: bool, primary: str | None) ->
 
     _open_or_exit(archive, check_values=False).close()
     try:
-        click.echo(str(write_reference(archive, out, overwrite=overwrite, primary=primary)))
+        _echo(str(write_reference(archive, out, overwrite=overwrite, primary=primary)))
     except ReferenceError as exc:
-        click.echo(f"error: {exc}", err=True)
+        _echo(f"error: {exc}", err=True)
         sys.exit(1)
 
 
@@ -474,12 +496,12 @@ def compare(archives: tuple[Path, ...], reference: Path | None, ensemble: Path |
     if reference_posterior is not None:
         _add_posterior_agreement(reports, archives, reference_posterior)
     if as_json:
-        click.echo(_dump_json({"methods": names, "protocol": protocol.to_dict(), "reports": reports,
+        _echo_text(_dump_json({"methods": names, "protocol": protocol.to_dict(), "reports": reports,
                                "ensemble": None if ensemble is None else str(ensemble)}))
     else:
         from .scoring.tables import format_compare
 
-        click.echo(format_compare(reports, names), nl=False)
+        _echo_text(format_compare(reports, names), nl=False)
 
 
 def _add_posterior_agreement(reports: list[dict], archives: tuple[Path, ...], reference_posterior: Path) -> None:
@@ -553,18 +575,18 @@ def dee(method: Path, ensemble: Path, reference: Path | None, as_json: bool, plo
     try:
         result = dee_between(method_report, ens_report)
     except DeeUnavailableError as exc:
-        click.echo(f"error: {exc}", err=True)
+        _echo(f"error: {exc}", err=True)
         sys.exit(1)
     if plot_path is not None:
         from .scoring.plots import dee_figure
 
         plot_path.write_text(dee_figure(result, protocol.describe()), encoding="utf-8")
     if as_json:
-        click.echo(_dump_json(result))
+        _echo_text(_dump_json(result))
     else:
         from .scoring.tables import format_dee
 
-        click.echo(format_dee(result), nl=False)
+        _echo_text(format_dee(result), nl=False)
 
 
 def _register_produce() -> None:
@@ -612,32 +634,34 @@ def leaderboard(directory: Path, reference: Path, out: Path, ensemble: Path | No
     try:
         read_reference(reference)
     except ReferenceError as exc:
-        click.echo(f"error: {exc}", err=True)
+        _echo(f"error: {exc}", err=True)
         sys.exit(2)
     config = BoardConfig.create(reference=reference, protocol=protocol,
                                 sandbox=_sandbox_limits(memory_limit, cpu_limit, timeout))
 
     def progress(done: int, total: int, record: dict) -> None:
         status = record.get("outcome", {}).get("status")
-        click.echo(f"[{done}/{total}] {record.get('archive')}: {status}{' (cached)' if record.get('cached') else ''}",
+        _echo(f"[{done}/{total}] {record.get('archive')}: {status}{' (cached)' if record.get('cached') else ''}",
                    err=True)
 
     try:
         board = score_directory(directory, out, config, workers=workers, scheduler=scheduler, ensemble=ensemble,
                                 progress=progress)
     except (RuntimeError, OSError) as exc:
-        click.echo(f"error: {exc}", err=True)
+        _echo(f"error: {exc}", err=True)
         sys.exit(2)
     if as_json:
-        click.echo(_dump_json(board))
+        _echo_text(_dump_json(board))
         return
+    from .scoring.text import escape_text
+
     keys = [c["key"] for c in board["columns"] if c["key"] in ("cll", "dee", "accuracy", "ood_auroc_total")]
-    click.echo(f"{'#':>3} {'upload':<32} {'status':<14}" + "".join(f" {k:>16}" for k in keys))
+    _echo(f"{'#':>3} {'upload':<32} {'status':<14}" + "".join(f" {k:>16}" for k in keys))
     for row in board["rows"]:
         values = "".join(f" {row['metrics'][k]:>16.4f}" if row["metrics"].get(k) is not None else f" {'':>16}"
                          for k in keys)
-        click.echo(f"{row['rank'] or '':>3} {row['archive'][:32]:<32} {row['status']:<14}{values}")
-    click.echo(f"wrote {out / 'leaderboard.json'} and {out / 'index.html'}", err=True)
+        _echo(f"{row['rank'] or '':>3} {escape_text(row['archive'] or '')[:32]:<32} {row['status']:<14}{values}")
+    _echo(f"wrote {out / 'leaderboard.json'} and {out / 'index.html'}", err=True)
 
 
 def main() -> None:

@@ -1,17 +1,26 @@
 # SPDX-License-Identifier: MIT
-"""A self-contained HTML report: tables and inline SVG figures in one file, no scripts, no external resources."""
+"""A self-contained HTML report: tables and inline SVG figures in one file, no scripts, no external resources.
+
+Every string from the report goes through ``scoring/text.py``'s :func:`~ubench.scoring.text.html_text` (control,
+bidi and surrogate characters as visible escapes, then HTML escaping; a table cell cut to :data:`CELL_LIMIT`
+characters), so an upload's strings can neither script the page nor stop it from being written as UTF-8.
+"""
 
 from __future__ import annotations
 
 import html
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from .tables import shift_rows
+from .text import html_text
 
-__all__ = ["render_html", "write_html"]
+__all__ = ["render_html", "write_html", "CELL_LIMIT"]
+
+#: Characters of one table cell, note or title part shown (a 100k-character shift kind wrote a 16 MB page).
+CELL_LIMIT = 200
 
 _CSS = """body{font-family:system-ui,sans-serif;margin:2em;max-width:1100px}table{border-collapse:collapse;margin:1em 0}
 td,th{border:1px solid #ccc;padding:3px 8px;text-align:right}th:first-child,td:first-child{text-align:left}
@@ -21,23 +30,26 @@ figure{margin:1.5em 0}figure svg{max-width:100%;height:auto}figcaption{font-size
 def _fmt(v: Any) -> str:
     if isinstance(v, float):
         return f"{v:.4f}"
-    return "-" if v is None else html.escape(str(v))
+    return "-" if v is None else html_text(v, CELL_LIMIT)
 
 
 def _table(header, rows) -> str:
-    h = "".join(f"<th>{html.escape(str(x))}</th>" for x in header)
+    h = "".join(f"<th>{html_text(x, CELL_LIMIT)}</th>" for x in header)
     body = "".join("<tr>" + "".join(f"<td>{_fmt(v)}</td>" for v in r) + "</tr>" for r in rows)
     return f"<table><tr>{h}</tr>{body}</table>"
 
 
-def render_html(report: Mapping[str, Any], *, title: str | None = None) -> str:
-    """The report as one HTML document (figures from ``scoring/plots.py``)."""
-    from .plots import figures
-
+def render_html(report: Mapping[str, Any], *, figures: Sequence[tuple[str, str]] = (),
+                figure_notes: Sequence[str] = (), title: str | None = None) -> str:
+    """The report as one HTML document, with ``figures`` (``(caption, svg)`` pairs, plain-text captions, from
+    ``scoring/plot_sandbox.py``) and ``figure_notes`` (what was left out or failed) under "Figures"."""
     a = report["archive"]
-    title = title or f"ubench report: {a['method']} / {a['model']} / {a['dataset']}"
-    parts = [f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
-             f"<style>{_CSS}</style></head><body><h1>{html.escape(title)}</h1>"]
+    if title is None:
+        title = "ubench report: " + " / ".join(html_text(a[k], CELL_LIMIT) for k in ("method", "model", "dataset"))
+    else:
+        title = html_text(title, CELL_LIMIT)
+    parts = [f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{title}</title>"
+             f"<style>{_CSS}</style></head><body><h1>{title}</h1>"]
     parts.append(_table(("archive", "value"), [
         ("path", a["path"]), ("sha256", a["sha256"]), ("format version", a["format_version"]),
         ("members", a["n_members"]), ("classes", a["n_classes"]), ("labels from", report["labels"]["source"]),
@@ -53,18 +65,27 @@ def render_html(report: Mapping[str, Any], *, title: str | None = None) -> str:
         parts.append("<h2>Shift</h2>")
         parts.append(_table(("split", "kind", "intensity", "accuracy", "NLL", "Brier", "ECE"), shift_rows(report)))
     parts.append("<h2>Figures</h2>")
-    for caption, svg in figures(report):
-        parts.append(f"<figure>{svg}<figcaption>{html.escape(caption)} — "
-                     f"{html.escape(report['protocol']['description'])}</figcaption></figure>")
+    for caption, svg in figures:
+        parts.append(f"<figure>{svg}<figcaption>{html_text(caption)} — "
+                     f"{html_text(report['protocol']['description'], CELL_LIMIT)}</figcaption></figure>")
+    for n in figure_notes:
+        parts.append(f"<p class='note'>note: {html_text(n)}</p>")
     for n in report.get("notes", ()):
-        parts.append(f"<p class='note'>note: {html.escape(n)}</p>")
+        parts.append(f"<p class='note'>note: {html_text(n, 10 * CELL_LIMIT)}</p>")
+    # JSON with ensure_ascii: no control or surrogate character left but the indentation's line breaks
     settings = json.dumps(report["protocol"], indent=2, sort_keys=True)
     parts.append(f"<h2>Settings</h2><pre><code>{html.escape(settings)}</code></pre></body></html>")
     return "\n".join(parts)
 
 
-def write_html(report: Mapping[str, Any], path: str | Path) -> Path:
-    """Write :func:`render_html` to ``path`` (UTF-8)."""
+def write_html(report: Mapping[str, Any], path: str | Path, *, limits=None) -> tuple[Path, tuple[str, ...]]:
+    """Draw the figures in a limited child (``scoring/plot_sandbox.py``, under ``limits``, a ``SandboxLimits``;
+    its defaults when None) and write :func:`render_html` to ``path`` (UTF-8); returns the path and the figure
+    notes (what was left out or failed), which are also on the page."""
+    from .plot_sandbox import draw_figures
+    from .sandbox import SandboxLimits
+
+    drawn = draw_figures(report, SandboxLimits() if limits is None else limits)
     path = Path(path)
-    path.write_text(render_html(report), encoding="utf-8")
-    return path
+    path.write_text(render_html(report, figures=drawn.figures, figure_notes=drawn.notes), encoding="utf-8")
+    return path, drawn.notes

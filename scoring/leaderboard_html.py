@@ -2,16 +2,23 @@
 """The leaderboard as one self-contained HTML page: a table sortable by any column (a few lines of inline JS).
 
 Every string from an upload (its name, its findings, its method and model attributes) is untrusted: all of it is
-escaped, and the page's Content-Security-Policy allows no external resource, so a hostile upload cannot turn the
-page into a script.
+escaped (``scoring/text.py``'s :func:`~ubench.scoring.text.html_text`: control, bidi and surrogate characters as
+visible escapes, then HTML escaping, cut to :data:`CELL_LIMIT` characters), and the page's
+Content-Security-Policy allows no external resource, so a hostile upload cannot turn the page into a script. Each
+row is rendered on its own: a row that cannot be rendered becomes a row that says so, and the page is written
+(issue #16 item 1: one upload's invalid UTF-8 kept ``index.html`` from ever being updated again).
 """
 
 from __future__ import annotations
 
-import html
 from typing import Any
 
-__all__ = ["render_html"]
+from .text import html_text
+
+__all__ = ["render_html", "CELL_LIMIT"]
+
+#: Characters of one upload string (name, method, model, finding) shown in a cell.
+CELL_LIMIT = 200
 
 _LABELS = {
     "cll": "CLL", "dee": "DEE", "accuracy": "accuracy", "ood_auroc_total": "OOD AUROC",
@@ -38,13 +45,46 @@ rows.forEach(function(r){tb.appendChild(r)})})});
 
 
 def _e(value: Any) -> str:
-    return html.escape("" if value is None else str(value), quote=True)
+    return html_text(value, CELL_LIMIT)
 
 
 def _fmt(value: float | None) -> str:
     if value is None:
         return ""
     return f"{value:.4f}" if abs(value) < 1000 else f"{value:.4g}"
+
+
+def _row(r: dict[str, Any], cols: list[dict[str, Any]]) -> str:
+    ok = r["status"] == "ok"
+    cells = [f'<td class="l" data-v="{_e(r["rank"] if r["rank"] is not None else "")}">{_e(r["rank"])}</td>',
+             f'<td class="l" data-v="{_e(r["archive"])}"><code>{_e(r["archive"])}</code></td>',
+             f'<td class="l" data-v="{_e(r["method"])}">{_e(r["method"])}</td>',
+             f'<td class="l" data-v="{_e(r["model"])}">{_e(r["model"])}</td>',
+             f'<td data-v="{_e(r["n_members"])}">{_e(r["n_members"])}</td>']
+    for c in cols:
+        v = r["metrics"].get(c["key"])
+        cells.append(f'<td data-v="{_e("" if v is None else repr(float(v)))}">{_e(_fmt(v))}</td>')
+    if ok:
+        status = "scored" + (" (cached)" if r["cached"] else "")
+    else:
+        items = "".join(f"<li><code>[{_e(f.get('check'))}]</code> {_e(f.get('path'))}: {_e(f.get('message'))}"
+                        f"</li>" for f in r["findings"][:20])
+        status = (f"<details><summary>{_e(r['status'])} ({len(r['findings'])} finding(s))</summary>"
+                  f"<ul>{items}</ul></details>")
+    cells.append(f'<td class="l" data-v="{_e(r["status"])}">{status}</td>')
+    return f'<tr class="{"" if ok else "bad"}">{"".join(cells)}</tr>'
+
+
+def _unrenderable_row(index: int, r: Any, n_metric_columns: int, exc: Exception) -> str:
+    """The row of an upload whose record cannot be shown (a damaged or unexpected result): it says so. One cell
+    per column, as in every other row, so sorting by any column still works."""
+    name = r.get("archive") if isinstance(r, dict) else None
+    why = f"this row cannot be shown ({type(exc).__name__}: {exc}); see leaderboard.json, row {index}"
+    cells = ['<td class="l" data-v=""></td>', f'<td class="l" data-v="{_e(name)}"><code>{_e(name)}</code></td>',
+             f'<td class="l" data-v="">{_e(why)}</td>', '<td class="l" data-v=""></td>', '<td data-v=""></td>']
+    cells += ['<td data-v=""></td>'] * n_metric_columns
+    cells.append('<td class="l" data-v="unrenderable">unrenderable</td>')
+    return f'<tr class="bad">{"".join(cells)}</tr>'
 
 
 def render_html(board: dict[str, Any]) -> str:
@@ -62,25 +102,11 @@ def render_html(board: dict[str, Any]) -> str:
             head.append(f'<th title="{_e(c["key"])}">{_e(label)}</th>')
     head.append('<th class="l">status</th>')
     body = []
-    for r in board["rows"]:
-        ok = r["status"] == "ok"
-        cells = [f'<td class="l" data-v="{_e(r["rank"] if r["rank"] is not None else "")}">{_e(r["rank"])}</td>',
-                 f'<td class="l" data-v="{_e(r["archive"])}"><code>{_e(r["archive"])}</code></td>',
-                 f'<td class="l" data-v="{_e(r["method"])}">{_e(r["method"])}</td>',
-                 f'<td class="l" data-v="{_e(r["model"])}">{_e(r["model"])}</td>',
-                 f'<td data-v="{_e(r["n_members"])}">{_e(r["n_members"])}</td>']
-        for c in cols:
-            v = r["metrics"].get(c["key"])
-            cells.append(f'<td data-v="{_e("" if v is None else repr(float(v)))}">{_e(_fmt(v))}</td>')
-        if ok:
-            status = "scored" + (" (cached)" if r["cached"] else "")
-        else:
-            items = "".join(f"<li><code>[{_e(f.get('check'))}]</code> {_e(f.get('path'))}: {_e(f.get('message'))}"
-                            f"</li>" for f in r["findings"][:20])
-            status = (f"<details><summary>{_e(r['status'])} ({len(r['findings'])} finding(s))</summary>"
-                      f"<ul>{items}</ul></details>")
-        cells.append(f'<td class="l" data-v="{_e(r["status"])}">{status}</td>')
-        body.append(f'<tr class="{"" if ok else "bad"}">{"".join(cells)}</tr>')
+    for i, r in enumerate(board["rows"]):
+        try:
+            body.append(_row(r, cols))
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            body.append(_unrenderable_row(i, r, len(cols), exc))
     ens = board.get("ensemble")
     ens_line = ""
     if ens:

@@ -41,6 +41,7 @@ __all__ = [
     "SandboxOutcome",
     "SANDBOX_CHECKS",
     "parse_size",
+    "limit_process",
     "run_sandboxed",
     "run_sandboxed_batch",
     "main",
@@ -370,6 +371,12 @@ def _limit_self(limits: dict[str, Any], parent: int) -> None:
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
     nofile = int(limits["max_open_files"])
     resource.setrlimit(resource.RLIMIT_NOFILE, (nofile, nofile))
+
+
+def limit_process(limits: dict[str, Any], parent: int) -> None:
+    """Apply the child's limits (:func:`_limit_self`) to the calling process: for other limited children, such as
+    the one that draws ``score --html``'s figures (``scoring/plot_sandbox.py``)."""
+    _limit_self(limits, parent)
 
 
 def _cpu_used() -> float:

@@ -2,13 +2,17 @@
 """Plain-text tables of score reports (``ubench score``, ``compare``, ``dee``): dicts in, strings out.
 
 No terminal library is imported: the columns are fixed-width text, so output is the same on a terminal, in a
-pipe and in tests.
+pipe and in tests. Every string from a report (archive strings, file names, notes) goes through
+``scoring/text.py`` (:func:`~ubench.scoring.text.escape_text`; a table cell is also cut to
+:data:`CELL_LIMIT` characters), so an upload's control sequences never reach the terminal.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from typing import Any
+
+from .text import escape_text, shorten
 
 __all__ = ["format_score", "format_compare", "format_dee", "COMPARE_COLUMNS"]
 
@@ -20,6 +24,9 @@ COMPARE_COLUMNS = (
     ("shift_accuracy_median", "shift acc(med)"), ("posterior_agreement", "agree(HMC)"),
     ("posterior_total_variation", "TV(HMC)"),
 )
+#: Characters of one table cell or archive string shown (a 100k-character shift kind would make every row
+#: of the shift table 100k wide); the rest is counted, not shown.
+CELL_LIMIT = 120
 
 
 def _fmt(v: Any) -> str:
@@ -31,11 +38,11 @@ def _fmt(v: Any) -> str:
         return str(v)
     if isinstance(v, float):
         return f"{v:.4f}" if abs(v) < 1e4 else f"{v:.4g}"
-    return str(v)
+    return shorten(v, CELL_LIMIT)
 
 
 def _table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> list[str]:
-    cells = [[str(h) for h in header]] + [[_fmt(v) for v in r] for r in rows]
+    cells = [[escape_text(h) for h in header]] + [[_fmt(v) for v in r] for r in rows]
     widths = [max(len(r[i]) for r in cells) for i in range(len(header))]
     lines = []
     for k, r in enumerate(cells):
@@ -54,13 +61,13 @@ _CAL_KEYS = ("cll", "temperature", "temperature_std", "calibrated_accuracy", "ca
 def format_score(report: Mapping[str, Any]) -> str:
     """The terminal view of one score report."""
     a = report["archive"]
-    lines = [f"{a['path']}  method {a['method']}, model {a['model']}, dataset {a['dataset']}, "
-             f"M = {a['n_members']}, C = {a['n_classes']}",
-             f"labels from {report['labels']['source']}"
-             + (f" {report['labels']['reference']['path']}" if report["labels"]["reference"] else ""),
-             report["protocol"]["description"], ""]
+    lines = [f"{escape_text(a['path'])}  method {_fmt(a['method'])}, model {_fmt(a['model'])}, "
+             f"dataset {_fmt(a['dataset'])}, M = {a['n_members']}, C = {a['n_classes']}",
+             f"labels from {escape_text(report['labels']['source'])}"
+             + (f" {escape_text(report['labels']['reference']['path'])}" if report["labels"]["reference"] else ""),
+             escape_text(report["protocol"]["description"]), ""]
     for name, sec in report["in_domain"].items():
-        lines.append(f"in-domain split {name} (N = {sec['n_samples']})")
+        lines.append(f"in-domain split {_fmt(name)} (N = {sec['n_samples']})")
         rows = [(k, sec[k]) for k in _IN_DOMAIN_KEYS if k in sec]
         cal = sec.get("calibrated") or {}
         rows += [(k, cal[k]) for k in _CAL_KEYS if k in cal]
@@ -80,19 +87,19 @@ def format_score(report: Mapping[str, Any]) -> str:
                 continue
             rows = [(k, v["n_splits"], v["accuracy"]["q1"], v["accuracy"]["median"], v["accuracy"]["q3"],
                      v["ece"]["median"]) for k, v in group["by_intensity"].items()]
-            lines += ["", f"  quartiles over shift kinds per intensity ({', '.join(group['kinds'])})"]
+            lines += ["", f"  quartiles over shift kinds per intensity ({', '.join(map(_fmt, group['kinds']))})"]
             lines += ["  " + ln for ln in _table(("intensity", "kinds", "acc q1", "acc median", "acc q3",
                                                    "ECE median"), rows)]
         lines.append("")
     if report.get("dee"):
         d = report["dee"]
         last = d["curve"][-1]
-        lines.append(f"DEE against {d['ensemble']['path']} ({d['ensemble']['n_members']} members): "
+        lines.append(f"DEE against {escape_text(d['ensemble']['path'])} ({d['ensemble']['n_members']} members): "
                      f"{last['dee']:.2f} (bounds {last['dee_lower']:.2f}-{last['dee_upper']:.2f})"
                      + (" — beyond the reference" if last["beyond_reference"] else ""))
         lines.append("")
     for n in report["notes"]:
-        lines.append(f"note: {n}")
+        lines.append(f"note: {escape_text(n)}")
     return "\n".join(lines).rstrip() + "\n"
 
 
@@ -116,14 +123,15 @@ def format_compare(reports: Sequence[Mapping[str, Any]], names: Sequence[str]) -
               "columns (uncalibrated NLL/Brier/ECE/TACE/UCE, misclassification AUROC) are not "
               "(Ashukha et al. 2020)."]
     if reports:
-        lines.append(reports[0]["protocol"]["description"])
+        lines.append(escape_text(reports[0]["protocol"]["description"]))
     return "\n".join(lines).rstrip() + "\n"
 
 
 def format_dee(result: Mapping[str, Any]) -> str:
     """The terminal view of ``ubench dee``: the method's DEE per number of members, with bounds."""
     rows = [(p["n_members"], p["cll"], p["dee"], p["dee_lower"], p["dee_upper"]) for p in result["curve"]]
-    lines = [f"DEE of {result['method']['path']} against deep ensemble {result['ensemble']['path']}", ""]
+    lines = [f"DEE of {escape_text(result['method']['path'])} against deep ensemble "
+             f"{escape_text(result['ensemble']['path'])}", ""]
     lines += _table(("members", "CLL", "DEE", "DEE lower", "DEE upper"), rows)
-    lines += ["", result["protocol"]["description"]]
+    lines += ["", escape_text(result["protocol"]["description"])]
     return "\n".join(lines).rstrip() + "\n"

@@ -1,20 +1,26 @@
 # SPDX-License-Identifier: MIT
-"""`ubench validate`, `inspect` and `finalize`: exit codes 0/1/2, JSON output, no tracebacks."""
+"""`ubench validate`, `inspect` and `finalize`: exit codes 0/1/2, JSON output, no tracebacks; upload strings and
+file names escaped on the terminal (issue #16 item 5)."""
 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
+import unicodedata
+from pathlib import Path
 
 import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from strategies import softmax64
-from ubench.archive_schema import ArchiveWriter, SplitSpec
-from ubench.archive_schema.safe_h5py import h5py
-from ubench.cli import cli
+sys.path.insert(0, str(Path(__file__).parent / "archive_schema"))
+from hostile_corpus import ATTACK_FILE_NAME, OUTPUT_CASES, TERMINAL_ATTACK  # noqa: E402
+from strategies import softmax64  # noqa: E402
+from ubench.archive_schema import ArchiveWriter, SplitSpec  # noqa: E402
+from ubench.archive_schema.safe_h5py import h5py  # noqa: E402
+from ubench.cli import cli  # noqa: E402
 
 
 def _write(path, n_members=2, finalize=True):
@@ -116,3 +122,60 @@ def test_validate_in_the_sandbox_gives_the_same_findings_and_exit_codes(tmp_path
         plain = CliRunner().invoke(cli, ["validate", str(path), "--json"])
         assert boxed.exit_code == plain.exit_code == code, boxed.output
         assert json.loads(boxed.output)["findings"] == json.loads(plain.output)["findings"]
+
+
+# --- upload strings on the terminal (issue #16 item 5) ---------------------------------------------------------
+BIDI_CONTROLS = {"LRE", "RLE", "PDF", "LRO", "RLO", "LRI", "RLI", "FSI", "PDI"}  # unicodedata's classes
+
+
+def _no_raw_controls(data: bytes, what: str) -> str:
+    """Strict UTF-8, no control character but the line feed, no bidi control or line separator (unicodedata as
+    the oracle), no line an upload forged."""
+    text = data.decode("utf-8")
+    bad = sorted({f"U+{ord(c):04X}" for c in text if c != "\n" and (
+        unicodedata.category(c) in ("Cc", "Cs", "Zl", "Zp") or unicodedata.bidirectional(c) in BIDI_CONTROLS)})
+    assert not bad, f"{what}: raw control characters {bad}"
+    assert not any(line.startswith("forged line") for line in text.splitlines()), f"{what}: a forged line"
+    return text
+
+
+def _attack_named(case: str, root: Path) -> Path:
+    root.mkdir()
+    path = OUTPUT_CASES[case](root)
+    target = os.path.join(os.fsencode(path.parent), ATTACK_FILE_NAME)
+    os.rename(path, target)
+    return Path(os.fsdecode(target))
+
+
+@pytest.mark.parametrize("args,case,code", [
+    (["inspect"], "every_string_attacks", 0),
+    (["inspect", "--json"], "every_string_attacks", 0),
+    (["validate"], "every_string_attacks", 0),
+    (["validate"], "split_name_attacks", 1),
+    (["validate", "--json"], "split_name_attacks", 1),
+    (["validate", "--sandbox", "--timeout", "120"], "split_name_attacks", 1),
+])
+def test_inspect_and_validate_escape_upload_strings_on_a_pipe(tmp_path, args, case, code):
+    """Archive strings (method, class names, /scalability, a split's dataset and shift kind), an HDF5 object name
+    in a finding and the file name reach stdout and stderr with ESC, BEL, CR, LF, C1 and U+202E escaped; JSON
+    carries them exactly."""
+    path = _attack_named(case, tmp_path / "c")
+    res = subprocess.run([sys.executable, "-m", "ubench.cli", *args[:1], str(path), *args[1:]], capture_output=True)
+    assert res.returncode == code, res.stderr
+    out = _no_raw_controls(res.stdout, "stdout")
+    _no_raw_controls(res.stderr, "stderr")
+    shown = "\\x1b[2J\\x1b]0;pwned\\x07\\r\\nforged line\\u202eevil\\x9b31m"
+    if "--json" in args:
+        doc = json.loads(out)
+        if args[0] == "inspect":
+            assert doc["method"] == "method" + TERMINAL_ATTACK and doc["path"] == str(path)
+            assert doc["scalability"]["key" + TERMINAL_ATTACK] == "value" + TERMINAL_ATTACK
+        else:
+            assert doc["findings"][0]["path"] == "/splits/s" + TERMINAL_ATTACK
+    elif args[0] == "inspect":
+        assert f"method    method{shown}" in out and f"class0{shown}, class1" in out
+        assert f"key{shown}=value{shown}" in out and f"rotate{shown}@15" in out
+    else:
+        assert "forged line \\udcff\\u202e.h5" in out
+        if code == 1:
+            assert f"/splits/s{shown}: [name]" in out

@@ -1,11 +1,15 @@
 # SPDX-License-Identifier: MIT
-"""ubench score / reference / compare through CliRunner, and one real subprocess per exit code."""
+"""ubench score / reference / compare / leaderboard through CliRunner, and one real subprocess per exit code;
+hostile strings and numbers of uploads through every output (issue #16 items 1, 5, 9)."""
 
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import subprocess
 import sys
+import unicodedata
 from pathlib import Path
 
 import numpy as np
@@ -13,6 +17,8 @@ import pytest
 from click.testing import CliRunner
 
 sys.path.insert(0, str(Path(__file__).parent / "scoring"))
+sys.path.insert(0, str(Path(__file__).parent / "archive_schema"))
+from hostile_corpus import ATTACK_FILE_NAME, OUTPUT_CASES, TERMINAL_ATTACK  # noqa: E402
 from scoring_archives import build_archive, member_predictions, write_plain_archive  # noqa: E402
 
 from ubench.cli import cli  # noqa: E402
@@ -130,3 +136,216 @@ def test_subprocess_exit_2_unreadable(tmp_path):
     assert res.returncode == 2 and res.stdout == "" and "Traceback" not in res.stderr
     res = _ubench("score", tmp_path / "missing.h5")
     assert res.returncode == 2 and "Traceback" not in res.stderr
+
+
+# --- hostile strings and numbers through every output (issue #16 items 1, 5, 9) ----------------------------------
+#: The bidirectional classes of the embedding, override and isolate controls (Unicode's own table, through
+#: unicodedata: an oracle independent of scoring/text.py's character list).
+BIDI_CONTROLS = {"LRE", "RLE", "PDF", "LRO", "RLO", "LRI", "RLI", "FSI", "PDI"}
+
+
+def assert_no_raw_controls(data: bytes, what: str) -> str:
+    """``data`` is strict UTF-8 (no surrogate leaked), holds no control character but the line feed, no bidi
+    control, no line separator, and no line that an upload forged; returns the text."""
+    text = data.decode("utf-8")
+    bad = sorted({f"U+{ord(c):04X}" for c in text if c != "\n" and (
+        unicodedata.category(c) in ("Cc", "Cs", "Zl", "Zp") or unicodedata.bidirectional(c) in BIDI_CONTROLS)})
+    assert not bad, f"{what}: raw control characters {bad}"
+    assert not any(line.startswith("forged line") for line in text.splitlines()), f"{what}: a forged line"
+    return text
+
+
+def _case(name: str, root: Path) -> Path:
+    root.mkdir(parents=True, exist_ok=True)
+    return OUTPUT_CASES[name](root)
+
+
+def _under_attack_name(path: Path) -> Path:
+    """``path`` renamed to ATTACK_FILE_NAME in its directory (ESC, OSC, a newline, 0xff, U+202E)."""
+    target = Path(os.fsdecode(os.path.join(os.fsencode(path.parent), ATTACK_FILE_NAME)))
+    os.rename(path, target)
+    return target
+
+
+def _ubench_bytes(*args):
+    return subprocess.run([sys.executable, "-m", "ubench.cli", *map(str, args)], capture_output=True)
+
+
+@pytest.fixture
+def attacked(tmp_path):
+    """The archive whose every string carries TERMINAL_ATTACK, under a file name that carries it too."""
+    return _under_attack_name(_case("every_string_attacks", tmp_path / "every"))
+
+
+@pytest.mark.parametrize("command", ["score", "score-json", "compare", "compare-json"])
+def test_score_and_compare_escape_every_upload_string_on_a_pipe(attacked, tmp_path, command):
+    """Archive strings and the file name reach stdout and stderr escaped (no raw ESC, BEL, CR, LF inside a value,
+    C1, U+202E, surrogate); JSON still carries them exactly (ensure_ascii escapes round-trip)."""
+    other = _case("invalid_utf8_method", tmp_path / "utf8")
+    args = {"score": ["score", attacked], "score-json": ["score", attacked, "--json"],
+            "compare": ["compare", attacked, other], "compare-json": ["compare", attacked, other, "--json"]}[command]
+    res = _ubench_bytes(*args, "--placement", "none")
+    assert res.returncode == 0, res.stderr
+    out = assert_no_raw_controls(res.stdout, "stdout")
+    assert_no_raw_controls(res.stderr, "stderr")
+    if command == "score":
+        assert "method\\x1b[2J\\x1b]0;pwned\\x07\\r\\nforged line\\u202eevil\\x9b31m" in out
+        assert "rotate\\x1b[2J" in out and "\\udcff" in out  # shift kind; the file name's 0xff byte
+    elif command == "score-json":
+        report = json.loads(out)
+        assert report["archive"]["method"] == "method" + TERMINAL_ATTACK
+        assert report["archive"]["path"] == str(attacked)
+    elif command == "compare-json":
+        methods = json.loads(out)["methods"]
+        assert methods[0].startswith("method" + TERMINAL_ATTACK) and "method\udcff\udcfe" in methods[1]
+
+
+def _html_text_ok(page: str, scripts: int = 0) -> None:
+    """No raw attack character in the page, and no script but the page's own (the leaderboard's sorter)."""
+    for raw in ("\x1b", "\x07", "\u202e", "\x9b"):
+        assert raw not in page
+    assert page.count("<script") == scripts
+
+
+def test_score_html_of_strange_strings_is_written_escaped(attacked, tmp_path):
+    """An invalid UTF-8 byte in ``method`` (h5py: a lone surrogate) and the attack strings and file name:
+    ``--html`` writes a strict UTF-8 page with every one shown escaped (it raised UnicodeEncodeError)."""
+    utf8 = _under_attack_name(_case("invalid_utf8_method", tmp_path / "utf8"))
+    for path, shown in ((attacked, "method\\x1b[2J\\x1b]0;pwned\\x07\\r\\nforged line\\u202eevil"),
+                        (utf8, "method\\udcff\\udcfe")):
+        page = tmp_path / "r.html"
+        res = _ubench_bytes("score", path, "--html", page, "--placement", "none", "--repeats", "1")
+        if res.returncode == 1:  # a reader that decodes strictly rejects the invalid byte with a finding
+            assert path == utf8 and b"Traceback" not in res.stderr and not page.exists(), res.stderr
+            assert_no_raw_controls(res.stderr, "stderr")
+            continue
+        assert res.returncode == 0, res.stderr
+        assert_no_raw_controls(res.stderr, "stderr")
+        text = page.read_bytes().decode("utf-8")
+        _html_text_ok(text)
+        assert shown in text and "forged line \\udcff\\u202e.h5" in text and text.count("<svg") >= 4
+
+
+def test_leaderboard_is_written_whatever_the_uploads_strings_and_names(tmp_path):
+    """A real ``ubench leaderboard`` over uploads with an invalid UTF-8 byte in a file name (bytes path) and in
+    ``method``, and the attack strings: exit 0, every row on the page, the page strict UTF-8 with the names
+    escaped, no raw control character on the terminal, no forged progress line; again on a rerun (cached).
+    Today's code raised UnicodeEncodeError writing index.html, on every run."""
+    uploads = tmp_path / "uploads"
+    uploads.mkdir()
+    good = _case("invalid_utf8_method", tmp_path / "c0").parent / "a.h5"
+    shutil.copy(good, uploads / "utf8_method.h5")
+    every = _case("every_string_attacks", tmp_path / "c1")
+    shutil.copy(every, uploads / "every.h5")
+    plain = _case("attack_file_name", tmp_path / "c2")
+    shutil.copy(plain, os.path.join(os.fsencode(uploads), ATTACK_FILE_NAME))
+    ref = tmp_path / "ref.h5"
+    assert _ubench_bytes("reference", plain, "--out", ref).returncode == 0
+    board = tmp_path / "board"
+    for run in ("first", "rerun"):
+        res = _ubench_bytes("leaderboard", uploads, "--reference", ref, "--out", board, "--timeout", "120")
+        assert res.returncode == 0 and b"Traceback" not in res.stderr, res.stderr
+        assert_no_raw_controls(res.stdout, f"{run} stdout")
+        assert_no_raw_controls(res.stderr, f"{run} stderr")
+        page = (board / "index.html").read_bytes().decode("utf-8")
+        _html_text_ok(page, scripts=1)
+        assert page.count("<tr class=") == 3
+        assert "up\\x1b]0;pwned\\x07\\nforged line \\udcff\\u202e.h5" in page
+        rows = json.loads((board / "leaderboard.json").read_text())["rows"]
+        assert {r["archive"] for r in rows} == {"utf8_method.h5", "every.h5", os.fsdecode(ATTACK_FILE_NAME)}
+        assert {r["status"] for r in rows if r["archive"] != "utf8_method.h5"} == {"ok"}
+        by_name = {r["archive"]: r for r in rows}
+        assert by_name["every.h5"]["method"] == "method" + TERMINAL_ATTACK
+        if by_name["utf8_method.h5"]["status"] == "ok":  # until the reader rejects the byte with a finding
+            assert "method\\udcff\\udcfe" in page
+
+
+def test_leaderboard_page_renders_a_strange_row_as_a_row_that_says_so():
+    """One row whose record cannot be rendered (a metric that is not a number, findings that are not dicts) does
+    not stop the page: it becomes a row saying so, and the other rows are there."""
+    from ubench.scoring.leaderboard import BoardConfig, build_board
+    from ubench.scoring.leaderboard_html import render_html
+
+    def record(name, cll):
+        return {"archive": name, "sha256": name, "cached": False, "outcome": {
+            "status": "ok", "exit_code": 0, "findings": [],
+            "report": {"archive": {"method": "m", "model": "x", "n_members": 2}, "summary": {"cll": cll}}}}
+
+    board = build_board([record("a.h5", -0.5), record("b.h5", -0.7), record("c.h5", -0.9)],
+                        BoardConfig(kind="score", protocol={"name": "pitfalls"}))
+    board["rows"][1]["metrics"]["cll"] = "-0.7\x1b[2J"
+    board["rows"][2].update(status="rejected", findings=["not a finding dict"])
+    page = render_html(board)
+    assert page.count("<tr class=") == 3 and "a.h5" in page
+    assert page.count("this row cannot be shown") == 2 and "b.h5" in page and "c.h5" in page
+    assert "\x1b" not in page
+
+
+@pytest.mark.parametrize("case,check", [
+    ("mathtext_kind", r"$\frac{\frac{a}{b}}{c}$"),
+    ("huge_intensity", "placed by rank"),
+    ("long_kind", "k" * 40 + "...(99960 more characters)"),
+    ("many_shift_kinds", "12 of 60 kinds drawn"),
+])
+def test_score_html_figures_survive_hostile_strings_and_numbers(tmp_path, case, check):
+    """``--html`` on a shift kind matplotlib's mathtext cannot parse, on intensities of +-1e308, on a
+    100,000-character kind and on 60 kinds in one figure: exit 0 and every figure drawn (today:
+    ParseSyntaxException, ``arange: cannot compute length``, a 16 MB page, a line and legend entry per kind).
+    The kind is drawn as plain text, cut; huge intensities are placed by rank; 12 kinds get lines."""
+    path = _case(case, tmp_path / "c")
+    page = tmp_path / "r.html"
+    res = CliRunner().invoke(cli, ["score", str(path), "--html", str(page), "--placement", "none"])
+    assert res.exit_code == 0, res.output
+    text = page.read_text(encoding="utf-8")
+    # reliability, rejection, member curves of 'test', one shift group, the OOD split's histograms
+    assert text.count("<figure>") == 5 and "figures not drawn" not in text
+    assert check in text
+    assert len(text.encode()) < 1_000_000
+
+
+@pytest.mark.slow
+def test_score_html_draws_at_most_max_figures_and_names_the_rest(tmp_path):
+    """999 splits (996 OOD): the page holds MAX_FIGURES figures and a note naming what was left out (today a
+    figure per split, 354 s, outside any limit)."""
+    from ubench.scoring.plots import MAX_FIGURES
+
+    path = _case("many_ood_splits", tmp_path / "c")
+    page = tmp_path / "r.html"
+    res = CliRunner().invoke(cli, ["score", str(path), "--html", str(page), "--placement", "none"])
+    assert res.exit_code == 0, res.output
+    text = page.read_text(encoding="utf-8")
+    total = 3 + 1 + 997  # test: reliability, rejection, member curves; one shift group; 997 OOD splits
+    assert text.count("<figure>") == MAX_FIGURES
+    assert f"{MAX_FIGURES} figures drawn, {total - MAX_FIGURES} left out (at most {MAX_FIGURES} per report" in text
+    assert f"; and {total - MAX_FIGURES - 20} more" in text
+    assert f"note: {MAX_FIGURES} figures drawn, {total - MAX_FIGURES} left out" in res.stderr
+
+
+def test_score_html_figures_are_drawn_under_the_sandbox_limits(run, tmp_path):
+    """The figures are drawn in a child limited like the scoring sandbox: with a 64 MiB address space it cannot
+    even load matplotlib, so the page is written without figures and says why (today they were drawn in the
+    host process, whatever --memory-limit said)."""
+    path, _ = run
+    page = tmp_path / "r.html"
+    res = CliRunner().invoke(cli, ["score", str(path), "--html", str(page), "--placement", "none",
+                                   "--memory-limit", "64M"])
+    assert res.exit_code == 0, res.output
+    text = page.read_text(encoding="utf-8")
+    assert "<svg" not in text and "note: figures not drawn: it needed more memory than the 64 MiB" in text
+    assert "note: figures not drawn" in res.stderr
+
+
+def test_a_figure_that_cannot_be_drawn_is_named_and_the_others_are_drawn(run):
+    """Per-figure isolation in the drawing child: one figure whose data is strange (histogram edges that are not
+    numbers) becomes a note naming it; every other figure is still drawn."""
+    from ubench.scoring.plot_sandbox import draw_figures
+
+    path, _ = run
+    res = CliRunner().invoke(cli, ["score", str(path), "--json", "--placement", "none"])
+    report = json.loads(res.stdout)
+    report["ood"]["ood"]["histograms"]["total"]["edges"] = ["not", "numbers"]
+    drawn = draw_figures(report)
+    captions = [c for c, _ in drawn.figures]
+    assert "OOD score histograms of ood" not in captions and "Reliability diagrams of test" in captions
+    assert len(captions) == 4 and all(svg.startswith("<svg") for _, svg in drawn.figures)  # 2 in-domain, 2 shift
+    assert len(drawn.notes) == 1 and drawn.notes[0].startswith("figure not drawn: OOD score histograms of ood: ")

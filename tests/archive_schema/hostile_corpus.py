@@ -462,3 +462,137 @@ def _inflated_rows_100k_classes(root: Path) -> ScoredTwin:
                                   splits=_inflate(honest, 1 + 0.99 * (1e-4 + c * 2.0**-23)))
     # no temperature scaling: fitting it over 100,000 classes takes ~15 s and adds nothing to this check
     return ScoredTwin(hostile, twin, 1e-6, "float32 rows at C = 100,000 inflated by 1.2 %", protocol="shift")
+
+
+# --- issue 16 items 1, 5, 9 (text-safety) ---
+# Uploads whose strings or numbers attack what ubench writes (the terminal, the HTML report, the leaderboard page,
+# the figures) rather than the reader: the reader accepts them (the invalid UTF-8 ones may get a finding once the
+# reader decodes strictly, which the tests allow), so they are not in CASES. ``OUTPUT_CASES`` maps a name to
+# ``builder(directory) -> path``; tests/test_cli_score.py and tests/test_cli_archive.py run them through the CLI.
+import json  # noqa: E402 - this block's own imports, kept inside it for merges
+from plain_writer import softmax  # noqa: E402
+
+#: Clear screen, set the window title (OSC 0 ... BEL), carriage return, a newline that would forge a line,
+#: a right-to-left override and a C1 CSI: every string of ``_every_string_attacks`` carries it.
+TERMINAL_ATTACK = "\x1b[2J\x1b]0;pwned\x07\r\nforged line\u202eevil\x9b31m"
+#: A file name with the same attacks and an invalid UTF-8 byte (0xff), as bytes (``os.fsencode`` of a path).
+ATTACK_FILE_NAME = b"up\x1b]0;pwned\x07\nforged line \xff\xe2\x80\xae.h5"
+
+OUTPUT_CASES: dict[str, Callable[[Path], Path]] = {}
+
+
+def output_case(fn: Callable[[Path], Path]) -> Callable[[Path], Path]:
+    OUTPUT_CASES[fn.__name__.lstrip("_")] = fn
+    return fn
+
+
+def _with_ids(splits: dict) -> dict:
+    """Sample ids on every split, so a reference can be written from the archive (``ubench reference``)."""
+    for s in splits.values():
+        s["sample_ids"] = np.arange(np.asarray(s["probs"]).shape[1], dtype=np.int64)
+    return splits
+
+
+@output_case
+def _every_string_attacks(root: Path) -> Path:
+    """Method, model, dataset, writer, description, config, class names, a split's dataset, the shift kind, a
+    /scalability key and value all carry TERMINAL_ATTACK."""
+    a = TERMINAL_ATTACK
+    splits = _with_ids(default_splits())
+    splits["noise"]["dataset"] = "noise" + a
+    splits["rot_15"]["shift_kind"] = "rotate" + a
+
+    def mutate(f):
+        f["scalability"].attrs["key" + a] = "value" + a
+
+    return write_plain_archive(
+        archive_dir(root) / "a.h5", splits=splits, class_names=[f"class{i}{a}" for i in range(4)], mutate=mutate,
+        root={"method": "method" + a, "model": "model" + a, "dataset": "digits" + a, "writer": "writer" + a,
+              "description": "description" + a, "config": json.dumps({"key" + a: "value" + a})})
+
+
+@output_case
+def _split_name_attacks(root: Path) -> Path:
+    """An HDF5 group under /splits named with TERMINAL_ATTACK: the validator's finding names it."""
+
+    def mutate(f):
+        f["splits"].create_group("s" + TERMINAL_ATTACK)
+
+    return write_plain_archive(archive_dir(root) / "a.h5", mutate=mutate)
+
+
+@output_case
+def _invalid_utf8_method(root: Path) -> Path:
+    """``method`` written as h5py's UTF-8 string type from raw bytes holding 0xff 0xfe (h5py decodes it with
+    surrogateescape, so it reaches the outputs as lone surrogates)."""
+
+    def mutate(f):
+        del f.attrs["method"]
+        f.attrs.create("method", b"method\xff\xfe", dtype=h5py.string_dtype("utf-8"))
+
+    return write_plain_archive(archive_dir(root) / "a.h5", splits=_with_ids(default_splits()), mutate=mutate)
+
+
+@output_case
+def _attack_file_name(root: Path) -> Path:
+    """A valid archive under ATTACK_FILE_NAME (returned as the ``os.fsdecode``'d path, surrogates and all)."""
+    plain = write_plain_archive(archive_dir(root) / "plain.h5", splits=_with_ids(default_splits()))
+    target = os.path.join(os.fsencode(archive_dir(root)), ATTACK_FILE_NAME)
+    os.rename(plain, target)
+    return Path(os.fsdecode(target))
+
+
+def _shift_split(kind: str, intensity: float, seed: int) -> dict:
+    rng = np.random.default_rng(seed)
+    return dict(role="shift", dataset="digits", shift_kind=kind, shift_intensity=intensity,
+                probs=softmax(rng.normal(0, 2, (2, 5, 4))).astype("<f4"), labels=rng.integers(0, 4, 5))
+
+
+@output_case
+def _mathtext_kind(root: Path) -> Path:
+    """A shift kind that matplotlib's mathtext cannot parse (it raised ParseSyntaxException in ``--html``)."""
+    kind = r"$\frac{\frac{a}{b}}{c}$" + "$x^{" * 50
+    splits = default_splits()
+    splits["rot_15"]["shift_kind"] = kind
+    splits["rot_30"] = _shift_split(kind, 30, 1)
+    return write_plain_archive(archive_dir(root) / "a.h5", splits=splits)
+
+
+@output_case
+def _huge_intensity(root: Path) -> Path:
+    """Shift intensities of +1e308 and -1e308 (finite, so valid): the tick locator's range overflowed."""
+    splits = default_splits()
+    splits["rot_15"]["shift_intensity"] = 1e308
+    splits["rot_low"] = _shift_split("rotate", -1e308, 1)
+    return write_plain_archive(archive_dir(root) / "a.h5", splits=splits)
+
+
+@output_case
+def _long_kind(root: Path) -> Path:
+    """A 100,000-character shift kind on two splits: it made ``--html`` write a 16 MB page."""
+    kind = "k" * 100_000
+    splits = default_splits()
+    splits["rot_15"]["shift_kind"] = kind
+    splits["rot_30"] = _shift_split(kind, 30, 1)
+    return write_plain_archive(archive_dir(root) / "a.h5", splits=splits)
+
+
+@output_case
+def _many_ood_splits(root: Path) -> Path:
+    """996 OOD splits (999 splits, the reader allows 1000): ``--html`` drew a figure for each, 354 s."""
+    rng = np.random.default_rng(2)
+    splits = default_splits()
+    for i in range(996):
+        splits[f"ood_{i:03d}"] = dict(role="ood", dataset="noise", probs=softmax(rng.normal(0, 1, (2, 7, 4))))
+    return write_plain_archive(archive_dir(root) / "a.h5", splits=splits)
+
+
+@output_case
+def _many_shift_kinds(root: Path) -> Path:
+    """60 shift kinds on one intensity grid (1, 2): one figure with a line and a legend entry per kind."""
+    splits = default_splits()
+    del splits["rot_15"]
+    for i in range(60):
+        for level in (1, 2):
+            splits[f"kind{i:02d}_{level}"] = _shift_split(f"kind{i:02d}", level, 100 * i + level)
+    return write_plain_archive(archive_dir(root) / "a.h5", splits=splits)
