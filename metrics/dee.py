@@ -121,9 +121,13 @@ def dee_score(cll: float, reference_cll_mean: ArrayLike, reference_cll_std: Arra
     with the CLL curves linearly interpolated between integer k; a value at or below ``CLL(1)`` gives 1.
 
     Convention: the Pitfalls paper (Eqs. 4-5) writes the bounds with ``mean -/+ std`` for upper/lower; ubench
-    does the same (with the reference of :func:`dee_reference`, the std is over member orders with the CV halvings
-    redrawn per order, ddof=1, as the Pitfalls code's 5 tries; so the band is not empty at k = K) (the optimistic curve ``mean + std`` is reached sooner, so it gives the lower bound), floors at
-    one network, and flags values beyond the reference instead of capping them silently.
+    does the same (the optimistic curve ``mean + std`` is reached sooner, so it gives the lower bound), floors at
+    one network, and flags values beyond the reference instead of capping them silently. The interpolation equals
+    the Pitfalls DEE notebook's ``dee`` (pinned in ``tests/metrics/test_protocol.py``). With the reference of
+    :func:`dee_reference` the std is over member orders with the CV halvings redrawn per order (ddof=1), as over
+    the code's 5 tries, so the band is not empty at k = K. The notebook walks the reference once along a
+    method's curve (a later point never maps below an earlier one); ubench searches each point on its own, which
+    is the same for a non-decreasing method curve.
 
     References
     ----------
