@@ -120,8 +120,9 @@ def bench_fit(repeat):
     threads = torch.get_num_threads()
     _torch_fit(z, y, same_tolerance=False)  # warm-up (dispatcher set-up)
     fit_temperature_from_logits(z, y)
-    for same, label in ((True, f"torch LBFGS strong-Wolfe, tolerance 1e-7 as ubench ({threads} threads)"),
-                        (False, f"torch LBFGS temperature_scaling settings lr 0.01 x 50 ({threads} threads)")):
+    nt = f"{threads} thread" + ("s" if threads != 1 else "")
+    for same, label in ((True, f"torch LBFGS strong-Wolfe, tolerance 1e-7 as ubench ({nt})"),
+                        (False, f"torch LBFGS temperature_scaling settings lr 0.01 x 50 ({nt})")):
         t_o, t_p, r, ours, temp = _interleaved(lambda: fit_temperature_from_logits(z, y),
                                                lambda: _torch_fit(z, y, same_tolerance=same), repeat)
         rows.append(_row("temperature fit", f"N={n:,}, C={c}, float32 logits", t_o, t_p, r, label,
@@ -169,7 +170,7 @@ def bench_dee(pm, peer_prefixes):
              "ubench_cll_std_K": round(float(ref.cll_std[-1]), 6)}
     if pm is None:
         return [_row("DEE sweep", workload, [t_o], None, None, "Pitfalls repository not given: skipped", **extra)]
-    np.random.seed(0)
+    np.random.seed(0)  # not interleaved: ubench's sweep ran just before, in the same process
     order = np.random.permutation(k)
     sizes = np.unique(np.linspace(1, k, max(2, peer_prefixes)).round().astype(int))
     times = [_timed(lambda: _pitfalls_prefix(pm, log_mp, y, order, int(s)))[0] for s in sizes]
