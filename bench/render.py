@@ -110,7 +110,7 @@ def render_performance(results: dict[str, dict]) -> str:
             lines.append(f"| `{stem}.py` | - | no results file: run `{command}` | - | not measured | - |")
             continue
         for s in doc.get("summary") or []:
-            lines.append(f"| {_fmt(s['what'])} (`{stem}.py`) | {_fmt(s['workload'])} | {s['result']} | "
+            lines.append(f"| {_fmt(s['what'])} (`{stem}.py`) | {_fmt(s['workload'])} | {_fmt(s['result'])} | "
                          f"{_fmt(s['target'])} | {_met(s['met'])} | {_stamp(doc)} |")
     lines += ["", PERF[1]]
     return "\n".join(lines)
