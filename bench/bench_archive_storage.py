@@ -17,21 +17,22 @@ filters as parameters). Reads are warm in the page cache (what a scorer sees rig
 file afresh, so HDF5's chunk cache starts empty; each time is the best of ``--repeat`` runs. Stream and member
 times include ``open_archive(..., check_values=False)`` (the structural checks, a few ms).
 
-    python bench/bench_archive_storage.py                      # print the table
-    python bench/bench_archive_storage.py --write-results      # also write bench/RESULTS.md "Archive storage"
+    python bench/bench_archive_storage.py    # print the table, write bench/results/bench_archive_storage.json
 """
 
 from __future__ import annotations
 
 import argparse
-import os
-import platform
 import shutil
+import sys
 import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _results import Recorder  # noqa: E402
 
 from ubench.archive_schema import ArchiveWriter, SplitSpec, open_archive, validate_archive
 from ubench.archive_schema import writer as writer_mod
@@ -45,8 +46,6 @@ FILTERS = {  # name -> (shuffle, deflate level or None)
     "shuffle+deflate4": (True, 4),
     "deflate4": (False, 4),
 }
-RESULTS = Path(__file__).with_name("RESULTS.md")
-SECTION = "## Archive storage"
 
 
 def realistic_members(m: int, n: int, c: int, seed: int = 0) -> np.ndarray:
@@ -161,51 +160,21 @@ def _row(r: dict) -> str:
             f"{r['member_s']:.3f} |")
 
 
-def machine() -> str:
-    cpu = platform.processor() or "unknown CPU"
-    try:
-        with open("/proc/cpuinfo") as fh:
-            cpu = next(line.split(":", 1)[1].strip() for line in fh if line.startswith("model name"))
-    except (OSError, StopIteration):
-        pass
-    mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
-    return (f"{cpu}, {os.cpu_count()} cores (shared with other jobs), {mem:.0f} GiB RAM; Python "
-            f"{platform.python_version()}, numpy {np.__version__}, h5py {h5py.version.version}, "
-            f"HDF5 {h5py.version.hdf5_version}; files on {tempfile.gettempdir()}")
-
-
-def write_results(table: str, args) -> None:
-    body = (f"{SECTION}\n\nMeasured by `python bench/bench_archive_storage.py --write-results` (issue #2): "
-            f"M={args.m}, N={args.n}, C={args.c} float32 softmax output of a trained-classifier-like spread "
-            f"(see `realistic_members`), {args.m * args.n * args.c * 4 / 2**20:.1f} MiB raw. Write = "
-            "`finalize_partial` from the member files; validate = `validate_archive` (all values checked); "
-            "stream = `iter_probs` over all samples in the default blocks (~64 MiB float64) and in 256-row "
-            f"blocks; one member = one (N, C) slice. Best of {args.repeat}, warm page cache.\n\n"
-            f"Machine: {machine()}.\n\n{table}\n")
-    text = RESULTS.read_text() if RESULTS.exists() else "# ubench benchmark results\n"
-    if SECTION in text:  # replace our own section, keep everyone else's
-        start = text.index(SECTION)
-        nxt = text.find("\n## ", start + len(SECTION))
-        text = text[:start] + body + (text[nxt + 1:] if nxt != -1 else "")
-    else:
-        text = text.rstrip("\n") + "\n\n" + body
-    RESULTS.write_text(text)
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--m", type=int, default=20)
     ap.add_argument("--n", type=int, default=10_000)
     ap.add_argument("--c", type=int, default=100)
     ap.add_argument("--repeat", type=int, default=3)
-    ap.add_argument("--write-results", action="store_true")
+    ap.add_argument("--out-dir", default=None)
     args = ap.parse_args()
+    rec = Recorder(__file__, "h5py")
     print(HEADER, flush=True)
     with tempfile.TemporaryDirectory(prefix="ubench-bench-") as tmp:
         rows = run(args.m, args.n, args.c, args.repeat, Path(tmp))
-    table = HEADER + "\n" + "\n".join(_row(r) for r in rows)
-    if args.write_results:
-        write_results(table, args)
+    rec.write(rows, [], settings={"m": args.m, "n": args.n, "c": args.c, "repeat": args.repeat,
+                                  "hdf5": h5py.version.hdf5_version, "tmpdir": tempfile.gettempdir()},
+              out_dir=args.out_dir)
 
 
 if __name__ == "__main__":

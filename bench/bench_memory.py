@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -73,7 +74,13 @@ def main() -> None:
     ap.add_argument("--classes", type=int, default=100)
     ap.add_argument("--keep", type=Path, default=None, help="Directory to keep (and reuse) the archive in.")
     ap.add_argument("--no-compare", action="store_true", help="Skip the in-memory comparison.")
+    ap.add_argument("--out-dir", default=None)
     args = ap.parse_args()
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from _results import Recorder
+
+    rec = Recorder(__file__, "h5py")
+    rows = []
 
     from ubench.scoring.reference import write_reference
     from ubench.scoring.sandbox import SandboxLimits, SandboxTask, run_sandboxed
@@ -93,9 +100,15 @@ def main() -> None:
         for kind in ("validate", "score"):
             t0 = time.perf_counter()
             out = run_sandboxed(SandboxTask(kind, str(path), str(ref) if kind == "score" else None), limits)
+            wall = time.perf_counter() - t0
             print(f"{kind:<8} status {out.status}  peak RSS {out.peak_rss_bytes / 2**20:.0f} MiB  "
-                  f"wall {time.perf_counter() - t0:.1f} s" + ("" if out.status == "ok" else f"  {out.findings}"))
+                  f"wall {wall:.1f} s" + ("" if out.status == "ok" else f"  {out.findings}"))
+            rows.append({"task": kind, "members": args.members, "samples": args.samples, "classes": args.classes,
+                         "status": out.status, "peak_rss_mib": round(out.peak_rss_bytes / 2**20, 1),
+                         "wall_s": round(wall, 2), "max_abs_diff_in_memory": None})
+        settings = {"members": args.members, "samples": args.samples, "classes": args.classes}
         if out.status != "ok" or args.no_compare:
+            rec.write(rows, _summary(rows, args), settings=settings, out_dir=args.out_dir)
             return
         streamed = scalars(out.report["in_domain"]["test"])
         whole = scalars(json.loads(json.dumps(in_memory(path, ref))))
@@ -104,6 +117,19 @@ def main() -> None:
         missing = sorted(set(whole) ^ set(streamed))
         print(f"in-memory comparison: {len(common)} scalars, max |streamed - in-memory| = {worst:.3g}"
               + (f"; keys in one only: {missing[:8]}" if missing else ""))
+        rows[-1]["max_abs_diff_in_memory"] = worst
+        rec.write(rows, _summary(rows, args), settings=settings, out_dir=args.out_dir)
+
+
+def _summary(rows, args):
+    score = next((r for r in rows if r["task"] == "score"), None)
+    if score is None or score["status"] != "ok":
+        return []
+    diff = score["max_abs_diff_in_memory"]
+    same = "not compared" if diff is None else f"max |streamed - in-memory| = {diff:.3g}"
+    return [{"what": "sandboxed scoring memory", "workload": f"M = {args.members}, N = {args.samples:,}, "
+             f"C = {args.classes}", "result": f"peak RSS {score['peak_rss_mib']:.0f} MiB; {same}",
+             "target": "< 400 MB", "met": score["peak_rss_mib"] * 2**20 < 400e6}]
 
 
 if __name__ == "__main__":

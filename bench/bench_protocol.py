@@ -1,33 +1,61 @@
 # SPDX-License-Identifier: MIT
-"""Benchmarks of the calibration protocol (not tests): temperature fit vs PyTorch L-BFGS, test-time CV + CLL,
-and a DEE reference sweep. Prints one table; numbers go to bench/RESULTS.md ("Protocol").
+"""The calibration protocol against the peers users actually run, the same work, interleaved in one process.
 
-    python bench/bench_protocol.py            # all three, best of --repeat runs each
-    python bench/bench_protocol.py --skip-dee # without the ~20 s sweep
+1. Temperature fit, N = 50,000, C = 100 float32 logits: ubench against torch L-BFGS (strong-Wolfe) stopped at
+   ubench's own tolerance (relative step 1e-7: ``tolerance_change = tolerance_grad = 1e-7``), and against the
+   temperature_scaling repository's settings (lr 0.01, 50 steps).
+2. Test-time CV TS + CLL, M = 50, N = 10,000, C = 100: ``cross_validated_calibration`` (from the members'
+   probabilities) against the Pitfalls repository's own pipeline (from the members' log-probabilities, as its
+   networks give them): ``logsumexp`` of the members minus log M (``ens/ens-deepens.py``), then
+   ``metrics.metrics_kfold(..., temp_scale=True)`` (Nelder-Mead ``ts``, ``KFold(2, shuffle)`` x 5).
+3. DEE sweep, K = 50, R = 5 orders: ``dee_reference`` against the repository's per-prefix approach (each try
+   permutes the members; every prefix recomputes the log-mean of its k members and calls ``metrics_kfold``).
+
+The Pitfalls peer is imported from a checkout of bayesgroup/pytorch-ensembles given by ``--pitfalls`` or
+``$PITFALLS_REPO`` (its ``metrics.py`` on ``sys.path``); without it those peers are skipped with a note. Timings
+alternate ubench / peer; each ratio is the median of the per-pair ratios. Writes bench/results/bench_protocol.json.
+
+    python bench/bench_protocol.py --pitfalls /tmp/pitfalls-ensembles [--repeat 5] [--dee-peer-prefixes 5]
 """
 
 from __future__ import annotations
 
 import argparse
 import os
-import platform
+import statistics
+import sys
 import time
+from pathlib import Path
 
 import numpy as np
 from scipy import special
 
-from ubench.metrics.dee import dee_reference
-from ubench.metrics.protocol import cross_validated_calibration
-from ubench.metrics.temperature import fit_temperature, fit_temperature_from_logits
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _results import Recorder  # noqa: E402
+
+from ubench.metrics.dee import dee_reference  # noqa: E402
+from ubench.metrics.protocol import cross_validated_calibration  # noqa: E402
+from ubench.metrics.temperature import fit_temperature_from_logits  # noqa: E402
+
+UBENCH_RTOL = 1e-7  # metrics/temperature_solver.py:_RTOL, the relative Newton step ubench stops at
 
 
-def _best(fn, repeat):
-    times, out = [], None
+def _timed(fn):
+    t0 = time.perf_counter()
+    out = fn()
+    return time.perf_counter() - t0, out
+
+
+def _interleaved(ours, peer, repeat):
+    """Alternate ours / peer ``repeat`` times: (our times, peer times, per-pair ratios, our out, peer out)."""
+    t_o, t_p, ratios, out_o, out_p = [], [], [], None, None
     for _ in range(repeat):
-        t0 = time.perf_counter()
-        out = fn()
-        times.append(time.perf_counter() - t0)
-    return min(times), float(np.median(times)), out
+        a, out_o = _timed(ours)
+        b, out_p = _timed(peer)
+        t_o.append(a)
+        t_p.append(b)
+        ratios.append(b / a)
+    return t_o, t_p, ratios, out_o, out_p
 
 
 def _logits(n, c, seed):
@@ -43,20 +71,20 @@ def _members(m, n, c, seed):
     y = rng.integers(0, c, n)
     base = rng.normal(size=(n, c))
     base[np.arange(n), y] += 2.5
-    mp = np.empty((m, n, c), np.float32)
+    log_mp = np.empty((m, n, c), np.float32)
     for k in range(m):
-        mp[k] = special.softmax(2.0 * (base + 0.8 * rng.normal(size=(n, c))), axis=1)
-    return mp, y
+        log_mp[k] = special.log_softmax(2.0 * (base + 0.8 * rng.normal(size=(n, c))), axis=1)
+    return np.exp(log_mp), log_mp, y
 
 
-def _torch_fit(z, y, *, strong_wolfe):
+def _torch_fit(z, y, *, same_tolerance):
     import torch
 
     lg, yt = torch.from_numpy(z), torch.from_numpy(y)
     temperature = torch.nn.Parameter(torch.ones(1) * 1.5)
-    if strong_wolfe:
+    if same_tolerance:
         opt = torch.optim.LBFGS([temperature], lr=1.0, max_iter=100, line_search_fn="strong_wolfe",
-                                tolerance_grad=1e-10, tolerance_change=1e-14)
+                                tolerance_grad=UBENCH_RTOL, tolerance_change=UBENCH_RTOL)
     else:  # the temperature_scaling repository's settings
         opt = torch.optim.LBFGS([temperature], lr=0.01, max_iter=50)
     crit = torch.nn.CrossEntropyLoss()
@@ -71,68 +99,151 @@ def _torch_fit(z, y, *, strong_wolfe):
     return float(temperature.item())
 
 
+def _row(name, workload, t_o, t_p, ratios, peer, **extra):
+    return {"benchmark": name, "workload": workload, "ubench_best_s": round(min(t_o), 4),
+            "ubench_median_s": round(statistics.median(t_o), 4), "peer": peer,
+            "peer_best_s": None if t_p is None else round(min(t_p), 4),
+            "peer_median_s": None if t_p is None else round(statistics.median(t_p), 4),
+            "ratio_median": None if ratios is None else round(statistics.median(ratios), 2),
+            "ratio_min": None if ratios is None else round(min(ratios), 2), **extra}
+
+
 def bench_fit(repeat):
     n, c = 50_000, 100
     z, y = _logits(n, c, 0)
-    p = special.softmax(z.astype(np.float64), axis=1).astype(np.float32)
     rows = []
-    t_logits, med_l, fit_l = _best(lambda: fit_temperature_from_logits(z, y), repeat)
-    t_probs, med_p, fit_p = _best(lambda: fit_temperature(p, y), repeat)
-    rows.append(("ubench fit_temperature_from_logits", t_logits, med_l, fit_l.temperature))
-    rows.append(("ubench fit_temperature (probs, eps 1e-12)", t_probs, med_p, fit_p.temperature))
     try:
         import torch
     except ImportError:
-        torch = None
-    if torch is not None:
-        _torch_fit(z, y, strong_wolfe=False)  # warm-up (first call pays dispatcher set-up)
-        t_sw, med_sw, temp_sw = _best(lambda: _torch_fit(z, y, strong_wolfe=True), max(1, repeat // 2))
-        t_repo, med_repo, temp_repo = _best(lambda: _torch_fit(z, y, strong_wolfe=False), max(1, repeat // 2))
-        rows.append((f"torch LBFGS strong-Wolfe ({torch.get_num_threads()} threads)", t_sw, med_sw, temp_sw))
-        rows.append((f"torch LBFGS lr=0.01 max_iter=50 ({torch.get_num_threads()} threads)", t_repo, med_repo,
-                     temp_repo))
-    print(f"\n[1] temperature fit, N={n}, C={c}, float32")
-    print(f"{'implementation':58s} {'best s':>9s} {'median s':>9s} {'T':>12s}")
-    for name, best, med, temp in rows:
-        print(f"{name:58s} {best:9.4f} {med:9.4f} {temp:12.8f}")
-    if torch is not None:
-        print(f"speed-up vs strong-Wolfe LBFGS (converged): {t_sw / t_logits:6.1f}x logits, "
-              f"{t_sw / t_probs:6.1f}x probs; |dT| = {abs(temp_sw - fit_l.temperature):.2e}")
-        print(f"speed-up vs repository LBFGS settings:      {t_repo / t_logits:6.1f}x logits, "
-              f"{t_repo / t_probs:6.1f}x probs; |dT| = {abs(temp_repo - fit_l.temperature):.2e} "
-              "(lr=0.01 x 50 steps does not always converge)")
+        return [_row("temperature fit", f"N={n}, C={c}", [_timed(lambda: fit_temperature_from_logits(z, y))[0]],
+                     None, None, "torch not installed")]
+    threads = torch.get_num_threads()
+    _torch_fit(z, y, same_tolerance=False)  # warm-up (dispatcher set-up)
+    fit_temperature_from_logits(z, y)
+    nt = f"{threads} thread" + ("s" if threads != 1 else "")
+    for same, label in ((True, f"torch LBFGS strong-Wolfe, tolerance 1e-7 as ubench ({nt})"),
+                        (False, f"torch LBFGS temperature_scaling settings lr 0.01 x 50 ({nt})")):
+        t_o, t_p, r, ours, temp = _interleaved(lambda: fit_temperature_from_logits(z, y),
+                                               lambda: _torch_fit(z, y, same_tolerance=same), repeat)
+        rows.append(_row("temperature fit", f"N={n:,}, C={c}, float32 logits", t_o, t_p, r, label,
+                         ubench_T=round(ours.temperature, 8), peer_T=round(temp, 8)))
+    return rows
 
 
-def bench_cv(repeat):
+def _pitfalls_pipeline(pm, log_mp, y):
+    log_p = special.logsumexp(np.dstack(list(log_mp)), axis=2) - np.log(len(log_mp))
+    return pm.metrics_kfold(log_p, y, n_splits=2, n_runs=5, temp_scale=True)["ll"]
+
+
+def bench_cv(repeat, pm):
     m, n, c = 50, 10_000, 100
-    mp, y = _members(m, n, c, 1)
-    best, med, res = _best(lambda: cross_validated_calibration(mp, y), repeat)
-    print(f"\n[2] cross_validated_calibration, M={m}, N={n}, C={c}, float32, post, 5x2 folds (incl. validation)")
-    print(f"best {best:.3f} s, median {med:.3f} s; cll {res.cll:.5f}, T {res.temperature_mean:.4f}"
-          f" +- {res.temperature_std:.4f}")
+    mp, log_mp, y = _members(m, n, c, 1)
+    cross_validated_calibration(mp, y)  # warm-up
+    workload = f"M={m}, N={n:,}, C={c}, float32, 5 x 2 folds"
+    if pm is None:
+        t_o = [_timed(lambda: cross_validated_calibration(mp, y))[0] for _ in range(repeat)]
+        return [_row("test-time CV TS + CLL", workload, t_o, None, None, "Pitfalls repository not given: skipped")]
+    np.random.seed(0)
+    t_o, t_p, r, ours, theirs = _interleaved(lambda: cross_validated_calibration(mp, y),
+                                             lambda: _pitfalls_pipeline(pm, log_mp, y), repeat)
+    return [_row("test-time CV TS + CLL", workload, t_o, t_p, r,
+                 "Pitfalls metrics_kfold(temp_scale=True) + logsumexp of the members",
+                 ubench_cll=round(ours.cll, 6), peer_cll=round(float(theirs), 6))]
 
 
-def bench_dee():
-    k, n, c = 50, 10_000, 100
-    mp, y = _members(k, n, c, 2)
-    t0 = time.perf_counter()
-    ref = dee_reference(mp, y, n_orders=5)
-    dt = time.perf_counter() - t0
-    print(f"\n[3] dee_reference, K={k}, R=5 orders, N={n}, C={c}: {k * 5} prefixes, each test-time CV TS (10 folds)")
-    print(f"{dt:.2f} s; CLL_mean(1) {ref.cll_mean[0]:.4f} -> CLL_mean({k}) {ref.cll_mean[-1]:.4f}")
+def _pitfalls_prefix(pm, log_mp, y, order, k):
+    """One prefix of the repository's DEE try: log-mean of the first k members, then metrics_kfold with TS."""
+    log_p = special.logsumexp(np.dstack(list(log_mp[order[:k]])), axis=2) - np.log(k)
+    return pm.metrics_kfold(log_p, y, n_splits=2, n_runs=5, temp_scale=True)["ll"]
+
+
+def bench_dee(pm, peer_prefixes):
+    """ubench's whole sweep against the peer's per-prefix cost: the peer runs ``peer_prefixes`` prefix sizes of
+    one try (spread over 1..K); its sweep time is R x sum over k = 1..K of a least-squares line a + b k through
+    those times (its cost is linear in k: a k-member log-mean plus a fixed CV)."""
+    k, n, c, r = 50, 10_000, 100, 5
+    mp, log_mp, y = _members(k, n, c, 2)
+    workload = f"K={k}, R={r} orders, N={n:,}, C={c}: {k * r} prefixes x 10 folds"
+    t_o, ref = _timed(lambda: dee_reference(mp, y, n_orders=r))
+    extra = {"ubench_cll_mean_1": round(float(ref.cll_mean[0]), 5),
+             "ubench_cll_mean_K": round(float(ref.cll_mean[-1]), 5),
+             "ubench_cll_std_K": round(float(ref.cll_std[-1]), 6)}
+    if pm is None:
+        return [_row("DEE sweep", workload, [t_o], None, None, "Pitfalls repository not given: skipped", **extra)]
+    np.random.seed(0)  # not interleaved: ubench's sweep ran just before, in the same process
+    order = np.random.permutation(k)
+    sizes = np.unique(np.linspace(1, k, max(2, peer_prefixes)).round().astype(int))
+    times = [_timed(lambda: _pitfalls_prefix(pm, log_mp, y, order, int(s)))[0] for s in sizes]
+    b, a = np.polyfit(sizes, times, 1)
+    t_p = float(r * sum(a + b * s for s in range(1, k + 1)))
+    note = (f"Pitfalls per-prefix approach: {len(sizes)} prefix sizes timed, sweep extrapolated "
+            f"(R x sum_k (a + b k))") if len(sizes) < k else "Pitfalls per-prefix approach, one try x R"
+    return [_row("DEE sweep", workload, [t_o], [t_p], [t_p / t_o], note,
+                 peer_prefix_sizes=sizes.tolist(), peer_prefix_s=[round(t, 3) for t in times], **extra)]
+
+
+def _summary(rows):
+    out = []
+    for row in rows:
+        ratio = row["ratio_median"]
+        if row["benchmark"] == "temperature fit":
+            target = 20.0
+            res = (f"{row['ubench_median_s']:.3f} s vs {row['peer']} {row['peer_median_s']:.3f} s: "
+                   f"**{ratio:.1f}x** (T {row['ubench_T']:.6f} vs {row['peer_T']:.6f})") if ratio else "peer skipped"
+        elif row["benchmark"] == "test-time CV TS + CLL":
+            target = 10.0
+            res = (f"{row['ubench_median_s']:.3f} s vs the Pitfalls pipeline {row['peer_median_s']:.3f} s: "
+                   f"**{ratio:.1f}x** (CLL {row['ubench_cll']:.4f} vs {row['peer_cll']:.4f}, own halvings)"
+                   ) if ratio else f"{row['ubench_median_s']:.3f} s; peer skipped"
+        else:
+            target = 10.0
+            res = (f"{row['ubench_best_s']:.1f} s vs the per-prefix approach {row['peer_best_s']:.1f} s "
+                   f"({row['peer']}): **{ratio:.1f}x**") if ratio else f"{row['ubench_best_s']:.1f} s; peer skipped"
+        out.append({"what": row["benchmark"] + (f" vs {row['peer'].split(' (')[0]}" if "torch" in row["peer"] else ""),
+                    "workload": row["workload"], "result": res, "target": f">= {target:g}x",
+                    "met": None if ratio is None else bool(ratio >= target)})
+    return out
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--pitfalls", default=os.environ.get("PITFALLS_REPO"),
+                    help="checkout of bayesgroup/pytorch-ensembles (default $PITFALLS_REPO)")
+    ap.add_argument("--dee-peer-prefixes", type=int, default=5, help="prefix sizes of the peer's DEE try to time")
+    ap.add_argument("--torch-threads", type=int, default=1,
+                    help="torch threads of the peers (default 1: per core, as numpy's ubench kernels)")
     ap.add_argument("--skip-dee", action="store_true")
+    ap.add_argument("--out-dir", default=None)
     args = ap.parse_args()
-    print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} logical CPUs, "
-          f"numpy {np.__version__}; load average {os.getloadavg()[0]:.2f}")
-    bench_fit(args.repeat)
-    bench_cv(args.repeat)
+    rec = Recorder(__file__, "sklearn")
+    try:
+        import torch
+
+        torch.set_num_threads(args.torch_threads)
+    except ImportError:
+        pass
+    pm = None
+    if args.pitfalls:
+        sys.path.insert(0, args.pitfalls)
+        if not hasattr(np, "trapz"):  # numpy 2 renamed np.trapz, which metrics.py's acc_aac calls
+            np.trapz = np.trapezoid
+        import warnings
+
+        warnings.filterwarnings("ignore", message="Unknown solver options")  # its 'xtol' (scipy: xatol)
+        import metrics as pm  # noqa: F401  (bayesgroup/pytorch-ensembles/metrics.py)
+    else:
+        print("no --pitfalls / $PITFALLS_REPO: the Pitfalls peers are skipped")
+    rows = bench_fit(args.repeat)
+    rows += bench_cv(args.repeat, pm)
     if not args.skip_dee:
-        bench_dee()
+        rows += bench_dee(pm, args.dee_peer_prefixes)
+    for row in rows:
+        print(row)
+    rec.write(rows, _summary(rows), settings={"repeat": args.repeat, "dee_peer_prefixes": args.dee_peer_prefixes,
+                                              "torch_threads": args.torch_threads,
+                                              "pitfalls_repo_given": pm is not None},
+              out_dir=args.out_dir)
 
 
 if __name__ == "__main__":

@@ -14,6 +14,7 @@ import argparse
 import os
 import shutil
 import statistics
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -42,7 +43,12 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--workers", type=int, nargs="+", default=[1, 2])
     ap.add_argument("--keep", type=Path, default=None)
+    ap.add_argument("--out-dir", default=None)
     args = ap.parse_args()
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from _results import Recorder
+
+    rec = Recorder(__file__, "distributed", "h5py")
 
     from distributed import LocalCluster
 
@@ -74,9 +80,18 @@ def main() -> None:
             print(f"workers {workers}: wall {', '.join(f'{x:.1f}' for x in t)} s; "
                   f"best {args.archives / min(t):.2f} archives/s, median {args.archives / statistics.median(t):.2f}")
         base = times[args.workers[0]]
+        rows, summary = [], []
+        for workers in args.workers:
+            rows.append({"workers": workers, "archives": args.archives, "wall_s": [round(x, 2) for x in times[workers]],
+                         "speedup_best": round(min(base) / min(times[workers]), 2),
+                         "speedup_median": round(statistics.median(base) / statistics.median(times[workers]), 2)})
         for workers in args.workers[1:]:
-            print(f"speed-up {workers} vs {args.workers[0]}: best {min(base) / min(times[workers]):.2f}x, "
-                  f"median {statistics.median(base) / statistics.median(times[workers]):.2f}x")
+            best, med = rows[args.workers.index(workers)]["speedup_best"], rows[args.workers.index(workers)]["speedup_median"]
+            print(f"speed-up {workers} vs {args.workers[0]}: best {best:.2f}x, median {med:.2f}x")
+            summary.append({"what": "leaderboard throughput", "workload": f"{args.archives} archives, Dask "
+                            f"LocalCluster, {workers} workers vs {args.workers[0]}",
+                            "result": f"{med:.2f}x median, {best:.2f}x best", "target": ">= 1.7x", "met": med >= 1.7})
+        rec.write(rows, summary, settings={"archives": args.archives, "repeats": args.repeats}, out_dir=args.out_dir)
 
 
 if __name__ == "__main__":

@@ -122,7 +122,12 @@ def dee_score(cll: float, reference_cll_mean: ArrayLike, reference_cll_std: Arra
 
     Convention: the Pitfalls paper (Eqs. 4-5) writes the bounds with ``mean -/+ std`` for upper/lower; ubench
     does the same (the optimistic curve ``mean + std`` is reached sooner, so it gives the lower bound), floors at
-    one network, and flags values beyond the reference instead of capping them silently.
+    one network, and flags values beyond the reference instead of capping them silently. The interpolation equals
+    the Pitfalls DEE notebook's ``dee`` (pinned in ``tests/metrics/test_protocol.py``). With the reference of
+    :func:`dee_reference` the std is over member orders with the CV halvings redrawn per order (ddof=1), as over
+    the code's 5 tries, so the band is not empty at k = K. The notebook walks the reference once along a
+    method's curve (a later point never maps below an earlier one); ubench searches each point on its own, which
+    is the same for a non-decreasing method curve.
 
     References
     ----------
@@ -207,7 +212,9 @@ def dee_reference(
     Notes
     -----
     Prefix k+1 is prefix k plus one member (a running float64 sum); each prefix's CLL is the test-time
-    cross-validated one, which is where the time goes.
+    cross-validated one, which is where the time goes. As in the Pitfalls code's tries, each order draws its
+    own CV halvings (seeded), so ``cll_std`` (ddof=1 over orders) includes the halving noise and is not 0 at
+    k = K: the paper's bands.
 
     References
     ----------

@@ -71,9 +71,11 @@ class MemberCurves:
     """Metrics of the ensemble of the first k members, k = 1..M, over ``n_orders`` random member orders.
 
     ``n_members`` (M,) is k; ``cll``, ``accuracy``, ``brier`` are (n_orders, M) arrays (order r, prefix size k),
-    with ``*_mean`` and ``*_std`` (population std over orders, ddof=0) of shape (M,). ``orders`` (n_orders, M)
-    holds the permutations. CLL is cross-validated as in :func:`cross_validated_calibration`; accuracy and Brier
-    score the uncalibrated mean of the prefix on the whole set.
+    with ``*_mean`` and ``*_std`` of shape (M,). ``*_std`` is the sample std over orders (ddof=1, 0 for one
+    order), as the Pitfalls notebook's ``pandas ... .agg(['mean', 'std'])`` over its 5 tries (the paper's text does
+    not say which). ``orders`` (n_orders, M) holds the permutations. CLL is cross-validated as in
+    :func:`cross_validated_calibration`, with halvings redrawn per order; accuracy and Brier score the
+    uncalibrated mean of the prefix on the whole set.
     """
 
     n_members: NDArray[np.int64]
@@ -93,7 +95,7 @@ class MemberCurves:
 
     @property
     def cll_std(self) -> NDArray[np.float64]:
-        return self.cll.std(axis=0)
+        return _std_over_orders(self.cll)
 
     @property
     def accuracy_mean(self) -> NDArray[np.float64]:
@@ -101,7 +103,7 @@ class MemberCurves:
 
     @property
     def accuracy_std(self) -> NDArray[np.float64]:
-        return self.accuracy.std(axis=0)
+        return _std_over_orders(self.accuracy)
 
     @property
     def brier_mean(self) -> NDArray[np.float64]:
@@ -109,7 +111,7 @@ class MemberCurves:
 
     @property
     def brier_std(self) -> NDArray[np.float64]:
-        return self.brier.std(axis=0)
+        return _std_over_orders(self.brier)
 
     def to_dict(self) -> dict:
         out = {"n_members": self.n_members.tolist()}
@@ -119,6 +121,13 @@ class MemberCurves:
         out.update(orders=self.orders.tolist(), n_orders=self.n_orders, n_repeats=self.n_repeats, seed=self.seed,
                    placement=self.placement, eps=self.eps)
         return out
+
+
+def _std_over_orders(values: NDArray[np.float64]) -> NDArray[np.float64]:
+    """Sample std (ddof=1) over axis 0, the pandas default the Pitfalls notebook uses; zeros for one row."""
+    if values.shape[0] < 2:
+        return np.zeros(values.shape[1:])
+    return values.std(axis=0, ddof=1)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -138,11 +147,9 @@ def cv_splits(n_samples: int, *, n_repeats: int = 5, seed: int = 0) -> list[tupl
     """
     n_samples, n_repeats, seed = _check_int(n_samples, "n_samples", 2), _check_int(n_repeats, "n_repeats", 1), \
         _check_seed(seed)
-    rng = np.random.default_rng(seed)
     out = []
     half = n_samples // 2
-    for _ in range(n_repeats):
-        perm = rng.permutation(n_samples)
+    for perm in _halving_perms(n_samples, n_repeats, np.random.default_rng(seed)):
         a, b = np.sort(perm[:half]), np.sort(perm[half:])
         out += [(a, b), (b, a)]
     return out
@@ -157,18 +164,22 @@ def _ts_problem(member_probs: NDArray, labels: NDArray, placement: str, eps: flo
     return s, _label_values(s, labels), lse1
 
 
-def _halves(problem, placement: str, n_repeats: int, seed: int):
+def _halving_perms(n_samples: int, n_repeats: int, rng: np.random.Generator) -> list[NDArray[np.intp]]:
+    """``n_repeats`` permutations of the samples drawn from ``rng``: one halving each (the first half is A)."""
+    return [rng.permutation(n_samples) for _ in range(n_repeats)]
+
+
+def _halves(problem, placement: str, perms):
     """Yield (fit half, held-out half, held-out rows) for every fold, in the order of :func:`cv_splits`.
 
-    Each repeat gathers the rows once in permuted order, so both halves are contiguous slices of one copy and the
-    temperature kernels stream them without a per-pass gather (post); per-member halves are made contiguous.
+    ``perms`` holds one permutation per repeat (:func:`_halving_perms`). Each repeat gathers the rows once in
+    permuted order, so both halves are contiguous slices of one copy and the temperature kernels stream them
+    without a per-pass gather (post); per-member halves are made contiguous.
     """
     s, s_y, lse1 = problem
     n = s_y.shape[-1]
     half = n // 2
-    rng = np.random.default_rng(seed)
-    for _ in range(n_repeats):
-        perm = rng.permutation(n)
+    for perm in perms:
         if placement == "post":
             sp, syp, lp = np.take(s, perm, axis=0), s_y[perm], lse1[perm]  # take: ~2x faster than s[perm]
             a, b = (sp[:half], syp[:half], lp[:half]), (sp[half:], syp[half:], lp[half:])
@@ -202,10 +213,10 @@ def _heldout_nll(problem, placement, beta) -> float:
     return (_post_eval if placement == "post" else _member_eval)(s, s_y, beta, None, order=0)[0]
 
 
-def _cv_cll(problem, placement, bounds, n_repeats, seed) -> float:
-    """Mean held-out CLL over the folds (no other metric): the DEE and member-curve path."""
+def _cv_cll(problem, placement, bounds, perms) -> float:
+    """Mean held-out CLL over the folds of the halvings ``perms`` (no other metric): the member-curve path."""
     total, n_folds, beta = 0.0, 0, None
-    for fit_half, eval_half, _ in _halves(problem, placement, n_repeats, seed):
+    for fit_half, eval_half, _ in _halves(problem, placement, perms):
         beta, _ = _fit_half(fit_half, placement, bounds, beta)
         total -= _heldout_nll(eval_half, placement, beta)
         n_folds += 1
@@ -315,7 +326,8 @@ def cross_validated_calibration(
 
     rows = []
     temps, hits, beta = [], 0, None
-    for fit_half, eval_half, eval_rows in _halves(problem, placement, n_repeats, seed):
+    perms = _halving_perms(labels.shape[0], n_repeats, np.random.default_rng(seed))
+    for fit_half, eval_half, eval_rows in _halves(problem, placement, perms):
         beta, hit = _fit_half(fit_half, placement, bounds, beta)
         temps.append(1.0 / beta)
         hits += hit
@@ -358,7 +370,9 @@ def _prefix_curves(member_probs, labels, orders, n_repeats, seed, placement, eps
     r, m = orders.shape
     cll, acc, brier = np.zeros((r, m)), np.zeros((r, m)), np.zeros((r, m))
     member_problem = _ts_problem(member_probs, labels, "per_member", eps) if placement == "per_member" else None
+    halvings = np.random.default_rng(seed)  # one stream: order 0 gets cv_splits(seed)'s halvings, order 1 the next
     for i, order in enumerate(orders):
+        perms = _halving_perms(labels.shape[0], n_repeats, halvings)
         total = np.zeros(member_probs.shape[1:], dtype=np.float64)
         for k, j in enumerate(order):
             total += member_probs[j]
@@ -369,7 +383,7 @@ def _prefix_curves(member_probs, labels, orders, n_repeats, seed, placement, eps
                 s, s_y, lse1 = member_problem
                 sub = np.sort(order[: k + 1])
                 problem = (s[sub], s_y[sub], lse1[sub])
-            cll[i, k] = _cv_cll(problem, placement, bounds, n_repeats, seed)
+            cll[i, k] = _cv_cll(problem, placement, bounds, perms)
             if with_scores:
                 acc[i, k] = float(np.mean(np.argmax(mean, axis=1) == labels))
                 brier[i, k] = float(_brier_per_sample(mean, labels).mean())
@@ -389,9 +403,11 @@ def member_curves(
     n_orders : int >= 1, default=5
         Member orders R; order r is a permutation and its prefixes are nested.
     seed : int >= 0, default=0
-        Orders come from ``np.random.default_rng([seed, 1])``; the CV halvings of every prefix are
-        ``cv_splits(n_samples, n_repeats=n_repeats, seed=seed)``, the same as :func:`cross_validated_calibration`
-        with this seed, so the full-ensemble point equals its ``cll``.
+        Orders come from ``np.random.default_rng([seed, 1])``. The CV halvings are redrawn per order from one
+        stream ``np.random.default_rng(seed)``: order r uses permutations ``r * n_repeats`` to
+        ``(r + 1) * n_repeats - 1`` for all its prefixes, so order 0 uses ``cv_splits(n_samples,
+        n_repeats=n_repeats, seed=seed)`` and its full-ensemble point equals
+        :func:`cross_validated_calibration`'s ``cll`` with this seed.
     placement : {"post", "per_member"}, default="post"
     n_repeats : int >= 1, default=5
     eps : float, default=1e-12
@@ -407,8 +423,12 @@ def member_curves(
     .. math:: \bar p^{(r,k)} = \frac{1}{k}\sum_{j=1}^{k} p_{\pi_r(j)}, \qquad
               \mathrm{CLL}_{\mathrm{mean}}(k) = \frac{1}{R}\sum_r \mathrm{CLL}\big(\bar p^{(r,k)}\big)
 
-    Convention: as the Pitfalls paper's DEE reference (Sec. 3.1): the spread is over member orders, with the
-    CV halvings held fixed.
+    Convention: as the Pitfalls code (``ens/ens-deepens.py``, ``utils/utils.py:add_metrics_ts``,
+    ``metrics.py:metrics_kfold``): each of its 5 tries permutes the members and every CV call draws fresh
+    ``KFold(2, shuffle=True)`` halvings, so the spread over tries holds both the member order and the halving,
+    and the std at k = M is not 0. ubench redraws the halvings per order (seeded; the code redraws them per
+    prefix too, which gives the same spread at each k but a jagged curve along k) and reports the sample std
+    over orders (ddof=1, pandas' default in the DEE notebook).
 
     References
     ----------

@@ -105,7 +105,7 @@ def test_reference_sweep_on_a_real_ensemble():
     mp = softmax64(2.0 * (base[None] + 1.2 * rng.normal(size=(k, n, c))))
     ref = dee_reference(mp, y, n_orders=3, n_repeats=2)
     assert ref.cll_mean[-1] > ref.cll_mean[0]
-    assert ref.cll_std[-1] == pytest.approx(0.0, abs=1e-9)
+    assert ref.cll_std[-1] > 0  # every order holds all members, but draws its own halvings (the Pitfalls tries)
     single = member_curves(mp[:1], y, n_orders=1, n_repeats=2).cll_mean[0]
     assert dee_score(min(single, ref.cll_mean[0]), ref.cll_mean, ref.cll_std).dee == 1.0
     curve = dee_curve(ref.cll_mean, ref.cll_mean, ref.cll_std)

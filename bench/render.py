@@ -1,0 +1,196 @@
+# SPDX-License-Identifier: MIT
+"""Regenerate the README's Performance table, its Fashion-MNIST table and bench/RESULTS.md from bench/results/*.json.
+
+Every figure comes from a JSON file a bench script wrote (``bench/_results.py``); nothing here is typed by hand
+except the description of each script's method. Each table row names the machine, the load and the date.
+
+    python bench/render.py           # rewrite README.md (between the bench markers) and bench/RESULTS.md
+    python bench/render.py --check   # exit 1 when either differs from what the JSON gives (CI)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+BENCH = Path(__file__).resolve().parent
+ROOT = BENCH.parent
+RESULTS_DIR = BENCH / "results"
+PERF = ("<!-- bench:performance:start -->", "<!-- bench:performance:end -->")
+FASHION = ("<!-- bench:fashion-mnist:start -->", "<!-- bench:fashion-mnist:end -->")
+
+#: Scripts in the order they are rendered, with the command that produced their JSON and what they measure.
+SCRIPTS = {
+    "bench_metrics": ("python bench/bench_metrics.py",
+                      "The metrics core against the libraries users would otherwise pick (scikit-learn, "
+                      "torchmetrics, netcal, a hand-written float32 NumPy baseline), the same arrays for everyone; "
+                      "best of `--repeat` calls, validation included; peak extra memory by tracemalloc."),
+    "bench_protocol": ("python bench/bench_protocol.py --pitfalls /tmp/pitfalls-ensembles",
+                       "The calibration protocol against the peers users run, the same work, interleaved in one "
+                       "process (ubench, peer, ubench, ...; ratios are medians of the per-pair ratios): torch "
+                       "L-BFGS stopped at ubench's tolerance (1e-7) and with the temperature_scaling repository's "
+                       "settings; the Pitfalls repository's own CV-TS + CLL pipeline (`metrics.metrics_kfold`, "
+                       "Nelder-Mead `ts`, `KFold(2, shuffle)` x 5, after the `logsumexp` of the members) and its "
+                       "per-prefix DEE sweep, run from a checkout of bayesgroup/pytorch-ensembles. torch threads "
+                       "as in the JSON's settings."),
+    "bench_score": ("python bench/bench_score.py --repeats 3",
+                    "`ubench score ARCHIVE --json` as a real subprocess (start-up included) on an archive from "
+                    "`ArchiveWriter`."),
+    "bench_memory": ("python bench/bench_memory.py --members 200",
+                     "Sandboxed validation and scoring of one large archive: peak RSS of the child (`ru_maxrss`), "
+                     "and the streamed report against the in-memory path."),
+    "bench_scale": ("python bench/bench_scale.py",
+                    "Leaderboard throughput on an already-started Dask `LocalCluster` (processes, 1 thread per "
+                    "worker), a fresh board each run."),
+    "bench_archive_storage": ("python bench/bench_archive_storage.py",
+                              "Chunking and compression of `probs`: file size, write (`finalize_partial`), "
+                              "validate, stream in default and 256-row blocks, one member; best of `--repeat`, "
+                              "warm page cache."),
+}
+FASHION_COLUMNS = (("method", "method"), ("members", "M"), ("accuracy", "accuracy"), ("nll", "NLL"), ("cll", "CLL"),
+                   ("dee", "DEE"), ("ood_auroc_mnist", "OOD AUROC MNIST"), ("ood_auroc_notmnist", "OOD AUROC notMNIST"),
+                   ("minutes", "minutes"))
+
+
+def load_results(results_dir: Path = RESULTS_DIR) -> dict[str, dict]:
+    return {p.stem: json.loads(p.read_text()) for p in sorted(results_dir.glob("*.json"))}
+
+
+def _fmt(v) -> str:
+    if v is None:
+        return "-"
+    if isinstance(v, bool):
+        return "yes" if v else "no"
+    if isinstance(v, float):
+        return f"{v:.4g}"
+    if isinstance(v, (list, tuple)):
+        return ", ".join(_fmt(x) for x in v)
+    if isinstance(v, dict):
+        return "; ".join(f"{k} {_fmt(x)}" for k, x in v.items()) or "-"
+    return str(v).replace("|", "\\|").replace("\n", " ")
+
+
+def _machine(doc: dict) -> str:
+    m = doc.get("machine") or {}
+    libs = ", ".join(f"{k} {m[k]}" for k in ("numpy", "scipy", "torch") if m.get(k))
+    return (f"{m.get('cpu', 'unknown CPU')}, {_fmt(m.get('cores'))} cores, {_fmt(m.get('memory_gib'))} GiB; "
+            f"Python {_fmt(m.get('python'))}, {libs}")
+
+
+def _first(v):
+    """The 1-minute figure of a load average (a list), or the value itself."""
+    return v[0] if isinstance(v, (list, tuple)) and v else v
+
+
+def _load(doc: dict) -> str:
+    ld = doc.get("load") or {}
+    return f"load {_fmt(_first(ld.get('before')))} before, {_fmt(_first(ld.get('after')))} after"
+
+
+def _stamp(doc: dict) -> str:
+    m = doc.get("machine") or {}
+    return f"{str(doc.get('date', 'undated'))[:10]}; {_load(doc)}; {_fmt(m.get('cores'))}-core {m.get('cpu', '?')}"
+
+
+def _met(v) -> str:
+    return {True: "met", False: "**not met**", None: "not measured"}[v]
+
+
+def render_performance(results: dict[str, dict]) -> str:
+    lines = [PERF[0], "",
+             "Generated by `python bench/render.py` from `bench/results/*.json`; methods and full tables in",
+             "[`bench/RESULTS.md`](bench/RESULTS.md). The development machine is shared: read the load beside",
+             "each figure (a load above the core count means other jobs competed for the CPU).", "",
+             "| what (script) | workload | result | target | status | date; load; machine |", "|---|---|---|---|---|---|"]
+    for stem, (command, _) in SCRIPTS.items():
+        doc = results.get(stem)
+        if doc is None:
+            lines.append(f"| `{stem}.py` | - | no results file: run `{command}` | - | not measured | - |")
+            continue
+        for s in doc.get("summary") or []:
+            lines.append(f"| {_fmt(s['what'])} (`{stem}.py`) | {_fmt(s['workload'])} | {_fmt(s['result'])} | "
+                         f"{_fmt(s['target'])} | {_met(s['met'])} | {_stamp(doc)} |")
+    lines += ["", PERF[1]]
+    return "\n".join(lines)
+
+
+def render_fashion(doc: dict) -> str:
+    lines = [FASHION[0], "", "| " + " | ".join(h for _, h in FASHION_COLUMNS) + " |",
+             "|" + "---|" * len(FASHION_COLUMNS)]
+    for row in doc.get("rows") or []:
+        lines.append("| " + " | ".join(_fmt(row.get(k)) for k, _ in FASHION_COLUMNS) + " |")
+    lines += ["", f"(`bench/reproduce_fashion_mnist.py`, {_stamp(doc)}; generated by `bench/render.py`.)", "",
+              FASHION[1]]
+    return "\n".join(lines)
+
+
+def render_results_md(results: dict[str, dict]) -> str:
+    out = ["# ubench benchmark results", "",
+           "Generated by `python bench/render.py` from `bench/results/*.json`: do not edit by hand; re-run the",
+           "script named in each section and then `bench/render.py`. Every run records the machine, the load average",
+           "(1-minute, before and after) and the date; the development machine is shared with other engineers'",
+           "jobs, so compare figures only within one run.", ""]
+    stems = list(SCRIPTS) + sorted(set(results) - set(SCRIPTS))
+    for stem in stems:
+        command, about = SCRIPTS.get(stem, (f"python bench/{stem}.py", ""))
+        out += [f"## `{stem}.py`", ""]
+        doc = results.get(stem)
+        if doc is None:
+            out += [f"No results file yet: run `{command}`.", ""]
+            continue
+        out += [f"`{command}`. {about}".rstrip(), "",
+                f"Run {doc.get('date', 'undated')}; {_load(doc)} ({(doc.get('load') or {}).get('note', '')}); "
+                f"machine: {_machine(doc)}.", ""]
+        if doc.get("settings"):
+            out += [f"Settings: {_fmt(doc['settings'])}.", ""]
+        rows = doc.get("rows") or []
+        if rows:
+            cols = list(dict.fromkeys(k for r in rows for k in r))
+            out += ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+            out += ["| " + " | ".join(_fmt(r.get(c)) for c in cols) + " |" for r in rows]
+            out.append("")
+        for s in doc.get("summary", []):
+            out.append(f"- {_fmt(s['what'])}: {s['result']} (target {_fmt(s['target'])}: {_met(s['met'])}).")
+        if doc.get("summary"):
+            out.append("")
+    return "\n".join(out).rstrip("\n") + "\n"
+
+
+def _replace_between(text: str, markers: tuple[str, str], block: str, name: str) -> str:
+    start, end = text.find(markers[0]), text.find(markers[1])
+    if start == -1 or end == -1 or end < start:
+        raise SystemExit(f"README.md: the markers {markers[0]} ... {markers[1]} ({name}) are missing")
+    return text[:start] + block + text[end + len(markers[1]):]
+
+
+def render_readme(readme: str, results: dict[str, dict]) -> str:
+    readme = _replace_between(readme, PERF, render_performance(results), "performance table")
+    if "reproduce_fashion_mnist" in results:  # without its JSON the table stays as it is
+        readme = _replace_between(readme, FASHION, render_fashion(results["reproduce_fashion_mnist"]),
+                                  "Fashion-MNIST table")
+    return readme
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--check", action="store_true", help="only compare; exit 1 when out of date")
+    ap.add_argument("--root", type=Path, default=ROOT)
+    args = ap.parse_args(argv)
+    results = load_results(args.root / "bench" / "results")
+    targets = {args.root / "README.md": render_readme((args.root / "README.md").read_text(), results),
+               args.root / "bench" / "RESULTS.md": render_results_md(results)}
+    stale = [p for p, text in targets.items() if not p.exists() or p.read_text() != text]
+    if args.check:
+        for p in stale:
+            print(f"{p.relative_to(args.root)} is out of date: run python bench/render.py", file=sys.stderr)
+        return 1 if stale else 0
+    for p in stale:
+        p.write_text(targets[p])
+        print(f"wrote {p.relative_to(args.root)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
