@@ -11,42 +11,22 @@ and the training time of one epoch of SGD on the torch and JAX producers. Ratios
 
     python bench/bench_hmc.py [--iterations 30] [--leapfrog 40] [--threads 1]
 
-Writes bench/results/bench_hmc.json.
+Writes bench/results/bench_hmc.json (``bench/_results.py``); ``bench/render.py`` puts it in the README.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import os
-import platform
+import sys
 import time
-from datetime import datetime, timezone
 from pathlib import Path
 
 import numpy as np
 
-RESULTS = Path(__file__).resolve().parent / "results"
-
-
-def _machine() -> dict:
-    import scipy
-    import torch
-
-    cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
-                if line.startswith("model name")), platform.processor())
-    out = {"cpu": cpu, "cores": os.cpu_count(), "python": platform.python_version(), "numpy": np.__version__,
-           "scipy": scipy.__version__, "torch": torch.__version__,
-           "memory_gib": round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30, 1)}
-    try:
-        import blackjax
-        import jax
-
-        out.update(jax=jax.__version__, blackjax=blackjax.__version__)
-    except ImportError:
-        pass
-    return out
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _results import Recorder  # noqa: E402
 
 
 def _timed(fn, repeats: int) -> float:
@@ -164,7 +144,6 @@ def epoch_times(task, *, repeats):
 
     import torch
 
-    from ubench.producers.archive_run import produce_archive  # noqa: F401  (imports the torch stack once)
     from ubench.producers.jax.train import train_run
     from ubench.producers.sgd import SGDPointEstimate
     from ubench.producers.torch_trainer import RunSettings, TrainContext, train_epoch
@@ -201,7 +180,7 @@ def main() -> None:
 
     torch.set_num_threads(args.threads)
     task = build_task("digits", shift_kinds=())
-    load_before = os.getloadavg()
+    recorder = Recorder(__file__, "jax", "blackjax", "optax")
     model, x, y = torch_setup(task)
     step = 2e-4
     kw = dict(iterations=args.iterations, leapfrog=args.leapfrog, step=step)
@@ -224,13 +203,19 @@ def main() -> None:
     rows.append({"what": "SGD epoch, MLP, digits (batch 128)", "contender": "torch producer", "seconds": round(t_torch, 4)})
     rows.append({"what": "SGD epoch, MLP, digits (batch 128)", "contender": "JAX producer", "seconds": round(t_jax, 4),
                  "torch_over_jax": round(t_torch / t_jax, 2)})
-    out = {"script": "bench/bench_hmc.py", "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-           "machine": _machine(), "load": {"loadavg_before": load_before, "loadavg_after": os.getloadavg()},
-           "settings": {"iterations": args.iterations, "leapfrog": args.leapfrog, "step_size": step,
-                        "n_train": len(task.train), "torch_threads": threads, "repeats": args.repeats},
-           "rows": rows}
-    RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "bench_hmc.json").write_text(json.dumps(out, indent=2) + "\n")
+    hmc_ratio = seconds["hamiltorch-style loop"] / base
+    bj = seconds.get("BlackJAX hmc")
+    blackjax_text = f"BlackJAX {base / bj:.2f}x ubench torch" if bj else "BlackJAX not installed"
+    summary = [{"what": "torch HMC vs a hamiltorch-style loop", "workload":
+                f"digits MLP 64-200-200-10, full batch N = {len(task.train)}, L = {args.leapfrog}, 1 thread",
+                "result": f"{args.iterations / base:.3g} iterations/s, {hmc_ratio:.2f}x the loop; {blackjax_text}",
+                "target": ">= 2x the loop", "met": bool(hmc_ratio >= 2.0)},
+               {"what": "JAX producer epoch vs torch producer epoch", "workload": "digits MLP, SGD, batch 128",
+                "result": f"torch {t_torch * 1e3:.1f} ms, JAX {t_jax * 1e3:.1f} ms ({t_torch / t_jax:.2f}x)",
+                "target": "reported", "met": None}]
+    recorder.write(rows, summary, settings={"iterations": args.iterations, "leapfrog": args.leapfrog,
+                                            "step_size": step, "n_train": len(task.train), "torch_threads": threads,
+                                            "repeats": args.repeats})
     for r in rows:
         print(r)
 

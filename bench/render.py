@@ -48,6 +48,11 @@ SCRIPTS = {
                               "Chunking and compression of `probs`: file size, write (`finalize_partial`), "
                               "validate, stream in default and 256-row blocks, one member; best of `--repeat`, "
                               "warm page cache."),
+    "bench_hmc": ("python bench/bench_hmc.py --iterations 10 --repeats 3",
+                  "HMC iterations per second on the digits MLP (full batch, the same step size and L for all): "
+                  "ubench's torch HMC (`functional_call` on a flat vector), a hamiltorch-style loop (the vector "
+                  "copied into the module before every gradient), BlackJAX's `hmc` (jit, compile excluded); and one "
+                  "SGD epoch of the torch and the JAX producer (compile excluded). Interleaved, best of repeats."),
 }
 FASHION_COLUMNS = (("method", "method"), ("members", "M"), ("accuracy", "accuracy"), ("nll", "NLL"), ("cll", "CLL"),
                    ("dee", "DEE"), ("ood_auroc_mnist", "OOD AUROC MNIST"), ("ood_auroc_notmnist", "OOD AUROC notMNIST"),
