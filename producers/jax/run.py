@@ -19,10 +19,12 @@ from scipy.special import softmax
 from ...archive_schema import ArchiveWriter
 from ..chain_diagnostics import record_chain_diagnostics
 from ..run_record import derive_seed, run_config, split_specs
+from ..sampler_defaults import SGHMC_DEFAULTS, SGLD_DEFAULTS, resolve_temperature
 from ..schedules import BASE_DEFAULTS
 from ..task import Task
 from .hmc import HMC_DEFAULTS, HMCChain
 from .mlp import init_mlp, mlp_logits, n_parameters
+from .sgmcmc import sgmcmc_chain
 from .train import train_run
 
 __all__ = ["JAX_METHODS", "JaxRunSettings", "produce_archive_jax", "predict_splits_jax"]
@@ -32,6 +34,8 @@ JAX_METHODS: dict[str, tuple[str, dict[str, Any], int, int | None]] = {
     "sgd": ("point", dict(BASE_DEFAULTS), 1, 1),
     "deep_ensemble": ("independent", dict(BASE_DEFAULTS), 5, None),
     "hmc": ("posterior_sample", dict(HMC_DEFAULTS), 20, None),
+    "sgld": ("posterior_sample", dict(SGLD_DEFAULTS), 20, None),
+    "sghmc": ("posterior_sample", dict(SGHMC_DEFAULTS), 20, None),
 }
 
 
@@ -61,7 +65,9 @@ def resolve_hyperparameters(method: str, overrides: Mapping[str, Any]) -> dict[s
     out = dict(defaults)
     for key, value in overrides.items():
         kind = type(defaults[key])
-        out[key] = int(float(value)) if kind is int else kind(value)
+        out[key] = int(float(value)) if kind is int else value if key == "temperature" else kind(value)
+    if "temperature" in out:
+        resolve_temperature(out["temperature"], 1)  # a bad value is refused before any training
     return out
 
 
@@ -95,6 +101,23 @@ def produce_archive_jax(method: str, task: Task, out: str | Path, *, settings: J
     seconds = {"train": 0.0, "predict": 0.0}
     params_count = 0
     chain = None
+    if method in ("sgld", "sghmc"):
+        started = [time.perf_counter()]
+
+        def on_member(k, params, epoch, step, log_posterior):
+            seconds["train"] += time.perf_counter() - started[0]
+            t = time.perf_counter()
+            probs = predict_splits_jax(params, task, batch_size=settings.predict_batch_size)
+            seconds["predict"] += time.perf_counter() - t
+            writer.add_member(probs, seed=derive_seed(settings.seed, 1, k), epoch=epoch, step=step, kind=kind,
+                              info={"chain": 0, "log_posterior": log_posterior})
+            started[0] = time.perf_counter()
+
+        sgmcmc_chain(hp, friction=float(hp.get("friction", 1.0)), n_members=settings.members, x=x, y=y,
+                     n_classes=task.n_classes, mean=task.mean, std=task.std, seed=derive_seed(settings.seed, 0),
+                     batch_size=settings.batch_size, checkpoint=writer.scratch_dir / "run0000.npz",
+                     members_done=writer.n_members, on_member=on_member)
+        record_chain_diagnostics(task, writer)
     for member in range(writer.n_members, settings.members):
         started = time.perf_counter()
         if method == "hmc":
@@ -123,7 +146,7 @@ def produce_archive_jax(method: str, task: Task, out: str | Path, *, settings: J
         params_count = n_parameters(params)
     if method == "hmc":
         record_chain_diagnostics(task, writer)
-    if not params_count:
+    if not params_count:  # members written by this process carry it; otherwise count a fresh network
         params_count = n_parameters(init_mlp(jax.random.key(0), int(np.prod(task.input_shape)), task.n_classes))
     writer.set_scalability(n_parameters=params_count, train_seconds=round(seconds["train"], 3),
                            predict_seconds=round(seconds["predict"], 3), device=str(jax.devices()[0]))

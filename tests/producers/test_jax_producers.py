@@ -139,3 +139,38 @@ def test_torch_and_jax_sgd_agree_within_the_spread_over_seeds(tmp_path):
     assert np.all(diff <= 3 * se + 1e-3), {"torch": t.mean(0), "jax": j.mean(0), "se": se}
     # Both learnt the task (and the spread is a spread, not a constant).
     assert t[:, 0].min() > 0.9 and j[:, 0].min() > 0.9 and np.all(se > 0)
+
+
+def test_jax_sgmcmc_step_injects_the_torch_parameterisation_noise():
+    """One SGHMC step from zero velocity: (theta' - theta) + lr (grad + theta / (sigma^2 N)) is the injected noise,
+    whose std must be sqrt(2 lr alpha T / N) (the formula of ubench.producers.sgmcmc, the reference code's at
+    T = 1/N)."""
+    import optax
+
+    from ubench.producers.jax.sgmcmc import _compiled_step
+
+    n, lr, alpha, t, sigma = 500, 0.05, 0.3, 2.0, 0.2
+    params = init_mlp(jax.random.key(0), 64, 10)
+    x = jax.random.uniform(jax.random.key(1), (32, 1, 8, 8))
+    y = jnp.arange(32) % 10
+    step = _compiled_step(0.3, 0.2, n, sigma, alpha, t)
+    zeros = jax.tree_util.tree_map(jnp.zeros_like, params)
+    new, _ = step(params, zeros, jax.random.key(2), x, y, lr)
+    grads = jax.grad(lambda p: optax.softmax_cross_entropy_with_integer_labels(
+        mlp_logits(p, x, 0.3, 0.2), y).mean())(params)
+    noise = np.concatenate([np.ravel(np.asarray(a, np.float64) - np.asarray(b, np.float64)
+                                     + lr * (np.asarray(g, np.float64) + np.asarray(b, np.float64) / (sigma ** 2 * n)))
+                            for a, b, g in zip(jax.tree_util.tree_leaves(new), jax.tree_util.tree_leaves(params),
+                                               jax.tree_util.tree_leaves(grads))])
+    expected = np.sqrt(2 * lr * alpha * t / n)
+    assert abs(noise.std() / expected - 1) < 0.02 and abs(noise.mean()) < 3 * expected / np.sqrt(noise.size)
+
+
+def test_jax_sgld_writes_a_chain_with_diagnostics(task, tmp_path):
+    a = read_archive(produce_archive_jax("sgld", task, tmp_path / "sgld.h5", settings=JaxRunSettings(members=4, seed=0),
+                                         hyper={"burn_in_epochs": 2}))
+    assert a.provenance["framework"] == "jax" and {m.kind for m in a.members} == {"posterior_sample"}
+    assert [m.epoch for m in a.members] == [3, 4, 5, 6]
+    assert all(m.info["chain"] == 0 and m.info["log_posterior"] < 0 for m in a.members)
+    assert a.diagnostics["chains"] == 1 and a.diagnostics["draws_per_chain"] == 4
+    assert a.config["hyperparameters"]["temperature"] == "1/N"
