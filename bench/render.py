@@ -100,7 +100,7 @@ def _stamp(doc: dict) -> str:
 
 
 def _met(v) -> str:
-    return {True: "met", False: "**not met**", None: "not measured"}[v]
+    return {True: "met", False: "**not met**", None: "no target"}[v]
 
 
 def render_performance(results: dict[str, dict]) -> str:
