@@ -61,6 +61,17 @@ def render_html(report: Mapping[str, Any], *, figures: Sequence[tuple[str, str]]
                      "not.</p>")
         parts.append(_table(("key", "value"), [(k + (" *" if k in comparable else ""), v)
                                                for k, v in sorted(summary.items())]))
+    diagnostics = a.get("diagnostics")
+    if isinstance(diagnostics, Mapping) and diagnostics:
+        parts.append("<h2>MCMC diagnostics</h2><p>As the producer recorded them (SPEC 5.1): R-hat above 1.01 says "
+                     "the chains have not mixed (Vehtari et al. 2021).</p>")
+        rows = []
+        for key, value in list(diagnostics.items())[:20]:
+            if isinstance(value, Mapping):
+                rows += [(f"{key}.{k}", v) for k, v in list(value.items())[:20]]
+            else:
+                rows.append((key, value))
+        parts.append(_table(("quantity", "value"), rows))
     if report.get("shift"):
         parts.append("<h2>Shift</h2>")
         parts.append(_table(("split", "kind", "intensity", "accuracy", "NLL", "Brier", "ECE"), shift_rows(report)))

@@ -160,6 +160,8 @@ def _archive_section(path: str | Path, header, sha256: str) -> dict[str, Any]:
     out["splits"] = {n: {"role": s.role, "dataset": s.dataset, "n_samples": s.n_samples,
                          "shift_kind": s.shift_kind, "shift_intensity": s.shift_intensity}
                      for n, s in header.splits.items()}
+    if header.diagnostics is not None:
+        out["diagnostics"] = header.diagnostics  # as the producer measured them (SPEC.md 5.1)
     return out
 
 

@@ -77,3 +77,15 @@ def test_diagnostics_of_another_major_version_are_skipped_with_a_warning(task, t
 
     findings = validate_archive(path)
     assert any(x.path == "/diagnostics" and x.check == "json" for x in findings)
+
+
+def test_score_report_and_html_show_the_diagnostics(task, tmp_path):
+    from ubench.scoring.html import render_html
+    from ubench.scoring.score import score_archive
+
+    path = produce_archive("sgld", task, tmp_path / "c.h5", hyper={"burn_in_epochs": 1}, threads=1,
+                           settings=RunSettings(model="mlp", members=8, seed=0, chains=2))
+    report = score_archive(path)
+    assert report["archive"]["diagnostics"] == read_archive(path).diagnostics
+    page = render_html(report)
+    assert "MCMC diagnostics" in page and "log_posterior.rhat" in page
