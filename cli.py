@@ -101,8 +101,9 @@ def inspect(archive: Path, as_json: bool) -> None:
         click.echo(f"{key:<9} {info[key]}")
     for key, value in info["provenance"].items():
         click.echo(f"{key:<9} {value}")
-    if info["class_names"]:
-        click.echo(f"classes   {', '.join(info['class_names'])}")
+    if info["class_names"]:  # at most 20 names: C may be 100,000 names of 1 KiB (issue #16 item 3)
+        more = len(info["class_names"]) - 20
+        click.echo(f"classes   {', '.join(info['class_names'][:20])}{f' … ({more} more)' if more > 0 else ''}")
     if info["scalability"]:
         click.echo("scalability " + ", ".join(f"{k}={v}" for k, v in sorted(info["scalability"].items())))
     click.echo("")

@@ -404,3 +404,19 @@ def test_tiny_chunks_are_read_in_chunk_bounded_blocks(tmp_path):
     run = subprocess.run([sys.executable, "-c", _RSS_CHILD, str(p)], capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stderr
     assert int(run.stdout) < 128, f"validate grew by {run.stdout.strip()} MiB"
+
+
+def test_inspect_prints_at_most_20_class_names(tmp_path):
+    """`ubench inspect` lists the first 20 class names and how many it left out, never all C of them."""
+    from click.testing import CliRunner
+
+    from ubench.cli import cli
+
+    c = 25
+    names = [f"class_{i:02d}" for i in range(c)]
+    p = write_plain_archive(tmp_path / "a.h5", n_classes=c, splits={"test": default_splits(c=c)["test"]},
+                            class_names=names)
+    res = CliRunner().invoke(cli, ["inspect", str(p)])
+    assert res.exit_code == 0, res.output
+    line = next(x for x in res.output.splitlines() if x.startswith("classes"))
+    assert "class_19" in line and "class_20" not in line and "(5 more)" in line
