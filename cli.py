@@ -203,8 +203,9 @@ def inspect(archive: Path, as_json: bool, sandbox: bool, memory_limit: int, cpu_
         _echo(f"{key:<9} {info[key]}")
     for key, value in info["provenance"].items():
         _echo(f"{key:<9} {value}")
-    if info["class_names"]:
-        _echo(f"classes   {', '.join(info['class_names'])}")
+    if info["class_names"]:  # at most 20 names: C may be 100,000 names of 1 KiB (issue #16 item 3)
+        more = len(info["class_names"]) - 20
+        _echo(f"classes   {', '.join(info['class_names'][:20])}{f' … ({more} more)' if more > 0 else ''}")
     if info["scalability"]:
         _echo("scalability " + ", ".join(f"{k}={v}" for k, v in sorted(info["scalability"].items())))
     if info.get("diagnostics"):

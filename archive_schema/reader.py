@@ -13,13 +13,14 @@ from pathlib import Path
 import numpy as np
 
 from .archive import ArchiveHeader, PredictionArchive
+from .blocks import iter_blocks, native, native_dtype, read_all
 from .errors import Finding, InvalidArchiveError, UnreadableArchiveError
 from .read_v1 import Parsed
 from .safe_h5py import h5py
 from .scan import UNREADABLE_CHECKS
 from .spec import ReadLimits
 from .scan import Scan
-from .validator import block_rows, check_probs_block, check_split_values, inspect_file, iter_blocks
+from .validator import block_rows, check_probs_block, check_split_values, inspect_file
 
 __all__ = ["ArchiveReader", "open_archive", "read_archive"]
 
@@ -48,18 +49,20 @@ class ArchiveReader:
         return self._parsed.nodes.get((split, key))
 
     def probs(self, split: str) -> np.ndarray:
-        """All of a split's predictions, (M, N, C), in the stored dtype."""
-        return self.dataset(split, "probs")[()]
+        """All of a split's predictions, (M, N, C), in the stored precision and native byte order."""
+        return read_all(self.dataset(split, "probs"), self.limits)
 
     def iter_probs(self, split: str, rows: int | None = None) -> Iterator[tuple[int, np.ndarray]]:
-        """Blocks ``(start, (M, rows, C))`` along samples; ``rows`` defaults to ~``limits.block_bytes``."""
+        """Blocks ``(start, (M, rows, C))`` along samples, native byte order; ``rows`` defaults to
+        ~``limits.block_bytes`` and is cut to touch at most ``limits.max_chunks_per_read`` chunks."""
         ds = self.dataset(split, "probs")
         if rows is None:
             rows = block_rows(ds.shape[0], ds.shape[2], self.limits.block_bytes)
-        return iter_blocks(ds, rows)
+        return iter_blocks(ds, rows, self.limits.max_chunks_per_read)
 
     def probs_dtype(self, split: str) -> np.dtype:
-        return self.dataset(split, "probs").dtype
+        """The dtype of :meth:`iter_probs` blocks: the stored precision in native byte order."""
+        return native_dtype(self.dataset(split, "probs").dtype)
 
     def chunk_rows(self, split: str) -> int | None:
         """Samples per stored chunk of a split's probs (None when not chunked)."""
@@ -92,10 +95,13 @@ class ArchiveReader:
         path = f"/splits/{split}/probs"
         ds = self.dataset(split, "probs")
         m_total, n, _ = ds.shape
+        if ds.chunks is not None:  # one member's block spans ceil(C / chunk C) chunks per chunk row
+            span = -(-ds.shape[2] // ds.chunks[2])
+            rows = max(1, min(rows, max(1, self.limits.max_chunks_per_read // span - 1) * ds.chunks[1]))
         for start in range(0, n, rows):
             for m in range(m_total):
                 try:
-                    block = ds[m : m + 1, start : min(n, start + rows), :]
+                    block = native(ds[m : m + 1, start : min(n, start + rows), :])
                 except (OSError, RuntimeError, ValueError) as exc:
                     self._read_failed(scan, path, exc)
                 if not check_probs_block(scan, path, start, block, member_offset=m):
@@ -115,11 +121,11 @@ class ArchiveReader:
 
     def labels(self, split: str) -> np.ndarray | None:
         ds = self.dataset(split, "labels")
-        return None if ds is None else ds[()].astype(np.int64)
+        return None if ds is None else read_all(ds, self.limits).astype(np.int64)
 
     def sample_ids(self, split: str) -> np.ndarray | None:
         ds = self.dataset(split, "sample_ids")
-        return None if ds is None else ds[()].astype(np.int64)
+        return None if ds is None else read_all(ds, self.limits).astype(np.int64)
 
     # --- host-integrity (issue #16 item 2): hash the open file, not the path --------------------------------
     def sha256(self) -> str:

@@ -19,6 +19,7 @@ import numpy as np
 from .errors import Finding
 from .safe_h5py import h5py
 from .spec import ALLOWED_FILTERS, ReadLimits
+from .strings import charge_metadata, decode_name, text_bytes, utf8_problem
 
 __all__ = ["Scan", "UNREADABLE_CHECKS", "check_container", "open_readonly", "walk", "read_attr", "open_dataset"]
 
@@ -37,6 +38,7 @@ class Scan:
     limits: ReadLimits
     findings: list[Finding] = field(default_factory=list)
     declared_bytes: int = 0
+    metadata_bytes: int = 0  # decoded attribute values and strings read so far (``limits.max_metadata_bytes``)
 
     def add(self, path: str, check: str, message: str, severity: str = "error") -> None:
         self.findings.append(Finding(path, check, severity, message))
@@ -101,42 +103,103 @@ def open_dataset(parent: h5py.Group, name: str) -> h5py.Dataset:
 
 
 def read_attr(scan: Scan, obj: h5py.HLObject, name: str, where: str):
-    """Read one attribute after bounding its storage size; None (with a finding) when it cannot be read."""
+    """Read one attribute within the limits; None (with a finding) when it cannot or must not be read.
+
+    Bounded before reading: its stored size (``max_attr_bytes``) and, for variable-length types (whose stored
+    size is 16 bytes per element whatever the heap holds), one element at most. Bounded after reading: its decoded
+    size (a 32 MiB variable-length string stores 16 bytes) and the file's metadata budget. Text is returned as
+    ``str`` decoded strictly as UTF-8; an invalid byte is an ``encoding`` finding naming the attribute.
+    """
+    limit = scan.limits.max_attr_bytes
     try:
         if not obj.attrs.__contains__(name):
             return None
         aid = h5py.h5a.open(obj.id, name.encode())
-        if aid.get_storage_size() > scan.limits.max_attr_bytes:
+        if aid.get_storage_size() > limit:
             scan.add(where, "attribute-size",
-                     f"attribute {name!r} stores {aid.get_storage_size()} bytes (limit {scan.limits.max_attr_bytes})")
+                     f"attribute {name!r} stores {aid.get_storage_size()} bytes (limit {limit})")
             return None
-        return obj.attrs[name]
+        if aid.dtype.kind == "O" and aid.get_space().get_simple_extent_npoints() > 1:
+            scan.add(where, "attribute-shape", f"attribute {name!r} holds several variable-length values; "
+                     "variable-length attributes must be scalars")
+            return None
+        value = obj.attrs[name]
     except (OSError, KeyError, TypeError, ValueError, RuntimeError) as exc:
         scan.add(where, "attribute-read", f"attribute {name!r} cannot be read: {exc}")
         return None
+    size = text_bytes(value)
+    if size > limit:
+        scan.add(where, "attribute-size", f"attribute {name!r} holds {size} bytes once read (limit {limit})")
+        return None
+    if not charge_metadata(scan, where, f"attribute {name!r}", size):
+        return None
+    texts = value.ravel().tolist() if isinstance(value, np.ndarray) and value.dtype.kind in "OSU" else [value]
+    for text in texts:
+        if isinstance(text, (str, bytes, np.bytes_)):
+            problem = utf8_problem(text)
+            if problem is not None:
+                scan.add(where, "encoding", f"attribute {name!r}: {problem}")
+                return None
+    if isinstance(value, (bytes, np.bytes_)):
+        return bytes(value).decode("utf-8")
+    return value
+
+
+def _child_name(scan: Scan, gpath: str, raw: bytes) -> str | None:
+    """A link name as text, or None (with a finding) when it is too long or not valid UTF-8.
+
+    The finding's path shows at most 64 characters of a refused name, so no message grows with the name."""
+    shown = decode_name(raw[:64]) + ("…" if len(raw) > 64 else "")
+    where = gpath.rstrip("/") + "/" + shown
+    if len(raw) > scan.limits.max_name_bytes:
+        scan.add(where, "name-length", f"a link name of {len(raw)} bytes; names may have at most "
+                 f"{scan.limits.max_name_bytes}")
+        return None
+    problem = utf8_problem(raw)
+    if problem is not None:
+        scan.add(where, "encoding", f"link name: {problem}")
+        return None
+    return raw.decode("utf-8")
+
+
+def _attr_count_ok(scan: Scan, path: str, info) -> bool:
+    if info.num_attrs > scan.limits.max_attrs:
+        scan.add(path, "attribute-count", f"{info.num_attrs} attributes; an object may have at most "
+                 f"{scan.limits.max_attrs}")
+        return False
+    return True
 
 
 def walk(scan: Scan, f: h5py.File) -> set[str]:
-    """Classify every link and judge every dataset's storage; returns the paths of the datasets that are safe."""
+    """Classify every link and judge every dataset's storage; returns the paths of the datasets that are safe.
+
+    Linear in the number of links: a group's link count is checked against ``max_objects`` before its names are
+    listed, names are bounded (``max_name_bytes``, strict UTF-8) and groups nest at most ``max_depth`` deep, so
+    every path stays short (a deep chain of long names made path building quadratic: issue #16 item 10).
+    """
     safe: set[str] = set()
     seen: set[int] = set()
-    stack = [("/", f)]
+    _attr_count_ok(scan, "/", h5py.h5o.get_info(f.id))
+    stack = [("/", f, 0)]
     count = 0
     while stack:
-        gpath, group = stack.pop()
+        gpath, group, depth = stack.pop()
         try:
-            names = list(group.keys())
+            if count + group.id.get_num_objs() > scan.limits.max_objects:
+                scan.add(gpath, "object-count", f"more than {scan.limits.max_objects} links in the file")
+                return safe
+            names = list(group.id)  # raw bytes: h5py would hand back undecodable names as bytes, others as str
         except (OSError, RuntimeError, ValueError) as exc:
             scan.add(gpath, "hdf5-read", f"cannot list the group: {exc}")
             continue
-        for name in names:
+        for raw in names:
             count += 1
+            name = _child_name(scan, gpath, raw)
+            if name is None:
+                continue
             path = gpath.rstrip("/") + "/" + name
-            if count > scan.limits.max_objects:
-                scan.add(path, "object-count", f"more than {scan.limits.max_objects} links in the file")
-                return safe
             try:
-                ltype = group.id.links.get_info(name.encode()).type
+                ltype = group.id.links.get_info(raw).type
             except (OSError, RuntimeError, ValueError, KeyError) as exc:
                 scan.add(path, "link", f"cannot classify the link: {exc}")
                 continue
@@ -150,16 +213,21 @@ def walk(scan: Scan, f: h5py.File) -> set[str]:
                 scan.add(path, "user-defined-link", f"link type {ltype} is not allowed")
                 continue
             try:
-                info = h5py.h5o.get_info(group.id, name.encode())
+                info = h5py.h5o.get_info(group.id, raw)
             except (OSError, RuntimeError, ValueError, KeyError) as exc:
                 scan.add(path, "hdf5-read", f"cannot read the object header: {exc}")
                 continue
             if info.addr in seen:
                 continue
             seen.add(info.addr)
+            if not _attr_count_ok(scan, path, info):
+                continue
             try:
                 if info.type == h5py.h5o.TYPE_GROUP:
-                    stack.append((path, group[name]))
+                    if depth + 1 > scan.limits.max_depth:
+                        scan.add(path, "depth", f"groups nest more than {scan.limits.max_depth} levels deep")
+                        continue
+                    stack.append((path, group[name], depth + 1))
                 elif info.type == h5py.h5o.TYPE_DATASET:
                     if _check_dataset(scan, path, open_dataset(group, name)):
                         safe.add(path)
@@ -203,8 +271,7 @@ def _check_dataset(scan: Scan, path: str, ds: h5py.Dataset) -> bool:
                      f"chunks of {chunk_bytes} bytes exceed the limit of {scan.limits.max_chunk_bytes}")
             return False
         expected = int(np.prod([-(-s // c) for s, c in zip(shape, chunk)], dtype=np.float64)) if declared else 0
-        if expected > 10_000_000:
-            scan.add(path, "chunk-count", f"{expected} chunks declared; at most 10,000,000 are read")
+        if not _chunk_count_ok(scan, path, shape, chunk, expected, chunk_bytes):
             return False
         stored = ds.id.get_num_chunks() if expected else 0
         if stored < expected:
@@ -222,6 +289,28 @@ def _check_dataset(scan: Scan, path: str, ds: h5py.Dataset) -> bool:
                      f"{scan.limits.max_compression_ratio:.0f}:1): refusing a likely decompression bomb")
             return False
     return len(scan.findings) == before
+
+
+def _chunk_count_ok(scan: Scan, path: str, shape, chunk, expected: int, chunk_bytes: int) -> bool:
+    """Chunk counts, judged before the chunk index is walked: libhdf5's cost per chunk (index, bookkeeping of
+    each read) does not depend on the chunk's size, so tiny chunks over large data cost memory and time that the
+    byte limits do not see (issue #16 item 4)."""
+    lim = scan.limits
+    if expected > lim.max_chunks:
+        scan.add(path, "chunk-count", f"{expected} chunks declared; at most {lim.max_chunks} are read")
+        return False
+    if expected > lim.max_small_chunks and chunk_bytes < lim.min_chunk_bytes:
+        scan.add(path, "chunk-size", f"{expected} chunks of only {chunk_bytes} bytes (chunk shape {tuple(chunk)}): "
+                 f"a dataset of more than {lim.max_small_chunks} chunks needs chunks of at least "
+                 f"{lim.min_chunk_bytes} bytes")
+        return False
+    axis = 1 if len(shape) == 3 else 0
+    span = int(np.prod([-(-s // c) for i, (s, c) in enumerate(zip(shape, chunk)) if i != axis], dtype=np.float64))
+    if span > lim.max_chunks_per_read:
+        scan.add(path, "chunk-shape", f"one sample spans {span} chunks (chunk shape {tuple(chunk)} over shape "
+                 f"{tuple(shape)}); a read may touch at most {lim.max_chunks_per_read}")
+        return False
+    return True
 
 
 def file_sha256(path: str | Path, block: int = 1 << 20) -> str:

@@ -8,13 +8,13 @@ A stage runs only if the stages before it found no error, so no value is read fr
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 
 from . import read_v1  # noqa: F401  (registers the v1.0 reader)
 from .archive import ArchiveHeader
+from .blocks import iter_blocks, read_all  # chunk-bounded, native byte order (issue #16 items 4, 8)
 from .errors import Finding, UnsupportedArchiveError
 from .read_v1 import Parsed
 from .registry import reader_for
@@ -42,13 +42,6 @@ def _partial_findings(path: str) -> list[Finding]:
 def block_rows(n_members: int, n_classes: int, block_bytes: int) -> int:
     """Samples per block so that one (M, rows, C) float64 block stays near ``block_bytes``."""
     return max(1, block_bytes // (8 * max(1, n_members) * n_classes))
-
-
-def iter_blocks(ds: h5py.Dataset, rows: int) -> Iterator[tuple[int, np.ndarray]]:
-    """Yield ``(start, ds[:, start:start+rows, :])`` over the sample axis."""
-    n = ds.shape[1]
-    for start in range(0, n, rows):
-        yield start, ds[:, start : min(n, start + rows), :]
 
 
 def probs_problem(block: np.ndarray, *, start: int = 0, member_offset: int = 0) -> tuple[str, str] | None:
@@ -125,11 +118,11 @@ def check_split_values(scan: Scan, parsed: Parsed) -> None:
         try:
             if key == "probs":
                 rows = block_rows(ds.shape[0], C, scan.limits.block_bytes)
-                for start, block in iter_blocks(ds, rows):
+                for start, block in iter_blocks(ds, rows, scan.limits.max_chunks_per_read):
                     if not check_probs_block(scan, path, start, block):
                         break
             else:
-                values = ds[()]
+                values = read_all(ds, scan.limits)
                 if key == "labels":
                     bad = (values < 0) | (values >= C)
                     if bad.any():

@@ -596,3 +596,172 @@ def _many_shift_kinds(root: Path) -> Path:
         for level in (1, 2):
             splits[f"kind{i:02d}_{level}"] = _shift_split(f"kind{i:02d}", level, 100 * i + level)
     return write_plain_archive(archive_dir(root) / "a.h5", splits=splits)
+
+
+# --- issue 16 items 1, 3, 4, 8, 10 (reader-limits) ---------------------------------------------------------
+# Each builder takes sizes as keywords so that bench-style measurements (issue #16's before/after figures) can
+# build the same class of file at full size in /tmp; the corpus uses the small defaults.
+def _patch_vlen_to_element0(path: Path, hpath: str) -> None:
+    """Make every element of a contiguous variable-length dataset reference element 0's heap object.
+
+    In the file each element is a 16-byte descriptor (4-byte length, 8-byte heap collection address, 4-byte
+    object index); copying element 0's descriptor over the others makes M elements decode to M copies of one
+    heap object while the file grows by nothing."""
+    with h5py.File(path, "r") as f:
+        ds = f[hpath]
+        offset, n = ds.id.get_offset(), ds.shape[0]
+    with open(path, "r+b") as fh:
+        fh.seek(offset)
+        first = fh.read(16)
+        fh.seek(offset)
+        fh.write(first * n)
+
+
+def build_shared_heap_info(path: Path, *, members: int = 300, info_bytes: int = 60_000) -> Path:
+    """``/members/info`` of ``members`` entries that all reference one ``info_bytes`` JSON object (valid JSON,
+    so only a budget on decoded bytes can refuse it)."""
+    big = '{"pad": "' + "x" * (info_bytes - 11) + '"}'
+
+    def mutate(f):
+        del f["members/info"]
+        f["members"].create_dataset("info", data=np.array([big] + ["{}"] * (members - 1), dtype=object),
+                                    dtype=h5py.string_dtype())
+
+    write_plain_archive(path, splits=default_splits(m=members, n=3), mutate=mutate)
+    _patch_vlen_to_element0(path, "members/info")
+    return path
+
+
+def build_long_fixed_classes(path: Path, *, n_classes: int = 4, name_bytes: int = 2 * 2**20, seed: int = 0) -> Path:
+    """``/classes`` of fixed-length names of ``name_bytes`` each, gzip'd: runs of one letter with a random letter
+    every ~256 bytes compress about 100:1, under the 200:1 bomb limit."""
+    rng = np.random.default_rng(seed)
+    names = []
+    for _ in range(n_classes):
+        b = np.full(name_bytes, ord("a"), dtype=np.uint8)
+        pos = rng.integers(0, name_bytes, name_bytes // 256)
+        b[pos] = rng.integers(ord("a"), ord("z") + 1, pos.size)
+        names.append(b.tobytes())
+    splits = default_splits(c=n_classes)
+
+    def mutate(f):
+        f.create_dataset("classes", data=np.array(names, dtype=f"S{name_bytes}"), chunks=(1,), compression="gzip")
+
+    return write_plain_archive(path, n_classes=n_classes, splits=splits, mutate=mutate)
+
+
+def build_tiny_chunks(path: Path, *, n: int = 16_400) -> Path:
+    """probs (2, n, 2) float32 stored in one-element chunks: 4 bytes of data per chunk."""
+    splits = default_splits(n=n, c=2)
+    splits["test"]["options"] = {"chunks": (1, 1, 1)}
+    return write_plain_archive(path, n_classes=2, splits=splits)
+
+
+def build_big_endian(path: Path) -> Path:
+    """A valid archive whose probs, labels and ids are all big-endian (SPEC.md allows ``>f4``/``>f8``)."""
+    splits = default_splits(m=3, n=40)
+    for s in splits.values():
+        s["probs"] = np.asarray(s["probs"]).astype(np.asarray(s["probs"]).dtype.newbyteorder(">"))
+        for key in ("labels", "sample_ids"):
+            if s.get(key) is not None:
+                s[key] = np.asarray(s[key]).astype(np.asarray(s[key]).dtype.newbyteorder(">"))
+    return write_plain_archive(path, splits=splits)
+
+
+def build_vlen_method(path: Path, *, size: int = 2 * 2**20 + 1) -> Path:
+    """A variable-length ``method`` of ``size`` bytes: stored as a 16-byte heap reference."""
+    return write_plain_archive(path, root={"method": "m" * size})
+
+
+def build_many_attributes(path: Path, *, count: int = 300) -> Path:
+    def mutate(f):
+        for i in range(count):
+            f["scalability"].attrs[f"metric_{i:06d}"] = np.float64(i)
+
+    return write_plain_archive(path, mutate=mutate)
+
+
+def build_deep_nesting(path: Path, *, depth: int = 20, name_bytes: int = 8) -> Path:
+    """A chain of ``depth`` nested groups under /extra (objects the spec does not name are otherwise ignored)."""
+
+    def mutate(f):
+        g = f.create_group("extra")
+        for i in range(depth):
+            g = g.create_group(f"{i:0{name_bytes}d}")
+
+    return write_plain_archive(path, mutate=mutate)
+
+
+@case
+def _utf8_invalid_method(root: Path) -> Built:
+    """h5py decodes variable-length UTF-8 with surrogateescape: the 0xff arrives as '\\udcff' and used to pass."""
+    p = write_plain_archive(archive_dir(root) / "a.h5",
+                            mutate=lambda f: f.attrs.create("method", b"deep\xffensemble", dtype=h5py.string_dtype()))
+    return Built(p, "encoding", "/", "'method': byte 0xff at byte offset 4")
+
+
+@case
+def _utf8_invalid_class_name(root: Path) -> Built:
+    names = [b"cat", b"dog", b"b\xc3ird", b"fish"]  # 0xc3 starts a 2-byte sequence that 'i' does not continue
+    p = write_plain_archive(archive_dir(root) / "a.h5",
+                            mutate=lambda f: f.create_dataset("classes", data=np.array(names, dtype="S4")))
+    return Built(p, "encoding", "/classes", "string at index 2: byte 0xc3 at byte offset 1")
+
+
+@case
+def _utf8_invalid_split_name(root: Path) -> Built:
+    """A group name that is not UTF-8: h5py lists it as bytes, which used to end in a TypeError."""
+
+    def mutate(f):
+        f["splits"].move("noise", b"nois\xe9")
+
+    p = write_plain_archive(archive_dir(root) / "a.h5", mutate=mutate)
+    return Built(p, "encoding", "/splits/nois\\xe9", "byte 0xe9 at byte offset 4")
+
+
+@case
+def _shared_heap_member_info(root: Path) -> Built:
+    return Built(build_shared_heap_info(archive_dir(root) / "a.h5"), "string-budget", "/members/info",
+                 "strings up to index 279")
+
+
+@case
+def _long_fixed_class_names(root: Path) -> Built:
+    return Built(build_long_fixed_classes(archive_dir(root) / "a.h5"), "string-length", "/classes",
+                 "fixed-length strings of 2097152 bytes")
+
+
+@case
+def _tiny_chunks(root: Path) -> Built:
+    return Built(build_tiny_chunks(archive_dir(root) / "a.h5"), "chunk-size", "/splits/test/probs",
+                 "65600 chunks of only 4 bytes")
+
+
+@case
+def _vlen_method_over_attr_cap(root: Path) -> Built:
+    return Built(build_vlen_method(archive_dir(root) / "a.h5"), "attribute-size", "/",
+                 "'method' holds 2097153 bytes once read")
+
+
+@case
+def _many_attributes(root: Path) -> Built:
+    return Built(build_many_attributes(archive_dir(root) / "a.h5"), "attribute-count", "/scalability",
+                 "303 attributes")
+
+
+@case
+def _deep_nesting(root: Path) -> Built:
+    return Built(build_deep_nesting(archive_dir(root) / "a.h5"), "depth",
+                 "/extra/" + "/".join(f"{i:08d}" for i in range(16)), "more than 16 levels")
+
+
+@case
+def _long_link_name(root: Path) -> Built:
+    p = write_plain_archive(archive_dir(root) / "a.h5", mutate=lambda f: f.create_group("n" * 5000))
+    return Built(p, "name-length", "/" + "n" * 64 + "…", "5000 bytes")
+
+
+#: Valid files of a class that used to break scoring (not validation): they must validate and score.
+VALID_CASES: dict[str, Callable[[Path], Path]] = {
+    "big_endian": lambda root: build_big_endian(archive_dir(root) / "a.h5"),
+}
