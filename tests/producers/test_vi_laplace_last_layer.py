@@ -123,6 +123,7 @@ def test_local_reparameterisation_has_the_moments_of_the_weight_posterior():
     assert torch.all((out.var(0) / var - 1).abs() < 4 * math.sqrt(2 / len(x)))
 
 
+@pytest.mark.slow
 def test_vi_posterior_variance_shrinks_with_more_data(tmp_path):
     """The KL term's weight is 1/N: with 10x the data (and as many optimisation steps, 160) the trained posterior
     standard deviations are smaller, and moved from their initial exp(-5) in both runs."""
