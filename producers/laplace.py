@@ -26,10 +26,12 @@ sample uses the inverse Cholesky factors as written (:math:`L^{-1} Z L^{-\top}`,
 :math:`L^{-1}L^{-\top}`, not :math:`(LL^\top)^{-1}`). Batch-norm parameters are not perturbed (the code's
 ``use_batch_norm=False``).
 
-laplace-torch (``laplace.KronLaplace``) is the maintained library; it is not used because its Kronecker factors are
-the GGN or the properly averaged empirical Fisher with a Gaussian prior precision added to the Kronecker product's
-eigenvalues, and its samples use the exact inverse — a different formulation from the code that made the Pitfalls
-numbers (Table 3's scales are not transferable to it).
+laplace-torch (0.3, ``KronLaplace`` with an empirical-Fisher backend) is the maintained library; measured on a small
+MLP (``tests/producers/test_vi_laplace_last_layer.py``), its weight factors are exactly these sums divided by N
+(relative residual 6e-8 with the Curvlinops and ASDL backends), but it keeps each bias as a separate Kronecker block
+instead of appending it to the input, adds the prior precision to the eigenvalues of the Kronecker product instead of
+the code's pi-corrected damping of each factor, and samples with the exact inverse. Its KFAC is therefore not the
+formulation that made the Pitfalls numbers (Table 3's scales do not carry over), and ubench computes the code's own.
 
 Diagonal (``diag_laplace``): precision :math:`\sum_n (\nabla_\theta \ell_n)^2 + \epsilon` per parameter (per-example
 gradients, every parameter including batch-norm affine ones) and :math:`\delta = s\, z / \sqrt{\text{precision}}`.

@@ -337,3 +337,26 @@ def test_variational_layers_replace_every_linear_and_convolution():
     assert not any(isinstance(m, (nn.Linear, nn.Conv2d)) for m in model.modules())
     assert kl_divergence(model, 1.0).dtype == torch.float64
     assert issubclass(LastLayerSVI, VariationalInference) and LastLayerDropout.default_members == 20
+
+
+def test_kfac_weight_factors_are_laplace_torch_empirical_fisher_times_n():
+    """The measurement behind the module docstring: laplace-torch's empirical-Fisher Kronecker factors of a
+    layer's weight equal the Pitfalls code's summed factors divided by N (its bias is a separate block)."""
+    laplace = pytest.importorskip("laplace")
+    from laplace.curvature import CurvlinopsEF
+    from torch.utils.data import DataLoader, TensorDataset
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(6, 5), nn.Tanh(), nn.Linear(5, 3))
+    x, y = torch.randn(40, 6), torch.randint(0, 3, (40,))
+    ours = kfac_factors(model, x, y, batch_size=8)
+    la = laplace.Laplace(model, "classification", subset_of_weights="all", hessian_structure="kron",
+                         backend=CurvlinopsEF, prior_precision=1.0)
+    la.fit(DataLoader(TensorDataset(x, y), batch_size=8))
+    assert len(la.H_facs.kfacs) == 4  # weight and bias blocks of each layer: the code joins them
+    for layer, index in (("0", 0), ("2", 2)):
+        g_theirs, a_theirs = (f.double() for f in la.H_facs.kfacs[index])
+        d = a_theirs.shape[0]
+        theirs = torch.kron(g_theirs, a_theirs)
+        mine = torch.kron(ours[layer]["ggt"], ours[layer]["xxt"][:d, :d]) / len(x)
+        torch.testing.assert_close(theirs, mine, rtol=1e-5, atol=1e-7)
