@@ -8,7 +8,8 @@ builds the curvature of the cross-entropy, and then the noise scale :math:`s` is
 :math:`10^{\mathrm{linspace}(-2, 1, 25)}` of ``ens-kfacl.py`` (``gs_low``, ``gs_high``, ``gs_num``), each scale scored
 by the validation NLL of a ``search_members``-sample ensemble; ``scale`` > 0 skips the search. Members are weight
 samples :math:`\theta^* + s\,\delta`; the validation split comes out of the training set (``--val-fraction``, 0.1 by
-default: 5000 of CIFAR's 50000 as in swa_gaussian's validation runs), never the test split.
+default: 5000 of CIFAR's 50000 as in swa_gaussian's validation runs), never the test split. Here ubench follows the
+paper's text, not its code: ``ens-kfacl.py --scale_search`` scores the grid on its test loader.
 
 KFAC (``kfac_laplace``; ``ll_laplace``: the last linear layer only). For every linear and convolutional layer, with
 inputs :math:`a` (a 1 appended for the bias; unfolded patches for a convolution, :math:`L` locations) and

@@ -12,8 +12,9 @@ reparameterisation trick (Kingma et al. 2015): the pre-activation is sampled per
 
 with the prior variance :math:`v_p = 1 / (N \cdot \mathrm{wd})`; the prior's mean term :math:`\mu^2 / (2 v_p)` is the
 SGD weight decay on the means (as in the code). Means: SGD from ``vi_lr`` = 1e-3 (``train_vi.py``'s ``lr_init``;
-Table 2 reports 1e-4 on CIFAR) with the Pitfalls schedule (eq. 6); log-sigmas: Adam at ``lr_vars`` = 0.1 (Table 2;
-the script's argparse default, 0.001, is overridden in the paper's runs). ``log_sigma`` starts uniform in ``[lv_init - 0.1, lv_init]`` with ``lv_init = -5`` (the code's default).
+Table 2 reports 1e-4 on CIFAR) with the Pitfalls schedule (eq. 6); log-sigmas: Adam at ``lr_vars`` = 0.1 (the
+paper's Table 2; the script's argparse default is 0.001 and the repository has no VI launcher, so the reported value
+is used). ``log_sigma`` starts uniform in ``[lv_init - 0.1, lv_init]`` with ``lv_init = -5`` (the code's default).
 The network is first trained as a plain network for ``epochs`` (Pitfalls Table 2: VI is pretrained), then
 ``vi_epochs`` of VI follow. KL annealing: :math:`\beta_t` rises linearly from 0 to ``beta`` over
 ``kl_warmup_epochs`` VI epochs; the code ships ``beta = 1`` with its annealing commented out, so the default is no
@@ -34,7 +35,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .torch_trainer import BASE_DEFAULTS, Method, TrainContext, pitfalls_schedule, train_epoch
+from .torch_trainer import BASE_DEFAULTS, Method, TrainContext, derive_seed, pitfalls_schedule, train_epoch
 
 __all__ = ["MeanFieldConv2d", "MeanFieldLinear", "OptimizerPair", "VariationalInference", "kl_divergence",
            "sample_weights", "to_mean_field", "vi_epoch"]
@@ -174,7 +175,7 @@ def vi_epoch(model: nn.Module, optimizer: OptimizerPair, ctx: TrainContext, *, b
     batch_size = ctx.settings.batch_size
     n_batches = math.ceil(n / batch_size)
     order = torch.randperm(n, generator=torch.Generator().manual_seed(seed)).to(ctx.device)
-    torch.manual_seed(seed + 1)
+    torch.manual_seed(derive_seed(seed, 1))  # the local-reparameterisation noise, reseeded per epoch
     model.train(train_mode)
     set_stochastic(model, True)
     for group in optimizer.param_groups:
