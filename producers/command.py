@@ -115,6 +115,10 @@ def _rich_progress():
               help="Random subset size of each OOD set.")
 @click.option("--data-seed", type=int, default=0, show_default=True,
               help="Seed of the subsets and of the noise images (kept fixed across methods).")
+@click.option("--val-fraction", type=click.FloatRange(min=0.0, max=1.0, max_open=True), default=None,
+              show_default="the method's: 0 (Pitfalls trains on the full training set); 0.1 for the Laplace methods",
+              help="Fraction of the training set held out as the validation split (never the test split); "
+                   "recorded in the archive config.")
 @click.option("--batch-size", type=click.IntRange(min=1), default=128, show_default=True, help="Training batch size.")
 @click.option("--predict-batch-size", type=click.IntRange(min=1), default=1000, show_default=True,
               help="Prediction batch size.")
@@ -130,8 +134,8 @@ def _rich_progress():
 @click.option("--progress/--no-progress", default=None, show_default="when stderr is a terminal",
               help="Draw member and epoch progress bars on stderr.")
 def produce(method, out, dataset, model, members, epochs, lr, hparams, seed, data_dirs, download, ood, shifts,
-            train_samples, test_samples, shift_samples, ood_samples, data_seed, batch_size, predict_batch_size,
-            device, threads, overwrite, chains, framework, progress):
+            train_samples, test_samples, shift_samples, ood_samples, data_seed, val_fraction, batch_size,
+            predict_batch_size, device, threads, overwrite, chains, framework, progress):
     """Train METHOD with PyTorch and write its prediction archive (test, OOD and shifted splits).
 
     Needs the torch extra (pip install 'ubench[torch]'). Killing a run and starting the same command again
@@ -145,7 +149,7 @@ def produce(method, out, dataset, model, members, epochs, lr, hparams, seed, dat
     if framework == "jax":
         return _produce_jax(method, out, dataset, model, members, epochs, lr, hparams, seed, data_dirs, download,
                             ood, shifts, train_samples, test_samples, shift_samples, ood_samples, data_seed,
-                            batch_size, predict_batch_size, overwrite)
+                            batch_size, predict_batch_size, overwrite, val_fraction=val_fraction or 0.0)
     try:
         import torch  # noqa: F401
     except ImportError:
@@ -166,14 +170,21 @@ def produce(method, out, dataset, model, members, epochs, lr, hparams, seed, dat
             raise click.BadParameter(f"{method} has no {name!r} hyperparameter; its hyperparameters are "
                                      f"{', '.join(sorted(cls.defaults))} (set them with --set)", param_hint=f"--{name}")
         hyper[name] = value
+    if val_fraction == 0.0 and getattr(cls, "needs_validation", False):
+        raise click.BadParameter(f"{method} searches its noise scale on a validation split; it needs a "
+                                 f"--val-fraction above 0 (default {cls.default_val_fraction})",
+                                 param_hint="--val-fraction")
     try:
         task = build_task(
             dataset, ood=tuple(ood) if ood else None, shift_kinds=_parse_shifts(shifts),
             train_samples=train_samples, test_samples=test_samples, shift_samples=shift_samples,
             ood_samples=ood_samples, data_dirs=tuple(data_dirs), download=download, data_seed=data_seed,
+            val_fraction=cls.default_val_fraction if val_fraction is None else val_fraction,
         )
     except DataNotFoundError as exc:
         raise click.UsageError(str(exc)) from None
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--val-fraction") from None
     settings = RunSettings(model=model, members=members or cls.default_members, seed=seed, batch_size=batch_size,
                            predict_batch_size=predict_batch_size, device=device, chains=chains)
     show = sys.stderr.isatty() if progress is None else progress
@@ -191,7 +202,7 @@ def produce(method, out, dataset, model, members, epochs, lr, hparams, seed, dat
 
 
 def _build_task(dataset, ood, shifts, train_samples, test_samples, shift_samples, ood_samples, data_dirs, download,
-                data_seed):
+                data_seed, val_fraction=0.0):
     from .datasets import DataNotFoundError
     from .task import build_task
 
@@ -200,6 +211,7 @@ def _build_task(dataset, ood, shifts, train_samples, test_samples, shift_samples
             dataset, ood=tuple(ood) if ood else None, shift_kinds=_parse_shifts(shifts),
             train_samples=train_samples, test_samples=test_samples, shift_samples=shift_samples,
             ood_samples=ood_samples, data_dirs=tuple(data_dirs), download=download, data_seed=data_seed,
+            val_fraction=val_fraction,
         )
     except DataNotFoundError as exc:
         raise click.UsageError(str(exc)) from None
@@ -207,7 +219,7 @@ def _build_task(dataset, ood, shifts, train_samples, test_samples, shift_samples
 
 def _produce_jax(method, out, dataset, model, members, epochs, lr, hparams, seed, data_dirs, download, ood, shifts,
                  train_samples, test_samples, shift_samples, ood_samples, data_seed, batch_size, predict_batch_size,
-                 overwrite):
+                 overwrite, *, val_fraction=0.0):
     """The --framework jax branch of ``produce``."""
     try:
         from .jax.run import JAX_METHODS, JaxRunSettings, produce_archive_jax, resolve_hyperparameters
@@ -227,7 +239,7 @@ def _produce_jax(method, out, dataset, model, members, epochs, lr, hparams, seed
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None
     task = _build_task(dataset, ood, shifts, train_samples, test_samples, shift_samples, ood_samples, data_dirs,
-                       download, data_seed)
+                       download, data_seed, val_fraction)
     settings = JaxRunSettings(members=members or JAX_METHODS[method][2], seed=seed, model=model,
                               batch_size=batch_size, predict_batch_size=predict_batch_size)
     try:

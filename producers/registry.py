@@ -23,6 +23,12 @@ METHODS: dict[str, str] = {
     "csghmc": "cyclical_sgmcmc:CyclicalSGHMC",
     "tta": "tta:TestTimeAugmentation",
     "hmc": "hmc:HMC",
+    "vi": "vi:VariationalInference",
+    "ll_svi": "last_layer:LastLayerSVI",
+    "ll_dropout": "last_layer:LastLayerDropout",
+    "kfac_laplace": "laplace:KFACLaplace",
+    "ll_laplace": "laplace:LastLayerLaplace",
+    "diag_laplace": "laplace:DiagonalLaplace",
 }
 
 

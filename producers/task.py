@@ -44,7 +44,8 @@ class SplitData:
 @dataclass(frozen=True)
 class Task:
     """Training data plus named prediction splits; ``mean``/``std`` are the training set's pixel statistics the
-    model normalises with."""
+    model normalises with. ``val`` is the validation split held out of the training set (None when
+    ``val_fraction`` is 0): methods that tune on it (Laplace's noise scale) never see the test split."""
 
     dataset: str
     train: ImageSet
@@ -54,6 +55,7 @@ class Task:
     mean: float
     std: float
     settings: dict = field(default_factory=dict)
+    val: ImageSet | None = None
 
     @property
     def input_shape(self) -> tuple[int, int, int]:
@@ -78,6 +80,7 @@ def build_task(
     data_dirs: tuple = (),
     download: bool = False,
     data_seed: int = 0,
+    val_fraction: float = 0.0,
 ) -> Task:
     """Load ``dataset`` and build its splits.
 
@@ -96,11 +99,24 @@ def build_task(
     data_seed : int
         Seed of the subsets and of the noise (uniform OOD, Gaussian-noise shift); fixed by default so that every
         method of a benchmark sees the same splits.
+    val_fraction : float
+        Fraction of the (subsampled) training set held out as ``task.val`` (a random subset seeded by
+        ``data_seed``; the rest is ``task.train``). It comes out of the training set, never the test set.
     """
+    if not 0.0 <= val_fraction < 1.0:
+        raise ValueError(f"val_fraction must be in [0, 1); got {val_fraction}")
     train = load_dataset(dataset, train=True, data_dirs=data_dirs, download=download)
     test = load_dataset(dataset, train=False, data_dirs=data_dirs, download=download)
     train = train.take(_subsample(len(train), train_samples, data_seed))
     test = test.take(_subsample(len(test), test_samples, data_seed + 1))
+    val = None
+    n_val = int(round(val_fraction * len(train)))
+    if n_val > 0:
+        if n_val >= len(train):
+            raise ValueError(f"val_fraction {val_fraction} leaves no training samples out of {len(train)}")
+        order = np.random.default_rng(data_seed + 3).permutation(len(train))
+        val = train.take(np.sort(order[:n_val]))
+        train = train.take(np.sort(order[n_val:]))
     n_classes = int(max(train.labels.max(), test.labels.max())) + 1
     shape = train.images.shape[1:]
     splits: dict[str, SplitData] = {
@@ -133,10 +149,12 @@ def build_task(
         "shift_samples": len(shifted),
         "ood_samples": ood_samples,
         "data_seed": data_seed,
+        "val_fraction": val_fraction,
+        "val_samples": 0 if val is None else len(val),
         "normalize_mean": mean,
         "normalize_std": std,
         "noise_stds": list(NOISE_STDS),
         "blur_sigmas": list(BLUR_SIGMAS),
     }
-    return Task(dataset, train, splits, n_classes, train.class_names or test.class_names, mean, std, settings)
+    return Task(dataset, train, splits, n_classes, train.class_names or test.class_names, mean, std, settings, val)
 

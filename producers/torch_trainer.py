@@ -138,6 +138,8 @@ class Method:
     max_members: ClassVar[int | None] = None
     dropout: ClassVar[str] = "none"
     summary: ClassVar[str] = ""
+    #: Fraction of the training set held out for validation when ``--val-fraction`` is not given.
+    default_val_fraction: ClassVar[float] = 0.0
 
     def __init__(self, hyper: Mapping[str, Any], *, n_members: int, n_train: int) -> None:
         self.hp = dict(hyper)
@@ -167,6 +169,11 @@ class Method:
     def schedule(self, t: float) -> dict[str, Any]:
         """Optimizer param-group values (``lr``, and e.g. ``noise``) after ``t`` (fractional) epochs."""
         return {"lr": pitfalls_schedule(t, self.hp["lr"], self.total_epochs())}
+
+    def prepare_model(self, model: nn.Module) -> nn.Module:
+        """The network the method trains, built from the freshly initialised ``model`` (e.g. with variational
+        layers); by default ``model`` itself."""
+        return model
 
     def make_optimizer(self, model: nn.Module) -> torch.optim.Optimizer:
         """The optimiser; plain SGD with momentum and weight decay by default."""
@@ -274,7 +281,7 @@ class TrainContext:
             dropout=method.dropout,
             p=float(method.hp.get("dropout_rate", 0.0)),
         )
-        return model.to(self.device)
+        return method.prepare_model(model).to(self.device)
 
 
 def train_epoch(

@@ -1,6 +1,7 @@
 # SPDX-License-Identifier: MIT
 """Every producer method trains a few steps on digits and writes a valid archive; the pieces they share."""
 
+import dataclasses
 import math
 
 import numpy as np
@@ -34,11 +35,21 @@ FAST = {
     "csghmc": (3, {"cycle_epochs": 3, "exploration_epochs": 1, "samples_per_cycle": 2}),
     "tta": (3, {"epochs": 3, "crop_pad": 1}),
     "hmc": (2, {"burn_in": 4, "thin": 1}),
+    "vi": (3, {"epochs": 2, "vi_epochs": 1}),
+    "ll_svi": (3, {"epochs": 2, "vi_epochs": 1}),
+    "ll_dropout": (3, {"epochs": 2, "dropout_rate": 0.2}),
+    "kfac_laplace": (3, {"epochs": 2, "scale_num": 3, "search_members": 2}),
+    "ll_laplace": (3, {"epochs": 2, "scale_num": 3, "search_members": 2}),
+    "diag_laplace": (3, {"epochs": 2, "scale_num": 3, "search_members": 2}),
 }
 KINDS = {"sgd": "point", "deep_ensemble": "independent", "mc_dropout": "mc_sample", "gaussian_dropout": "mc_sample",
          "swag_diag": "posterior_sample", "swag": "posterior_sample", "sse": "snapshot", "fge": "snapshot",
          "sgld": "posterior_sample", "sghmc": "posterior_sample", "csgld": "posterior_sample",
-         "csghmc": "posterior_sample", "tta": "augmentation", "hmc": "posterior_sample"}
+         "csghmc": "posterior_sample", "tta": "augmentation", "hmc": "posterior_sample", "vi": "posterior_sample",
+         "ll_svi": "posterior_sample", "ll_dropout": "mc_sample", "kfac_laplace": "posterior_sample",
+         "ll_laplace": "posterior_sample", "diag_laplace": "posterior_sample"}
+# Variational parameters (a log-sigma per weight) besides the MLP's own.
+EXTRA_PARAMETERS = {"vi": 64 * 200 + 200 * 200 + 200 * 10, "ll_svi": 200 * 10}
 
 
 @pytest.fixture(scope="module")
@@ -47,8 +58,18 @@ def task():
                       shift_samples=40)
 
 
+def _with_validation(task, fraction=0.1):
+    """``task`` with ``fraction`` of its training set held out as the validation split (Laplace's scale search)."""
+    order = np.random.default_rng(0).permutation(len(task.train))
+    n_val = int(round(fraction * len(order)))
+    return dataclasses.replace(task, train=task.train.take(np.sort(order[n_val:])),
+                               val=task.train.take(np.sort(order[:n_val])))
+
+
 def _run(task, tmp_path, method, *, seed=0, model="mlp", members=None, hyper=None, name=None):
     m, hp = FAST[method]
+    if getattr(load_method(method), "needs_validation", False):
+        task = _with_validation(task)
     settings = RunSettings(model=model, members=members or m, seed=seed, batch_size=64)
     return read_archive(produce_archive(method, task, tmp_path / (name or f"{method}.h5"), settings=settings,
                                        hyper=hyper or hp, threads=1))
@@ -74,7 +95,8 @@ def test_method_writes_a_valid_archive(task, tmp_path, method):
     assert config["method"] == method and config["seed"] == 0 and config["model"] == "mlp"
     assert all(config["hyperparameters"][k] == v for k, v in hp.items())
     assert set(config["hyperparameters"]) == set(load_method(method).defaults)
-    assert a.scalability["n_parameters"] == 64 * 200 + 200 + 200 * 200 + 200 + 200 * 10 + 10
+    assert a.scalability["n_parameters"] == (64 * 200 + 200 + 200 * 200 + 200 + 200 * 10 + 10
+                                            + EXTRA_PARAMETERS.get(method, 0))
     assert a.scalability["train_seconds"] > 0 and a.scalability["predict_seconds"] > 0
     test = a.probs["test"]
     accuracy = (test.mean(0).argmax(1) == a.labels["test"]).mean()
