@@ -7,7 +7,11 @@ import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from scipy.special import entr
+from oracles import entropy
+from oracles import hand_bins as _hand_bins
+from oracles import hand_error as _hand_error
+from oracles import tace as _tace_reference
+from oracles import top1 as _top1
 from strategies import probs_and_labels, softmax64
 
 from ubench import metrics as M
@@ -21,38 +25,8 @@ def _binary(conf, correct):
     return p, y
 
 
-def _hand_bins(values, hits, n_bins):
-    """Oracle: (count, mean value, mean hit) per equal-width bin (lo, hi], a loop over the bins with edges
-    m / n_bins; a value of exactly 0 goes to the first bin, one that rounding put above 1 (an entropy) to the
-    last. Empty bins give (0, 0.0, 0.0)."""
-    values = np.asarray(values, dtype=np.float64)
-    hits = np.asarray(hits, dtype=np.float64)
-    edges = np.linspace(0.0, 1.0, n_bins + 1)
-    out = []
-    for m in range(n_bins):
-        inside = (values > edges[m]) & (values <= edges[m + 1])
-        if m == 0:
-            inside |= values == 0.0
-        if m == n_bins - 1:
-            inside |= values > 1.0
-        k = int(inside.sum())
-        out.append((k, values[inside].mean() if k else 0.0, hits[inside].mean() if k else 0.0))
-    return out
-
-
-def _hand_error(values, hits, n_bins):
-    """sum_m |B_m| / N |mean hit - mean value| over the hand bins (ECE on confidence, UCE on uncertainty)."""
-    return sum(k * abs(h - v) for k, v, h in _hand_bins(values, hits, n_bins)) / len(values)
-
-
-def _top1(p, y):
-    p = np.asarray(p)
-    pred = p.argmax(axis=1)
-    return p[np.arange(len(y)), pred].astype(np.float64), (pred == y).astype(np.float64)
-
-
 def _normalized_entropy(p):
-    return entr(p.astype(np.float64)).sum(axis=1) / np.log(p.shape[1])
+    return entropy(p) / np.log(p.shape[1])
 
 
 def _oracles(p, y, n_bins):
@@ -135,24 +109,6 @@ def test_fewer_samples_than_bins():
     assert M.expected_calibration_error(p, y) == pytest.approx(0.7)
     assert M.adaptive_calibration_error(p, y) == pytest.approx(0.7)
     assert M.tace_error(p, y) == pytest.approx(0.7)
-
-
-def _tace_reference(p, y, n_bins, threshold):
-    """Direct transcription of the TACE formula with the Pitfalls normalisation (|B| / (N C)), loops and all."""
-    n, c = p.shape
-    total = 0.0
-    for k in range(c):
-        keep = p[:, k] > threshold
-        vals = p[keep, k]
-        hits = (y[keep] == k).astype(float)
-        order = np.lexsort((hits, vals))
-        vals, hits = vals[order], hits[order]
-        size = len(vals) // n_bins
-        bounds = [0, len(vals)] if size == 0 else [i * size for i in range(n_bins)] + [len(vals)]
-        for a, b in zip(bounds[:-1], bounds[1:]):
-            if b > a:
-                total += (b - a) / (n * c) * abs(hits[a:b].mean() - vals[a:b].mean())
-    return total
 
 
 def test_tace_hand_example():

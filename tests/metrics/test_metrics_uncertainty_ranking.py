@@ -8,17 +8,14 @@ import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from scipy.special import entr, rel_entr
+from oracles import detection as _sk_detection
+from oracles import entropy as _entropy
+from scipy.special import rel_entr
 from scipy.stats import mannwhitneyu
 from sklearn import metrics as skm
 from strategies import member_stacks, prob_matrices
 
 from ubench import metrics as M
-
-
-def _entropy(p):
-    """Oracle: -sum_c p log p in float64 with 0 log 0 = 0 (scipy.special.entr)."""
-    return entr(np.asarray(p, dtype=np.float64)).sum(axis=-1)
 
 
 def _tol(dtype):
@@ -162,13 +159,6 @@ def test_fpr_at_tpr_exact_fraction():
     assert M.fpr_at_tpr(s, y) == 1.0  # 19/20 positives reached only at 101, below the negative at 118.5
     s2 = np.concatenate([np.arange(20) + 100.0, [100.5]])
     assert M.fpr_at_tpr(s2, y) == 0.0
-
-
-def _sk_detection(scores, positive):
-    """Oracle: scikit-learn's AUROC, AP and the FPR of the first roc_curve point with TPR >= 0.95."""
-    fpr, tpr, _ = skm.roc_curve(positive, scores, drop_intermediate=False)
-    return (skm.roc_auc_score(positive, scores), skm.average_precision_score(positive, scores),
-            fpr[np.searchsorted(tpr, 0.95 - 1e-12)])
 
 
 def _oracle_scores(mp, gamma=0.0):
