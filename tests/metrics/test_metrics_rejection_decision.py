@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import oracles
 from hypothesis import assume, given
 from strategies import probs_and_labels, softmax64
 
@@ -37,6 +38,25 @@ def test_rejection_with_custom_uncertainty_and_temperature_invariance():
     p1, p2 = softmax64(z), softmax64(z / 3.0)  # temperature keeps the arg max; entropy ranking may move
     np.testing.assert_allclose(M.rejection_curve(p1, y, uncertainty=M.predictive_entropy(p1)).accuracy,
                                M.rejection_curve(p2, y, uncertainty=np.exp(M.predictive_entropy(p1))).accuracy)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_rejection_curve_and_aurc_equal_a_loop(seed):
+    """Continuous scores (no ties): the curve's k-th point is the accuracy of the N - k least uncertain samples,
+    for the default (1 - confidence) and a given uncertainty; the AURC is 1 - the curve's mean."""
+    rng = np.random.default_rng(seed)
+    p = softmax64(rng.normal(scale=2, size=(257, 6)))
+    y = rng.integers(0, 6, 257)
+    correct = p.argmax(axis=1) == y
+    for u in (None, rng.normal(size=257)):
+        score = -p.max(axis=1) if u is None else u
+        order = np.argsort(-score)
+        expected = [correct[order][k:].mean() for k in range(257)]
+        curve = M.rejection_curve(p, y) if u is None else M.rejection_curve(p, y, uncertainty=u)
+        np.testing.assert_allclose(curve.accuracy, expected, rtol=1e-12)
+        np.testing.assert_allclose(curve.rejected_fraction, np.arange(257) / 257, rtol=1e-12)
+        aurc = M.risk_coverage_auc(p, y) if u is None else M.risk_coverage_auc(p, y, uncertainty=u)
+        assert aurc == pytest.approx(oracles.aurc(correct, score), abs=1e-12)
 
 
 @given(data=probs_and_labels())
