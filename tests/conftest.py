@@ -5,6 +5,9 @@
 * Every test that imports torch (``import torch``, ``from torch ...``, ``pytest.importorskip("torch")`` at module
   level, in the test function or in a fixture of its module it uses) is marked ``torch`` here at collection, so
   ``-m "not torch"`` leaves exactly those out; nobody has to remember the decorator.
+* The tests listed in ``suite_guards.SLOW_TESTS`` are marked ``slow`` here (``-m "not slow"`` for a quick run).
+* ``--doctest-modules`` (pyproject) is for the numpydoc Examples of ``metrics/``; files under ``tests/`` are not
+  doctest-collected (they hold no examples, and importing the several ``conftest.py`` as modules collides).
 * No test may write into the source tree: the repository's files (mtimes included) are snapshotted when the
   session starts and compared when it ends; any file added, removed or modified under the repository fails the
   run with the list. Only ``.git``, ``.hypothesis/`` (hypothesis's example database), ``.pytest_cache/``,
@@ -18,8 +21,9 @@ import os
 from pathlib import Path
 
 import pytest
+from _pytest.doctest import DoctestModule  # not re-exported by pytest
 from hypothesis import HealthCheck, settings
-from suite_guards import tree_changes, tree_state, torch_tests
+from suite_guards import SLOW_TESTS, torch_tests, tree_changes, tree_state
 
 settings.register_profile("dev", max_examples=25, deadline=None)
 settings.register_profile(
@@ -60,6 +64,12 @@ def source_tree_unchanged(request):
                     pytrace=False)
 
 
+@pytest.hookimpl(wrapper=True)
+def pytest_collect_file(file_path: Path, parent: pytest.Collector):
+    collected = yield
+    return [c for c in collected if not isinstance(c, DoctestModule)] if collected else collected
+
+
 _TORCH_CACHE: dict[str, tuple[bool, frozenset[str]]] = {}
 
 
@@ -81,3 +91,5 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         uses = {item.originalname, *getattr(item, "fixturenames", ())}
         if whole or uses & names:
             item.add_marker(pytest.mark.torch)
+        if item.nodeid.split("[", 1)[0] in SLOW_TESTS:
+            item.add_marker(pytest.mark.slow)

@@ -5,6 +5,8 @@
   and after the session, so a test that writes into the source tree fails the run instead of dirtying it.
 * :func:`torch_tests`: which tests of a module need PyTorch, read from the source (no import), so the ``torch``
   marker follows the code instead of a hand-kept list.
+* :data:`SLOW_TESTS`: the tests marked ``slow`` (one list here rather than decorators spread over files that
+  other branches edit); :func:`defines_test` lets a test check that every entry still names a test.
 """
 
 from __future__ import annotations
@@ -16,6 +18,25 @@ from pathlib import Path
 #: Directories the guard never looks into: git's data, and caches the tools keep (all git-ignored). Hypothesis's
 #: example database (``.hypothesis/``) is a cache in the working directory by design and is allowed.
 IGNORED_DIRS = frozenset({".git", ".hypothesis", ".pytest_cache", "__pycache__"})
+
+#: Tests marked ``slow`` (``-m "not slow"`` for a quick run; CI runs them). Each took 10 s or more in a whole-suite
+#: run on the 2-core development machine under load (2026-11-23: 858 s in all, these about 470 s of it); add a
+#: test here when it takes as long. Parametrized tests are named without their ``[id]``.
+SLOW_TESTS = frozenset({
+    "tests/scale/test_scale_fuzz.py::test_mutated_archives_give_clean_outcomes",  # 202 s
+    "tests/scale/test_scale_leaderboard.py::test_dask_worker_killed_mid_run_every_upload_scored_once",  # 45 s
+    "tests/scale/test_scale_leaderboard.py::test_new_protocol_or_bigger_limits_rescore",  # 41 s
+    "tests/producers/test_producer_resume.py::test_sigkill_after_member_1_then_rerun_trains_only_the_rest",  # 36 s
+    "tests/scale/test_scale_leaderboard.py::test_leaderboard_rows_ranks_and_cache",  # 24 s
+    "tests/scale/test_scale_leaderboard.py::test_killed_run_resumes_where_it_stopped",  # 24 s
+    "tests/archive_schema/test_archive_roundtrip.py::test_iter_probs_blocks_concatenate_to_probs",  # 20 s
+    "tests/scoring/test_calibrated_and_dee.py::test_score_with_ensemble_adds_the_dee_curve_to_json_and_html",  # 20 s
+    "tests/archive_schema/test_archive_roundtrip.py::test_round_trip",  # 12 s
+    "tests/test_cli_score.py::test_subprocess_exit_1_reference_mismatch",  # 10 s
+    "tests/scale/test_scale_sandbox.py::test_child_environment_and_filesystem_are_closed",  # 10 s
+    "tests/test_suite_guards.py::test_torch_marker_follows_the_imports",  # 14 s: two pytest subprocesses
+    "tests/test_suite_guards.py::test_a_test_writing_into_the_source_tree_fails_the_run",  # 13 s: two as well
+})
 
 #: Top-level modules whose import makes a test a ``torch`` test.
 TORCH_MODULES = frozenset({"torch", "torchvision"})
@@ -95,3 +116,15 @@ def torch_tests(source: str) -> tuple[bool, frozenset[str]]:
         elif _imports_torch(stmt):
             whole = True
     return whole, frozenset(names)
+
+
+def defines_test(source: str, name: str) -> bool:
+    """Whether the module source defines a function ``name`` at top level or in a class."""
+    tree = ast.parse(source)
+    funcs = (ast.FunctionDef, ast.AsyncFunctionDef)
+    for stmt in tree.body:
+        if isinstance(stmt, funcs) and stmt.name == name:
+            return True
+        if isinstance(stmt, ast.ClassDef) and any(isinstance(f, funcs) and f.name == name for f in stmt.body):
+            return True
+    return False

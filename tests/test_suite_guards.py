@@ -12,7 +12,7 @@ import sys
 import textwrap
 from pathlib import Path
 
-from suite_guards import tree_changes, tree_state, torch_tests
+from suite_guards import SLOW_TESTS, defines_test, torch_tests, tree_changes, tree_state
 
 TESTS = Path(__file__).parent
 
@@ -160,3 +160,19 @@ def test_torch_tests_reads_the_source():
                                    "test_method_with_torch"}
     assert torch_tests("import numpy\nfrom . import torch\n") == (False, frozenset())  # a relative module named torch
     assert torch_tests("torch = __import__('pytest').importorskip('torch')\n")[0]
+
+
+def test_every_slow_entry_names_an_existing_test():
+    """A renamed or deleted slow test must leave SLOW_TESTS too, or the marker silently stops applying."""
+    repo = TESTS.parent
+    for entry in sorted(SLOW_TESTS):
+        path, name = entry.split("::")
+        assert (repo / path).is_file(), entry
+        assert defines_test((repo / path).read_text(encoding="utf-8"), name), entry
+
+
+def test_slow_marker_is_applied(request):
+    """This session's collection marked the listed tests (checked on the ones collected with this file)."""
+    items = [i for i in request.session.items if i.nodeid.split("[", 1)[0] in SLOW_TESTS]
+    assert all(i.get_closest_marker("slow") for i in items)
+    assert not request.node.get_closest_marker("slow")
