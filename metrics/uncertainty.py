@@ -418,8 +418,8 @@ def uncertainty_decomposition(member_probs: ArrayLike) -> UncertaintyDecompositi
     --------
     >>> import numpy as np
     >>> d = uncertainty_decomposition(np.array([[[0.9, 0.1]], [[0.1, 0.9]]]))
-    >>> bool(np.allclose(d.total, d.data + d.knowledge))
-    True
+    >>> d.total.round(6), d.data.round(6), d.knowledge.round(6)  # log 2 = H(0.9, 0.1) + rest
+    (array([0.693147]), array([0.325083]), array([0.368064]))
     """
     member_probs = _check_member_probs_shape(member_probs)
     check = _BlockedProbsCheck(member_probs, "member_probs")

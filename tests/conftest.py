@@ -1,9 +1,29 @@
 # SPDX-License-Identifier: MIT
-"""Hypothesis profiles: ``dev`` (few examples, the default) and ``ci`` (more, derandomized; CI sets it)."""
+"""Suite-wide settings: hypothesis profiles, the ``torch`` marker, and the guard against writes into the repo.
+
+* Hypothesis profiles ``dev`` (few examples, the default) and ``ci`` (more, derandomized; CI sets it).
+* Every test that imports torch (``import torch``, ``from torch ...``, ``pytest.importorskip("torch")`` at module
+  level, in the test function or in a fixture of its module it uses) is marked ``torch`` here at collection, so
+  ``-m "not torch"`` leaves exactly those out; nobody has to remember the decorator.
+* The tests listed in ``suite_guards.SLOW_TESTS`` are marked ``slow`` here (``-m "not slow"`` for a quick run).
+* ``--doctest-modules`` (pyproject) is for the numpydoc Examples of ``metrics/``; files under ``tests/`` are not
+  doctest-collected (they hold no examples, and importing the several ``conftest.py`` as modules collides).
+* No test may write into the source tree: the repository's files (mtimes included) are snapshotted when the
+  session starts and compared when it ends; any file added, removed or modified under the repository fails the
+  run with the list. Only ``.git``, ``.hypothesis/`` (hypothesis's example database), ``.pytest_cache/``,
+  ``__pycache__/``, virtual environments and pytest's ``--basetemp`` (when it lies inside) are ignored. Editing
+  the tree while the suite runs trips it too: the list then shows your own edit.
+"""
+
+from __future__ import annotations
 
 import os
+from pathlib import Path
 
+import pytest
+from _pytest.doctest import DoctestModule  # not re-exported by pytest
 from hypothesis import HealthCheck, settings
+from suite_guards import SLOW_TESTS, torch_tests, tree_changes, tree_state
 
 settings.register_profile("dev", max_examples=25, deadline=None)
 settings.register_profile(
@@ -15,3 +35,61 @@ settings.register_profile(
     suppress_health_check=[HealthCheck.too_slow],
 )
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "dev"))
+
+REPO = Path(__file__).resolve().parents[1]
+_BEFORE = pytest.StashKey[dict]()
+
+
+def _basetemp_skip(config: pytest.Config) -> tuple[Path, ...]:
+    basetemp = config.option.basetemp
+    return (Path(basetemp).resolve(),) if basetemp else ()
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    session.config.stash[_BEFORE] = tree_state(REPO, skip=_basetemp_skip(session.config))
+
+
+@pytest.fixture(scope="session", autouse=True)
+def source_tree_unchanged(request):
+    """Fail the session if any test added, removed or modified a file under the repository (use ``tmp_path``)."""
+    config = request.config
+    before = config.stash.get(_BEFORE, None)
+    if before is None:  # this conftest was not loaded at session start
+        before = tree_state(REPO, skip=_basetemp_skip(config))
+    yield
+    changes = tree_changes(before, tree_state(REPO, skip=_basetemp_skip(config)))
+    if changes:
+        shown = "\n  ".join(changes[:50]) + ("\n  ..." if len(changes) > 50 else "")
+        pytest.fail(f"tests wrote into the source tree {REPO} (write under tmp_path instead):\n  {shown}",
+                    pytrace=False)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_collect_file(file_path: Path, parent: pytest.Collector):
+    collected = yield
+    return [c for c in collected if not isinstance(c, DoctestModule)] if collected else collected
+
+
+_TORCH_CACHE: dict[str, tuple[bool, frozenset[str]]] = {}
+
+
+def _torch_info(path: Path) -> tuple[bool, frozenset[str]]:
+    key = str(path)
+    if key not in _TORCH_CACHE:
+        try:
+            _TORCH_CACHE[key] = torch_tests(path.read_text(encoding="utf-8"))
+        except (OSError, SyntaxError, UnicodeDecodeError):
+            _TORCH_CACHE[key] = (False, frozenset())
+    return _TORCH_CACHE[key]
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if not isinstance(item, pytest.Function) or item.path.suffix != ".py":
+            continue
+        whole, names = _torch_info(item.path)
+        uses = {item.originalname, *getattr(item, "fixturenames", ())}
+        if whole or uses & names:
+            item.add_marker(pytest.mark.torch)
+        if item.nodeid.split("[", 1)[0] in SLOW_TESTS:
+            item.add_marker(pytest.mark.slow)

@@ -6,6 +6,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from hypothesis import given
+from hypothesis import strategies as st
+from oracles import entropy
+from oracles import hand_bins as _hand_bins
+from oracles import hand_error as _hand_error
+from oracles import tace as _tace_reference
+from oracles import top1 as _top1
 from strategies import probs_and_labels, softmax64
 
 from ubench import metrics as M
@@ -17,6 +23,23 @@ def _binary(conf, correct):
     p = np.stack([conf, 1 - conf], axis=1)
     y = np.where(np.asarray(correct, dtype=bool), 0, 1)
     return p, y
+
+
+def _normalized_entropy(p):
+    return entropy(p) / np.log(p.shape[1])
+
+
+def _oracles(p, y, n_bins):
+    """ECE, MCE, classwise ECE, UCE and classwise UCE from the hand bins."""
+    conf, hit = _top1(p, y)
+    bins = _hand_bins(conf, hit, n_bins)
+    u = _normalized_entropy(p)
+    err = 1.0 - hit
+    c = p.shape[1]
+    cw = sum(_hand_error(p[:, k].astype(np.float64), (y == k).astype(float), n_bins) for k in range(c)) / c
+    cw_uce = np.mean([_hand_error(u[y == k], err[y == k], n_bins) for k in np.unique(y)])
+    return {"ece": _hand_error(conf, hit, n_bins), "mce": max(abs(h - v) for k, v, h in bins if k),
+            "classwise_ece": cw, "uce": _hand_error(u, err, n_bins), "classwise_uce": cw_uce}
 
 
 def test_ece_hand_computation():
@@ -46,42 +69,46 @@ def test_confidence_one_in_last_bin_and_zero_in_first():
     assert M.classwise_calibration_error(p, y) == 0.0
 
 
-def test_reliability_bins_reproduce_ece_and_never_nan():
-    """ECE = sum(counts * |acc - conf|) / N; empty bins hold 0.0, never NaN."""
+def test_reliability_bins_equal_hand_bins_and_never_nan():
+    """Counts, mean confidence and accuracy per bin equal a loop over the bins; empty bins hold 0.0, never NaN."""
     rng = np.random.default_rng(3)
     p = softmax64(rng.normal(scale=2, size=(300, 5)))
     y = rng.integers(0, 5, 300)
     rb = M.reliability_bins(p, y)
+    conf, hit = _top1(p, y)
+    k, v, h = map(np.array, zip(*_hand_bins(conf, hit, 15)))
+    assert rb.counts.tolist() == k.tolist() and (k == 0).any()  # some bins are empty
+    np.testing.assert_allclose(rb.mean_confidence, v, rtol=1e-13, atol=0)
+    np.testing.assert_allclose(rb.accuracy, h, rtol=1e-13, atol=0)
     assert not np.isnan(rb.mean_confidence).any() and not np.isnan(rb.accuracy).any()
-    ece = (rb.counts * np.abs(rb.accuracy - rb.mean_confidence)).sum() / 300
-    assert ece == pytest.approx(M.expected_calibration_error(p, y))
-    assert rb.nonempty.tolist() == (rb.counts > 0).tolist()
+    assert M.expected_calibration_error(p, y) == pytest.approx(_hand_error(conf, hit, 15), rel=1e-12)
+    assert rb.nonempty.tolist() == (k > 0).tolist()
+
+
+@given(data=probs_and_labels(), n_bins=st.sampled_from([1, 2, 3, 10, 15]))
+def test_equal_width_metrics_match_hand_bins(data, n_bins):
+    """For any probs and labels: ECE, MCE, classwise ECE (confidence binned) and UCE, classwise UCE (normalized
+    entropy binned) equal the same sums over a loop of hand-made (lo, hi] bins, and ECE <= MCE."""
+    p, y = data
+    expected = _oracles(p, y, n_bins)
+    got = {"ece": M.expected_calibration_error(p, y, n_bins=n_bins), "mce": M.max_calibration_error(p, y, n_bins=n_bins),
+           "classwise_ece": M.classwise_calibration_error(p, y, n_bins=n_bins)}
+    if p.dtype == np.float64:  # float32 entropies (float32 logs) may sit an ulp across an edge from entr's
+        got.update(uce=M.uce_error(p, y, n_bins=n_bins), classwise_uce=M.classwise_uce_error(p, y, n_bins=n_bins))
+    for name, value in got.items():
+        assert value == pytest.approx(expected[name], abs=1e-12), name
+    assert got["ece"] <= got["mce"] + 1e-12
 
 
 def test_fewer_samples_than_bins():
-    """One sample, 15 bins: ECE is |acc - conf| of that sample; adaptive ECE and TACE are defined."""
+    """One sample, 15 bins: ECE is |acc - conf| of that sample; adaptive ECE and TACE fall back to one bin.
+
+    TACE by hand: class 0 holds 0.7 with label 0 (|0 - 0.7|), class 1 holds 0.3 with label 1 (|1 - 0.3|);
+    (0.7 + 0.7) / (N C) = 1.4 / 2."""
     p, y = _binary([0.7], [0])
     assert M.expected_calibration_error(p, y) == pytest.approx(0.7)
     assert M.adaptive_calibration_error(p, y) == pytest.approx(0.7)
-    assert np.isfinite(M.tace_error(p, y))
-
-
-def _tace_reference(p, y, n_bins, threshold):
-    """Direct transcription of the TACE formula with the Pitfalls normalisation (|B| / (N C)), loops and all."""
-    n, c = p.shape
-    total = 0.0
-    for k in range(c):
-        keep = p[:, k] > threshold
-        vals = p[keep, k]
-        hits = (y[keep] == k).astype(float)
-        order = np.lexsort((hits, vals))
-        vals, hits = vals[order], hits[order]
-        size = len(vals) // n_bins
-        bounds = [0, len(vals)] if size == 0 else [i * size for i in range(n_bins)] + [len(vals)]
-        for a, b in zip(bounds[:-1], bounds[1:]):
-            if b > a:
-                total += (b - a) / (n * c) * abs(hits[a:b].mean() - vals[a:b].mean())
-    return total
+    assert M.tace_error(p, y) == pytest.approx(0.7)
 
 
 def test_tace_hand_example():
@@ -143,13 +170,22 @@ def test_classwise_uce_averages_over_present_classes_only():
 
 
 def test_single_class_present():
-    """All labels one class: every calibration metric is defined and finite."""
+    """All labels one class: every calibration metric is defined and equals its hand computation."""
     rng = np.random.default_rng(5)
     p = softmax64(rng.normal(size=(30, 4)))
     y = np.zeros(30, dtype=int)
-    for f in (M.expected_calibration_error, M.adaptive_calibration_error, M.classwise_calibration_error,
-              M.tace_error, M.uce_error, M.classwise_uce_error, M.max_calibration_error):
-        assert 0.0 <= f(p, y) <= 1.0
+    expected = _oracles(p, y, 15)
+    assert M.expected_calibration_error(p, y) == pytest.approx(expected["ece"], abs=1e-14)
+    assert M.max_calibration_error(p, y) == pytest.approx(expected["mce"], abs=1e-14)
+    assert M.classwise_calibration_error(p, y) == pytest.approx(expected["classwise_ece"], abs=1e-14)
+    assert M.uce_error(p, y) == pytest.approx(expected["uce"], abs=1e-14)
+    assert M.classwise_uce_error(p, y) == pytest.approx(expected["uce"], abs=1e-14)  # one class: cUCE = UCE
+    assert M.tace_error(p, y) == pytest.approx(_tace_reference(p, y, 15, 1e-3), abs=1e-14)
+    conf, hit = _top1(p, y)
+    order = np.lexsort((hit, conf))
+    size = 30 // 15
+    adaptive = sum(abs(hit[order][a:a + size].sum() - conf[order][a:a + size].sum()) for a in range(0, 30, size))
+    assert M.adaptive_calibration_error(p, y) == pytest.approx(adaptive / 30, abs=1e-14)
 
 
 def test_uniform_predictions():
@@ -161,11 +197,14 @@ def test_uniform_predictions():
     assert M.uce_error(p, y) == pytest.approx(abs(5 / 8 - 1.0))
 
 
-@given(data=probs_and_labels())
-def test_ece_zero_for_perfectly_calibrated_bins_and_bounded_by_mce(data):
-    """For any input, ECE <= MCE."""
-    p, y = data
-    assert M.expected_calibration_error(p, y) <= M.max_calibration_error(p, y) + 1e-12
+def test_ece_zero_for_perfectly_calibrated_bins():
+    """4 bins. (0.5, 0.75] holds ten 0.6 (all right) and ten 0.7 (3 right): mean confidence 0.65 = accuracy
+    13/20; (0.75, 1] holds five 0.8 with 4 right. ECE = MCE = 0, yet 15 bins split 0.6 from 0.7 and see the gaps
+    (10/25 * |1 - 0.6| + 10/25 * |0.3 - 0.7| = 0.32)."""
+    p, y = _binary([0.6] * 10 + [0.7] * 10 + [0.8] * 5, [1] * 10 + [1] * 3 + [0] * 7 + [1] * 4 + [0])
+    assert M.expected_calibration_error(p, y, n_bins=4) == pytest.approx(0.0, abs=1e-14)
+    assert M.max_calibration_error(p, y, n_bins=4) == pytest.approx(0.0, abs=1e-14)
+    assert M.expected_calibration_error(p, y, n_bins=15) == pytest.approx(0.32, abs=1e-14)
 
 
 @pytest.mark.parametrize("bad", [0, -1, 1.5, True])

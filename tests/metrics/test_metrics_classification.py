@@ -7,6 +7,8 @@ import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
+from scipy.special import logsumexp
 from sklearn import metrics as skm
 from strategies import prob_matrices, probs_and_labels, softmax64
 
@@ -47,17 +49,40 @@ def test_worked_examples():
 
 
 def test_nll_smoothing_formula():
-    """smoothing=g scores (1 - g) p_y + g / C."""
+    """smoothing=g scores (1 - g) p_y + g / C, with the eps floor added inside the log."""
     p = np.array([[1.0, 0.0, 0.0]])
     g = 1e-4
-    assert M.nll_loss(p, np.array([1]), smoothing=g) == pytest.approx(-np.log(1e-12 + g / 3))
-    assert M.nll_loss(p, np.array([1]), smoothing=g) == pytest.approx(
-        M.nll_loss(M.smooth_probs(p, gamma=g), np.array([1])))
+    assert M.nll_loss(p, np.array([1]), smoothing=g) == -np.log(1e-12 + g / 3)
+
+
+@given(data=probs_and_labels(), g=st.sampled_from([1e-4, 0.01, 0.5]))
+def test_smoothed_nll_equals_formula(data, g):
+    """For any probs and labels: mean of -log(eps + (1 - g) p_y + g / C), computed here in float64."""
+    p, y = data
+    p_y = p.astype(np.float64)[np.arange(len(y)), y]
+    expected = np.mean(-np.log(1e-12 + (1 - g) * p_y + g / p.shape[1]))
+    assert M.nll_loss(p, y, smoothing=g) == pytest.approx(expected, rel=1e-12)
+
+
+@st.composite
+def logits_and_labels(draw):
+    n, c = draw(st.integers(1, 30)), draw(st.integers(2, 8))
+    z = draw(hnp.arrays(np.float64, (n, c), elements=st.floats(-50, 50)))
+    y = draw(hnp.arrays(np.int64, (n,), elements=st.integers(0, c - 1)))
+    return z, y
+
+
+@given(data=logits_and_labels())
+def test_nll_from_logits_equals_logsumexp(data):
+    """For any logits: NLL = mean(logsumexp(z_i) - z_{i, y_i}) (scipy.special.logsumexp), no eps floor."""
+    z, y = data
+    expected = np.mean(logsumexp(z, axis=1) - z[np.arange(len(y)), y])
+    assert M.nll_loss_from_logits(z, y) == pytest.approx(expected, rel=1e-12, abs=1e-12)
 
 
 @given(data=probs_and_labels(dtype=st.just(np.float64)))
-def test_nll_from_logits_matches_probs(data):
-    """nll_loss_from_logits(log p) equals nll_loss(p, eps=0) for strictly positive p."""
+def test_nll_from_logits_is_the_eps_zero_limit(data):
+    """nll_loss_from_logits(log p) equals nll_loss(p, eps=0) for strictly positive p (the documented limit)."""
     p, y = data
     assert M.nll_loss_from_logits(np.log(p), y) == pytest.approx(M.nll_loss(p, y, eps=0.0), rel=1e-9, abs=1e-12)
 
@@ -71,15 +96,36 @@ def test_float32_softmax_saturating_to_one():
     assert M.brier_loss(p, np.array([1])) == 2.0
 
 
+def _brier_decomposition_reference(p, y):
+    """The decomposition's terms by their definitions (Notes of brier_decomposition), a loop over the cells
+    k = arg max p_i: UNC = 1 - |ybar|^2, RES = sum_k w_k |ybar_k - ybar|^2, REL = mean_i |p_i - ybar_k(i)|^2,
+    COV = mean_i (p_i - pbar_k(i)) . (e_y_i - ybar_k(i)); BS = mean_i |p_i - e_y_i|^2."""
+    p = p.astype(np.float64)
+    n, c = p.shape
+    onehot = np.eye(c)[y]
+    ybar = onehot.mean(axis=0)
+    cells = p.argmax(axis=1)
+    res = rel = cov = 0.0
+    for k in np.unique(cells):
+        inside = cells == k
+        ybar_k, pbar_k = onehot[inside].mean(axis=0), p[inside].mean(axis=0)
+        res += inside.mean() * ((ybar_k - ybar) ** 2).sum()
+        rel += ((p[inside] - ybar_k) ** 2).sum() / n
+        cov += ((p[inside] - pbar_k) * (onehot[inside] - ybar_k)).sum() / n
+    return {"uncertainty": 1 - (ybar**2).sum(), "resolution": res, "reliability": rel, "covariance": cov,
+            "brier": ((p - onehot) ** 2).sum(axis=1).mean()}
+
+
 @given(data=probs_and_labels(n=st.integers(1, 60)))
-def test_brier_decomposition_identity(data):
-    """For any probs and labels, UNC - RES + REL - 2 COV equals the Brier score, and the parts have their signs."""
+def test_brier_decomposition_terms_match_definitions(data):
+    """For any probs and labels, every term equals its definition computed cell by cell, and UNC - RES + REL -
+    2 COV equals the Brier score."""
     p, y = data
     d = M.brier_decomposition(p, y)
-    assert d.brier == pytest.approx(M.brier_loss(p, y), abs=1e-12)
-    assert d.uncertainty - d.resolution + d.reliability - 2 * d.covariance == pytest.approx(d.brier, abs=1e-9)
-    assert d.resolution >= 0 and d.reliability >= 0
-    assert 0 <= d.uncertainty <= 1 - 1 / p.shape[1] + 1e-12
+    ref = _brier_decomposition_reference(p, y)
+    for name, value in ref.items():
+        assert getattr(d, name) == pytest.approx(value, abs=1e-9), name
+    assert d.uncertainty - d.resolution + d.reliability - 2 * d.covariance == pytest.approx(ref["brier"], abs=1e-9)
 
 
 @given(c=st.integers(2, 6), n_per=st.integers(1, 30), seed=st.integers(0, 2**32 - 1))

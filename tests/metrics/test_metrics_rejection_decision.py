@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import oracles
 from hypothesis import assume, given
 from strategies import probs_and_labels, softmax64
 
@@ -29,8 +30,9 @@ def test_rejection_ties_give_expected_accuracy():
     np.testing.assert_allclose(M.rejection_curve(p[::-1], y[::-1]).accuracy, [0.5, 0.5])
 
 
-def test_rejection_with_custom_uncertainty_and_temperature_invariance():
-    """The curve depends only on the ranking: a monotone transform of the score changes nothing."""
+def test_rejection_depends_only_on_the_ranking_of_the_uncertainty():
+    """The curve depends only on the ranking: a monotone transform of the score (and a temperature, which keeps
+    the arg max and so which samples are right) changes nothing."""
     rng = np.random.default_rng(0)
     z = rng.normal(scale=2, size=(200, 5))
     y = rng.integers(0, 5, 200)
@@ -39,10 +41,29 @@ def test_rejection_with_custom_uncertainty_and_temperature_invariance():
                                M.rejection_curve(p2, y, uncertainty=np.exp(M.predictive_entropy(p1))).accuracy)
 
 
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_rejection_curve_and_aurc_equal_a_loop(seed):
+    """Continuous scores (no ties): the curve's k-th point is the accuracy of the N - k least uncertain samples,
+    for the default (1 - confidence) and a given uncertainty; the AURC is 1 - the curve's mean."""
+    rng = np.random.default_rng(seed)
+    p = softmax64(rng.normal(scale=2, size=(257, 6)))
+    y = rng.integers(0, 6, 257)
+    correct = p.argmax(axis=1) == y
+    for u in (None, rng.normal(size=257)):
+        score = -p.max(axis=1) if u is None else u
+        order = np.argsort(-score)
+        expected = [correct[order][k:].mean() for k in range(257)]
+        curve = M.rejection_curve(p, y) if u is None else M.rejection_curve(p, y, uncertainty=u)
+        np.testing.assert_allclose(curve.accuracy, expected, rtol=1e-12)
+        np.testing.assert_allclose(curve.rejected_fraction, np.arange(257) / 257, rtol=1e-12)
+        aurc = M.risk_coverage_auc(p, y) if u is None else M.risk_coverage_auc(p, y, uncertainty=u)
+        assert aurc == pytest.approx(oracles.aurc(correct, score), abs=1e-12)
+
+
 @given(data=probs_and_labels())
-def test_aurc_bounds(data):
-    """For any input, the AURC lies between the optimal ranking's and 1 - accuracy's neighbourhood: in [0, 1],
-    and the oracle ranking (errors rejected first) never does worse."""
+def test_oracle_ranking_has_the_smallest_aurc(data):
+    """For any input, rejecting the errors first (the oracle ranking) never gives a larger AURC than the
+    confidence ranking, and both lie in [0, 1]."""
     p, y = data
     correct = (p.argmax(1) == y)
     oracle = M.risk_coverage_auc(p, y, uncertainty=(~correct).astype(np.float64))
@@ -75,8 +96,23 @@ def test_decision_cost_hand_example():
     np.testing.assert_array_equal(M.bayes_decisions(p, c), [3, 5, 7])
     d = M.decision_cost(p, y, c)
     assert (d.total, d.mean, d.n_samples) == pytest.approx((0.1 + 100.0, (0.1 + 100.0) / 3, 3))
-    # With central smoothing the hopeless row 1 now also hedges: risk(3) ~ 0.1 vs risk(5) ~ 100 * gamma / 10 * ...
-    assert M.decision_cost(p, y, c, smoothing=1e-4).total <= d.total
+    # Central smoothing (gamma = 1e-4) moves every p_c by at most 1e-4: row 1 still decides 5 (risk(5) =
+    # 100 (p_3 + p_7) + ... = 0.002 < risk(3) ~ 0.1), so the decisions and the cost stay the same.
+    assert M.decision_cost(p, y, c, smoothing=1e-4).total == pytest.approx(d.total)
+
+
+def test_smoothing_flips_a_decision_near_the_break_even_point():
+    """MNIST preset: deciding 5 risks 100 p_3 (a missed 3), deciding 3 risks 0.1 p_5. With p_3 = 0.00099 the
+    risks are 0.099 < 0.0999: decide 5. Smoothing (1e-4) lifts p_3 to 0.0009999 and p_7 to 1e-5, so risk(5) =
+    100 * 0.0010099 + 0.1 * 8e-6 = 0.10099 > risk(3) = 0.1 * 0.99892 + ...: decide 3 (URSABench smooths
+    before deciding)."""
+    c = M.cost_matrix_preset("mnist")
+    p = np.zeros((1, 10))
+    p[0, [3, 5]] = [0.00099, 0.99901]
+    assert M.bayes_decisions(p, c).tolist() == [5]
+    assert M.bayes_decisions(M.smooth_probs(p, gamma=1e-4), c).tolist() == [3]
+    assert M.decision_cost(p, np.array([5]), c).total == 0.0
+    assert M.decision_cost(p, np.array([5]), c, smoothing=1e-4).total == pytest.approx(0.1)
 
 
 @given(data=probs_and_labels())

@@ -1,5 +1,6 @@
 # SPDX-License-Identifier: MIT
-"""Entropy/MI decomposition, ensembles, and ranking metrics against scikit-learn and the Mann-Whitney U statistic."""
+"""Entropy/MI decomposition against ``scipy.special.entr`` and closed forms; ensembles; ranking metrics against
+scikit-learn and the Mann-Whitney U statistic."""
 
 from __future__ import annotations
 
@@ -7,6 +8,9 @@ import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from oracles import detection as _sk_detection
+from oracles import entropy as _entropy
+from scipy.special import rel_entr
 from scipy.stats import mannwhitneyu
 from sklearn import metrics as skm
 from strategies import member_stacks, prob_matrices
@@ -14,26 +18,66 @@ from strategies import member_stacks, prob_matrices
 from ubench import metrics as M
 
 
+def _tol(dtype):
+    """float32 input is logged in float32 (relative error ~6e-8 per term, summed over <= 8 classes)."""
+    return 2e-6 if dtype == np.float32 else 1e-12
+
+
 @given(mp=member_stacks())
-def test_total_equals_data_plus_knowledge(mp):
-    """For any member stack, total = data + knowledge per sample, knowledge >= 0, all within [0, log C]."""
+def test_decomposition_matches_entr(mp):
+    """For any member stack: total = H(mean), data = mean_m H(p_m) (H from scipy.special.entr in float64), and
+    knowledge = mean_m KL(p_m || mean) (scipy.special.rel_entr: a different formula for the same quantity)."""
+    p64 = mp.astype(np.float64)
+    mean = p64.mean(axis=0)
+    total, data = _entropy(mean), _entropy(p64).mean(axis=0)
+    kl = rel_entr(p64, mean).sum(axis=2).mean(axis=0)
+    tol = _tol(mp.dtype)
     d = M.uncertainty_decomposition(mp)
-    tol = 1e-6 if mp.dtype == np.float32 else 1e-12
-    np.testing.assert_allclose(d.total, d.data + d.knowledge, atol=tol)
-    assert np.all(d.knowledge >= 0)
-    assert np.all(d.total <= np.log(mp.shape[2]) + 1e-12)
-    np.testing.assert_array_equal(M.mutual_information(mp), d.knowledge)
-    np.testing.assert_array_equal(M.expected_entropy(mp), d.data)
+    np.testing.assert_allclose(d.total, total, rtol=0, atol=tol)
+    np.testing.assert_allclose(d.data, data, rtol=0, atol=tol)
+    np.testing.assert_allclose(d.knowledge, kl, rtol=0, atol=2 * tol)
+    np.testing.assert_allclose(M.mutual_information(mp), kl, rtol=0, atol=2 * tol)
+    np.testing.assert_allclose(M.expected_entropy(mp), data, rtol=0, atol=tol)
+
+
+@given(p=prob_matrices())
+def test_entropy_normalized_entropy_and_confidence_match_oracles(p):
+    """For any probs: H = entr(p).sum (nats), normalized H = H / log C, confidence = max_c p."""
+    h = _entropy(p)
+    np.testing.assert_allclose(M.predictive_entropy(p), h, rtol=0, atol=_tol(p.dtype))
+    np.testing.assert_allclose(M.normalized_entropy(p), h / np.log(p.shape[1]), rtol=0, atol=_tol(p.dtype))
+    np.testing.assert_array_equal(M.confidence(p), p.max(axis=1).astype(np.float64))
+
+
+def test_decomposition_closed_forms():
+    """Worked by hand. Two confident members that disagree on 2 classes: total log 2, data H(0.9, 0.1) =
+    -(0.9 log 0.9 + 0.1 log 0.1) = 0.325083, knowledge the rest. Two members on 3 classes with zeros: mean
+    (1/4, 1/2, 1/4) has H = 1.5 log 2, each member log 2, so knowledge 0.5 log 2."""
+    mp = np.array([[[0.9, 0.1], [0.5, 0.5]], [[0.1, 0.9], [0.5, 0.5]]])
+    d = M.uncertainty_decomposition(mp)
+    h09 = 0.9 * np.log(1 / 0.9) + 0.1 * np.log(10.0)
+    np.testing.assert_allclose(d.total, [np.log(2), np.log(2)], rtol=1e-14)
+    np.testing.assert_allclose(d.data, [h09, np.log(2)], rtol=1e-14)
+    np.testing.assert_allclose(d.knowledge, [np.log(2) - h09, 0.0], rtol=1e-13, atol=1e-15)
+    assert round(h09, 6) == 0.325083
+    mp = np.array([[[0.5, 0.5, 0.0]], [[0.0, 0.5, 0.5]]])
+    for dtype in (np.float32, np.float64):
+        d = M.uncertainty_decomposition(mp.astype(dtype))
+        np.testing.assert_allclose((d.total[0], d.data[0], d.knowledge[0]),
+                                   (1.5 * np.log(2), np.log(2), 0.5 * np.log(2)), rtol=1e-6 if dtype == np.float32
+                                   else 1e-14)
 
 
 @given(p=prob_matrices(), m=st.integers(1, 4))
 def test_identical_members_equal_single_member(p, m):
-    """An ensemble of identical members equals the member (to an ulp) and has zero mutual information."""
+    """An ensemble of identical members has the member's probabilities and entropy, and zero MI up to the
+    rounding of the float64 mean (M = 3: (p + p + p) / 3 can differ from p in the last bit, MI ~2e-16)."""
     mp = np.stack([p] * m)
     np.testing.assert_allclose(M.ensemble_mean_probs(mp), p.astype(np.float64), rtol=1e-15, atol=1e-300)
     d = M.uncertainty_decomposition(mp)
-    assert np.all(d.knowledge <= 1e-12)
-    np.testing.assert_allclose(d.total, M.predictive_entropy(p), atol=1e-12)
+    assert np.all(d.knowledge <= 1e-13)
+    np.testing.assert_allclose(d.total, _entropy(p), rtol=0, atol=_tol(p.dtype))
+    np.testing.assert_allclose(d.data, _entropy(p), rtol=0, atol=_tol(p.dtype))
 
 
 def test_entropy_known_values():
@@ -47,13 +91,15 @@ def test_entropy_known_values():
     np.testing.assert_allclose(M.mutual_information(mp), [np.log(2)] * 2)
 
 
-def test_float32_float64_entropy_agree():
-    """float32 logs with float64 sums agree with float64 to 1e-6."""
+@pytest.mark.parametrize("c", [2, 100])
+def test_float32_entropy_matches_float64_oracle(c):
+    """float32 input (float32 logs, float64 sums) agrees with entr on the float64 values to 2e-6 nats, for
+    sharp and flat rows alike."""
     rng = np.random.default_rng(0)
-    z = rng.normal(scale=4, size=(500, 100))
+    z = rng.normal(scale=4, size=(500, c))
     p = np.exp(z - z.max(1, keepdims=True))
-    p /= p.sum(1, keepdims=True)
-    np.testing.assert_allclose(M.predictive_entropy(p.astype(np.float32)), M.predictive_entropy(p), atol=2e-6)
+    p = (p / p.sum(1, keepdims=True)).astype(np.float32)
+    np.testing.assert_allclose(M.predictive_entropy(p), _entropy(p), rtol=0, atol=2e-6)
 
 
 def test_weighted_ensemble_and_smoothing():
@@ -94,7 +140,10 @@ def test_ranking_matches_sklearn_and_mann_whitney(data):
     for target in (0.95, 0.5, 1.0):
         assert M.fpr_at_tpr(s, y, tpr=target) == pytest.approx(fpr[np.searchsorted(tpr, target - 1e-12)], abs=1e-12)
     d = M.detection_scores(s, y)
-    assert (d.auroc, d.average_precision) == (auc, M.average_precision_score(s, y))
+    assert d.auroc == pytest.approx(skm.roc_auc_score(y, s), abs=1e-12)
+    assert d.average_precision == pytest.approx(skm.average_precision_score(y, s), abs=1e-12)
+    assert d.fpr_at_tpr == pytest.approx(fpr[np.searchsorted(tpr, 0.95 - 1e-12)], abs=1e-12)
+    assert (d.n_positive, d.n_negative) == ((y == 1).sum(), (y == 0).sum())
 
 
 def test_auroc_ties_count_half():
@@ -112,12 +161,47 @@ def test_fpr_at_tpr_exact_fraction():
     assert M.fpr_at_tpr(s2, y) == 0.0
 
 
-def test_misclassification_and_ood_detection():
-    """Positive = error / OOD; a single model's MI is uninformative (AUROC 0.5)."""
+def _oracle_scores(mp, gamma=0.0):
+    """Entropy of the mean, -max of the mean, and MI as mean KL(member || mean), after central smoothing."""
+    p = mp.astype(np.float64) * (1 - gamma) + gamma / mp.shape[2]
+    mean = p.mean(axis=0)
+    return {"entropy": _entropy(mean), "confidence": -mean.max(axis=1),
+            "mutual_information": rel_entr(p, mean).sum(axis=2).mean(axis=0)}
+
+
+def _close(r, expected):
+    assert (r.auroc, r.average_precision, r.fpr_at_tpr) == pytest.approx(expected, abs=1e-12)
+
+
+@pytest.mark.parametrize("smoothing", [0.0, 1e-4])
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_misclassification_and_ood_scores_match_sklearn_on_independent_scores(seed, smoothing):
+    """Misclassification (positive = top-1 error of the mean) and OOD (positive = OOD) detection with entropy,
+    confidence and MI equal scikit-learn on scores computed here from entr/rel_entr (continuous data: no ties)."""
+    rng = np.random.default_rng(seed)
+    z = rng.normal(size=(1, 300, 6)) + rng.normal(scale=1.5, size=(4, 300, 6))
+    mp = np.exp(z) / np.exp(z).sum(axis=2, keepdims=True)
+    y = rng.integers(0, 6, 300)
+    errors = (mp.mean(axis=0).argmax(axis=1) != y).astype(int)
+    res = M.misclassification_scores(mp, y, smoothing=smoothing)
+    for name, score in _oracle_scores(mp, smoothing).items():
+        _close(res[name], _sk_detection(score, errors))
+    assert res["entropy"].n_positive == errors.sum() and res["entropy"].n_negative == 300 - errors.sum()
+    zo = rng.normal(scale=2.0, size=(4, 200, 6))
+    ood = np.exp(zo) / np.exp(zo).sum(axis=2, keepdims=True)
+    r = M.ood_detection_scores(mp, ood, smoothing=smoothing)
+    s_in, s_ood = _oracle_scores(mp, smoothing), _oracle_scores(ood, smoothing)
+    for name in s_in:
+        _close(r[name], _sk_detection(np.concatenate([s_in[name], s_ood[name]]), np.r_[np.zeros(300), np.ones(200)]))
+
+
+def test_misclassification_and_ood_detection_worked_example():
+    """Positive = error / OOD; a single model's MI is 0 everywhere, so its AUROC is 0.5 (all ties)."""
     p = np.array([[[0.95, 0.05], [0.6, 0.4], [0.55, 0.45], [0.1, 0.9]]])
-    y = np.array([0, 1, 0, 1])  # errors: sample 1 only
+    y = np.array([0, 1, 0, 1])  # errors: sample 1 only, whose entropy is the second highest of four
     res = M.misclassification_scores(p, y)
-    assert res["entropy"].auroc == pytest.approx(skm.roc_auc_score([0, 1, 0, 0], M.predictive_entropy(p[0])))
+    assert res["entropy"].auroc == pytest.approx(2 / 3)  # the error outranks 2 of the 3 correct samples
+    assert res["confidence"].auroc == pytest.approx(2 / 3)
     assert res["confidence"].n_positive == 1 and res["confidence"].n_negative == 3
     assert res["mutual_information"].auroc == 0.5
     ood = np.array([[[0.5, 0.5], [0.52, 0.48]]])

@@ -1,0 +1,130 @@
+# SPDX-License-Identifier: MIT
+"""What ``tests/conftest.py`` uses to keep the suite honest (imported as ``suite_guards``).
+
+* :func:`tree_state` / :func:`tree_changes`: a snapshot of the repository's files (mtime, size, mode) taken before
+  and after the session, so a test that writes into the source tree fails the run instead of dirtying it.
+* :func:`torch_tests`: which tests of a module need PyTorch, read from the source (no import), so the ``torch``
+  marker follows the code instead of a hand-kept list.
+* :data:`SLOW_TESTS`: the tests marked ``slow`` (one list here rather than decorators spread over files that
+  other branches edit); :func:`defines_test` lets a test check that every entry still names a test.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+from pathlib import Path
+
+#: Directories the guard never looks into: git's data, and caches the tools keep (all git-ignored). Hypothesis's
+#: example database (``.hypothesis/``) is a cache in the working directory by design and is allowed.
+IGNORED_DIRS = frozenset({".git", ".hypothesis", ".pytest_cache", "__pycache__"})
+
+#: Tests marked ``slow`` (``-m "not slow"`` for a quick run; CI runs them). Each took 10 s or more in a whole-suite
+#: run on the 2-core development machine under load (2026-11-23: 858 s in all, these about 470 s of it); add a
+#: test here when it takes as long. Parametrized tests are named without their ``[id]``.
+SLOW_TESTS = frozenset({
+    "tests/scale/test_scale_fuzz.py::test_mutated_archives_give_clean_outcomes",  # 202 s
+    "tests/scale/test_scale_leaderboard.py::test_dask_worker_killed_mid_run_every_upload_scored_once",  # 45 s
+    "tests/scale/test_scale_leaderboard.py::test_new_protocol_or_bigger_limits_rescore",  # 41 s
+    "tests/producers/test_producer_resume.py::test_sigkill_after_member_1_then_rerun_trains_only_the_rest",  # 36 s
+    "tests/scale/test_scale_leaderboard.py::test_leaderboard_rows_ranks_and_cache",  # 24 s
+    "tests/scale/test_scale_leaderboard.py::test_killed_run_resumes_where_it_stopped",  # 24 s
+    "tests/archive_schema/test_archive_roundtrip.py::test_iter_probs_blocks_concatenate_to_probs",  # 20 s
+    "tests/scoring/test_calibrated_and_dee.py::test_score_with_ensemble_adds_the_dee_curve_to_json_and_html",  # 20 s
+    "tests/archive_schema/test_archive_roundtrip.py::test_round_trip",  # 12 s
+    "tests/test_cli_score.py::test_subprocess_exit_1_reference_mismatch",  # 10 s
+    "tests/scale/test_scale_sandbox.py::test_child_environment_and_filesystem_are_closed",  # 10 s
+    "tests/test_suite_guards.py::test_torch_marker_follows_the_imports",  # 14 s: two pytest subprocesses
+    "tests/test_suite_guards.py::test_a_test_writing_into_the_source_tree_fails_the_run",  # 13 s: two as well
+})
+
+#: Top-level modules whose import makes a test a ``torch`` test.
+TORCH_MODULES = frozenset({"torch", "torchvision"})
+
+
+def _is_environment(dirpath: str) -> bool:
+    """A virtual environment (``.venv/`` or any other name) is not source: pip and Python write there."""
+    return os.path.isfile(os.path.join(dirpath, "pyvenv.cfg"))
+
+
+def tree_state(root: Path, *, skip: tuple[Path, ...] = ()) -> dict[str, tuple[int, int, int] | None]:
+    """Every file under ``root`` as ``relative path -> (mtime_ns, size, mode)``; directories as ``"dir/" -> None``.
+
+    Directories in :data:`IGNORED_DIRS`, virtual environments and the paths in ``skip`` are left out (whole).
+    Links are recorded, not followed.
+    """
+    root = Path(root)
+    skipped = {os.path.normpath(p) for p in skip}
+    state: dict[str, tuple[int, int, int] | None] = {}
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = sorted(
+            d for d in dirnames
+            if d not in IGNORED_DIRS and os.path.normpath(os.path.join(dirpath, d)) not in skipped
+            and not _is_environment(os.path.join(dirpath, d))
+        )
+        rel_dir = os.path.relpath(dirpath, root)
+        if rel_dir != ".":
+            state[rel_dir + "/"] = None
+        for name in filenames:
+            if name in IGNORED_DIRS:  # a worktree's .git is a file
+                continue
+            path = os.path.join(dirpath, name)
+            st = os.lstat(path)
+            state[os.path.relpath(path, root)] = (st.st_mtime_ns, st.st_size, st.st_mode)
+    return state
+
+
+def tree_changes(before: dict, after: dict) -> list[str]:
+    """Sorted lines ``added PATH`` / ``removed PATH`` / ``modified PATH`` between two :func:`tree_state` results."""
+    lines = [f"added {p}" for p in after.keys() - before.keys()]
+    lines += [f"removed {p}" for p in before.keys() - after.keys()]
+    lines += [f"modified {p}" for p in before.keys() & after.keys() if before[p] != after[p]]
+    return sorted(lines, key=lambda s: s.split(" ", 1)[1])
+
+
+def _imports_torch(node: ast.AST) -> bool:
+    """Whether ``node`` holds ``import torch``, ``from torch... import``, or ``importorskip("torch...")``."""
+    for n in ast.walk(node):
+        if isinstance(n, ast.Import) and any(a.name.split(".")[0] in TORCH_MODULES for a in n.names):
+            return True
+        if isinstance(n, ast.ImportFrom) and not n.level and (n.module or "").split(".")[0] in TORCH_MODULES:
+            return True
+        if isinstance(n, ast.Call) and n.args and isinstance(n.args[0], ast.Constant):
+            func = n.func.attr if isinstance(n.func, ast.Attribute) else getattr(n.func, "id", None)
+            if func == "importorskip" and str(n.args[0].value).split(".")[0] in TORCH_MODULES:
+                return True
+    return False
+
+
+def torch_tests(source: str) -> tuple[bool, frozenset[str]]:
+    """``(whole_module, names)``: whether the module imports torch outside any function (then every test in it
+    needs torch), and the names of the module's functions (top level or in a class) that import it themselves."""
+    tree = ast.parse(source)
+    funcs = (ast.FunctionDef, ast.AsyncFunctionDef)
+    names = set()
+    whole = False
+    for stmt in tree.body:
+        if isinstance(stmt, funcs):
+            if _imports_torch(stmt):
+                names.add(stmt.name)
+        elif isinstance(stmt, ast.ClassDef):
+            for sub in stmt.body:
+                if isinstance(sub, funcs) and _imports_torch(sub):
+                    names.add(sub.name)
+                elif not isinstance(sub, funcs) and _imports_torch(sub):
+                    whole = True
+        elif _imports_torch(stmt):
+            whole = True
+    return whole, frozenset(names)
+
+
+def defines_test(source: str, name: str) -> bool:
+    """Whether the module source defines a function ``name`` at top level or in a class."""
+    tree = ast.parse(source)
+    funcs = (ast.FunctionDef, ast.AsyncFunctionDef)
+    for stmt in tree.body:
+        if isinstance(stmt, funcs) and stmt.name == name:
+            return True
+        if isinstance(stmt, ast.ClassDef) and any(isinstance(f, funcs) and f.name == name for f in stmt.body):
+            return True
+    return False
