@@ -127,8 +127,8 @@ def _rich_progress():
               help="CPU threads for torch.")
 @click.option("--overwrite", is_flag=True, default=False, show_default=True, help="Replace an existing archive.")
 @click.option("--chains", type=click.IntRange(min=1), default=1, show_default=True,
-              help="Samplers (torch and jax): run this many chains one after another, each giving members/chains members "
-                   "(R-hat and ESS over chains go into the archive's /diagnostics).")
+              help="Samplers (torch and jax): run this many chains one after another, each giving "
+                   "members/chains members (R-hat and ESS over chains go into the archive's /diagnostics).")
 @click.option("--framework", type=click.Choice(["torch", "jax"]), default="torch", show_default=True,
               help="Train with PyTorch or with JAX (the jax extra: sgd, deep_ensemble, sgld, sghmc and hmc on the mlp).")
 @click.option("--progress/--no-progress", default=None, show_default="when stderr is a terminal",
