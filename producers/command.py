@@ -130,7 +130,8 @@ def _rich_progress():
               help="Samplers (torch and jax): run this many chains one after another, each giving "
                    "members/chains members (R-hat and ESS over chains go into the archive's /diagnostics).")
 @click.option("--framework", type=click.Choice(["torch", "jax"]), default="torch", show_default=True,
-              help="Train with PyTorch or with JAX (the jax extra: sgd, deep_ensemble, sgld, sghmc and hmc on the mlp).")
+              help="Train with PyTorch or with JAX (the jax extra: sgd, deep_ensemble, sgld, sghmc and hmc on the "
+                   "mlp).")
 @click.option("--progress/--no-progress", default=None, show_default="when stderr is a terminal",
               help="Draw member and epoch progress bars on stderr.")
 def produce(method, out, dataset, model, members, epochs, lr, hparams, seed, data_dirs, download, ood, shifts,
