@@ -127,10 +127,11 @@ def _rich_progress():
               help="CPU threads for torch.")
 @click.option("--overwrite", is_flag=True, default=False, show_default=True, help="Replace an existing archive.")
 @click.option("--chains", type=click.IntRange(min=1), default=1, show_default=True,
-              help="Samplers: run this many chains one after another, each giving members/chains members "
-                   "(R-hat and ESS over chains go into the archive's /diagnostics).")
+              help="Samplers (torch and jax): run this many chains one after another, each giving "
+                   "members/chains members (R-hat and ESS over chains go into the archive's /diagnostics).")
 @click.option("--framework", type=click.Choice(["torch", "jax"]), default="torch", show_default=True,
-              help="Train with PyTorch or with JAX (the jax extra: sgd, deep_ensemble, sgld, sghmc and hmc on the mlp).")
+              help="Train with PyTorch or with JAX (the jax extra: sgd, deep_ensemble, sgld, sghmc and hmc on the "
+                   "mlp).")
 @click.option("--progress/--no-progress", default=None, show_default="when stderr is a terminal",
               help="Draw member and epoch progress bars on stderr.")
 def produce(method, out, dataset, model, members, epochs, lr, hparams, seed, data_dirs, download, ood, shifts,
@@ -149,7 +150,8 @@ def produce(method, out, dataset, model, members, epochs, lr, hparams, seed, dat
     if framework == "jax":
         return _produce_jax(method, out, dataset, model, members, epochs, lr, hparams, seed, data_dirs, download,
                             ood, shifts, train_samples, test_samples, shift_samples, ood_samples, data_seed,
-                            batch_size, predict_batch_size, overwrite, val_fraction=val_fraction or 0.0)
+                            batch_size, predict_batch_size, overwrite, val_fraction=val_fraction or 0.0,
+                            chains=chains)
     try:
         import torch  # noqa: F401
     except ImportError:
@@ -219,7 +221,7 @@ def _build_task(dataset, ood, shifts, train_samples, test_samples, shift_samples
 
 def _produce_jax(method, out, dataset, model, members, epochs, lr, hparams, seed, data_dirs, download, ood, shifts,
                  train_samples, test_samples, shift_samples, ood_samples, data_seed, batch_size, predict_batch_size,
-                 overwrite, *, val_fraction=0.0):
+                 overwrite, *, val_fraction=0.0, chains=1):
     """The --framework jax branch of ``produce``."""
     try:
         from .jax.run import JAX_METHODS, JaxRunSettings, produce_archive_jax, resolve_hyperparameters
@@ -241,7 +243,7 @@ def _produce_jax(method, out, dataset, model, members, epochs, lr, hparams, seed
     task = _build_task(dataset, ood, shifts, train_samples, test_samples, shift_samples, ood_samples, data_dirs,
                        download, data_seed, val_fraction)
     settings = JaxRunSettings(members=members or JAX_METHODS[method][2], seed=seed, model=model,
-                              batch_size=batch_size, predict_batch_size=predict_batch_size)
+                              batch_size=batch_size, predict_batch_size=predict_batch_size, chains=chains)
     try:
         path = produce_archive_jax(method, task, out, settings=settings, hyper=hyper, overwrite=overwrite)
     except ValueError as exc:

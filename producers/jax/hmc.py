@@ -54,13 +54,14 @@ class HMCChain:
     """One BlackJAX chain whose kept states are the members; ``sample(k)`` returns member ``k``'s parameters and
     its diagnostics, resuming from the checkpoint in ``scratch``."""
 
-    def __init__(self, hp: dict, *, x, y, n_classes: int, mean: float, std: float, seed: int, scratch: Path):
+    def __init__(self, hp: dict, *, x, y, n_classes: int, mean: float, std: float, seed: int, scratch: Path,
+                 name: str = "hmc_chain.npz"):
         self.hp = hp
         params = init_mlp(key_from_seed(derive_seed(seed, 0)), int(np.prod(x.shape[1:])), n_classes)
         theta0, self.unravel = ravel_pytree(params)
         self.logdensity = log_posterior(self.unravel, jnp.asarray(x), jnp.asarray(y), mean, std,
                                         float(hp["prior_precision"]))
-        self.path = scratch / "hmc_chain.npz"
+        self.path = scratch / name
         self.seed = seed
         self._warm_up_or_resume(theta0)
 

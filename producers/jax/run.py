@@ -48,9 +48,13 @@ class JaxRunSettings:
     model: str = "mlp"
     batch_size: int = 128
     predict_batch_size: int = 1000
+    chains: int = 1
 
     def record(self) -> dict:
-        return {"model": self.model, "members": self.members, "seed": self.seed, "batch_size": self.batch_size}
+        out = {"model": self.model, "members": self.members, "seed": self.seed, "batch_size": self.batch_size}
+        if self.chains != 1:
+            out["chains"] = self.chains
+        return out
 
 
 def resolve_hyperparameters(method: str, overrides: Mapping[str, Any]) -> dict[str, Any]:
@@ -82,6 +86,47 @@ def predict_splits_jax(params, task: Task, *, batch_size: int) -> dict[str, np.n
     return out
 
 
+def _run_chains(method: str, hp: dict, task: Task, settings: "JaxRunSettings", writer: Any, seconds: dict,
+                kind: str) -> int:
+    """The samplers: ``settings.chains`` chains one after another, ``members / chains`` members each (chain 0 keeps
+    the single-chain seed); members carry ``chain`` and ``log_posterior``; then the chain diagnostics."""
+    x, y = task.train.images, task.train.labels.astype(np.int32)
+    per = settings.members // settings.chains
+    count = 0
+    for c in range(writer.n_members // per, settings.chains):
+        done = writer.n_members - c * per
+        started = [time.perf_counter()]
+
+        def write(k, params, epoch, step, info):
+            nonlocal count
+            seconds["train"] += time.perf_counter() - started[0]
+            t = time.perf_counter()
+            probs = predict_splits_jax(params, task, batch_size=settings.predict_batch_size)
+            seconds["predict"] += time.perf_counter() - t
+            writer.add_member(probs, seed=derive_seed(settings.seed, 1, c * per + k), epoch=epoch, step=step,
+                              kind=kind, info={"chain": c, **info})
+            count = n_parameters(params)
+            started[0] = time.perf_counter()
+
+        if method == "hmc":
+            chain = HMCChain(hp, x=x, y=y, n_classes=task.n_classes, mean=task.mean, std=task.std,
+                             seed=settings.seed if c == 0 else derive_seed(settings.seed, 2, c),
+                             scratch=writer.scratch_dir, name=f"hmc_chain{c:04d}.npz")
+            for k in range(done, per):
+                params, info = chain.sample(k)
+                write(k, params, info["iteration"], info["iteration"], info)
+                chain.commit()
+        else:
+            sgmcmc_chain(hp, friction=float(hp.get("friction", 1.0)), n_members=per, x=x, y=y,
+                         n_classes=task.n_classes, mean=task.mean, std=task.std,
+                         seed=derive_seed(settings.seed, 0) if c == 0 else derive_seed(settings.seed, 0, c),
+                         batch_size=settings.batch_size, checkpoint=writer.scratch_dir / f"run{c:04d}.npz",
+                         members_done=done,
+                         on_member=lambda k, p, e, s, lp: write(k, p, e, s, {"log_posterior": lp}))
+    record_chain_diagnostics(task, writer)
+    return count
+
+
 def produce_archive_jax(method: str, task: Task, out: str | Path, *, settings: JaxRunSettings,
                         hyper: Mapping[str, Any] | None = None, overwrite: bool = False) -> Path:
     """Train ``method`` in JAX on ``task`` and write its archive to ``out``; resume an unfinished run."""
@@ -100,52 +145,25 @@ def produce_archive_jax(method: str, task: Task, out: str | Path, *, settings: J
     x, y = task.train.images, task.train.labels.astype(np.int32)
     seconds = {"train": 0.0, "predict": 0.0}
     params_count = 0
-    chain = None
-    if method in ("sgld", "sghmc"):
-        started = [time.perf_counter()]
-
-        def on_member(k, params, epoch, step, log_posterior):
-            seconds["train"] += time.perf_counter() - started[0]
-            t = time.perf_counter()
-            probs = predict_splits_jax(params, task, batch_size=settings.predict_batch_size)
-            seconds["predict"] += time.perf_counter() - t
-            writer.add_member(probs, seed=derive_seed(settings.seed, 1, k), epoch=epoch, step=step, kind=kind,
-                              info={"chain": 0, "log_posterior": log_posterior})
-            started[0] = time.perf_counter()
-
-        sgmcmc_chain(hp, friction=float(hp.get("friction", 1.0)), n_members=settings.members, x=x, y=y,
-                     n_classes=task.n_classes, mean=task.mean, std=task.std, seed=derive_seed(settings.seed, 0),
-                     batch_size=settings.batch_size, checkpoint=writer.scratch_dir / "run0000.npz",
-                     members_done=writer.n_members, on_member=on_member)
-        record_chain_diagnostics(task, writer)
+    if settings.chains != 1 and (method not in ("sgld", "sghmc", "hmc") or settings.members % settings.chains):
+        raise ValueError(f"--chains {settings.chains}: chains are for the samplers (sgld, sghmc, hmc), with members "
+                         f"a multiple of chains; got {method} with {settings.members} members")
+    if method in ("sgld", "sghmc", "hmc"):
+        params_count = _run_chains(method, hp, task, settings, writer, seconds, kind)
     for member in range(writer.n_members, settings.members):
         started = time.perf_counter()
-        if method == "hmc":
-            if chain is None:
-                chain = HMCChain(hp, x=x, y=y, n_classes=task.n_classes, mean=task.mean, std=task.std,
-                                 seed=settings.seed, scratch=writer.scratch_dir)
-            params, info = chain.sample(member)
-            info = {"chain": 0, **info}
-            member_seed, epoch, step = derive_seed(settings.seed, 1, member), info["iteration"], info["iteration"]
-        else:
-            member_seed = derive_seed(settings.seed, member)
-            checkpoint = writer.scratch_dir / f"run{member:04d}.npz"
-            params, epoch, step = train_run(hp, x=x, y=y, n_classes=task.n_classes, mean=task.mean,
-                                            std=task.std, seed=member_seed, batch_size=settings.batch_size,
-                                            checkpoint=checkpoint)
-            info = {}
+        member_seed = derive_seed(settings.seed, member)
+        checkpoint = writer.scratch_dir / f"run{member:04d}.npz"
+        params, epoch, step = train_run(hp, x=x, y=y, n_classes=task.n_classes, mean=task.mean,
+                                        std=task.std, seed=member_seed, batch_size=settings.batch_size,
+                                        checkpoint=checkpoint)
         seconds["train"] += time.perf_counter() - started
         started = time.perf_counter()
         probs = predict_splits_jax(params, task, batch_size=settings.predict_batch_size)
         seconds["predict"] += time.perf_counter() - started
-        writer.add_member(probs, seed=member_seed, epoch=epoch, step=step, kind=kind, info=info)
-        if chain is not None:
-            chain.commit()
-        else:
-            checkpoint.unlink(missing_ok=True)
+        writer.add_member(probs, seed=member_seed, epoch=epoch, step=step, kind=kind, info={})
+        checkpoint.unlink(missing_ok=True)
         params_count = n_parameters(params)
-    if method == "hmc":
-        record_chain_diagnostics(task, writer)
     if not params_count:  # members written by this process carry it; otherwise count a fresh network
         params_count = n_parameters(init_mlp(jax.random.key(0), int(np.prod(task.input_shape)), task.n_classes))
     writer.set_scalability(n_parameters=params_count, train_seconds=round(seconds["train"], 3),

@@ -174,3 +174,23 @@ def test_jax_sgld_writes_a_chain_with_diagnostics(task, tmp_path):
     assert all(m.info["chain"] == 0 and m.info["log_posterior"] < 0 for m in a.members)
     assert a.diagnostics["chains"] == 1 and a.diagnostics["draws_per_chain"] == 4
     assert a.config["hyperparameters"]["temperature"] == "1/N"
+
+
+def test_jax_samplers_run_several_chains(task, tmp_path):
+    """--chains 2 for the JAX samplers: members carry their chain, chain 0 is the one-chain run, and the
+    diagnostics count two chains."""
+    one = read_archive(produce_archive_jax("sgld", task, tmp_path / "one.h5", hyper={"burn_in_epochs": 1},
+                                           settings=JaxRunSettings(members=4, seed=0)))
+    two = read_archive(produce_archive_jax("sgld", task, tmp_path / "two.h5", hyper={"burn_in_epochs": 1},
+                                           settings=JaxRunSettings(members=8, seed=0, chains=2)))
+    assert [m.info["chain"] for m in two.members] == [0] * 4 + [1] * 4
+    np.testing.assert_array_equal(one.probs["test"], two.probs["test"][:4])
+    assert two.diagnostics["chains"] == 2 and two.config["chains"] == 2 and "chains" not in one.config
+    hmc = read_archive(produce_archive_jax("hmc", task, tmp_path / "hmc.h5", hyper={"burn_in": 20, "thin": 1,
+                                                                                    "n_leapfrog": 5},
+                                           settings=JaxRunSettings(members=8, seed=0, chains=2)))
+    assert [m.info["chain"] for m in hmc.members] == [0] * 4 + [1] * 4
+    assert hmc.diagnostics["chains"] == 2 and "log_posterior" in hmc.diagnostics
+    with pytest.raises(ValueError, match="chains"):
+        produce_archive_jax("deep_ensemble", task, tmp_path / "x.h5", settings=JaxRunSettings(members=2, seed=0,
+                                                                                           chains=2))
