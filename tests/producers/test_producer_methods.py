@@ -208,6 +208,55 @@ def test_swag_moments_and_samples():
     assert (draws.std(0) > 0).all()
 
 
+def _swag_state(mean, sq_mean, deviations, n):
+    """A SWAG state set by hand: running mean, second moment, deviation rows and the number collected."""
+    state = {"n": n, "mean": torch.tensor(mean, dtype=torch.float64),
+             "sq_mean": torch.tensor(sq_mean, dtype=torch.float64)}
+    if deviations is not None:
+        state["deviations"] = torch.tensor(deviations, dtype=torch.float32)
+    return state
+
+
+@pytest.mark.parametrize("method, hyper, rank, filled, scale", [
+    ("swag_diag", {}, 0, 0, 1.0),             # swa_gaussian's SWAG-diagonal experiments: scale 1
+    ("swag", {"rank": 4}, 4, 4, 0.5),        # SWAG experiments: scale 0.5
+    ("swag", {"rank": 5}, 5, 3, 0.5),        # 3 of 5 deviations collected: still divided by rank - 1 = 4
+])
+def test_swag_samples_have_swa_gaussians_covariance(method, hyper, rank, filled, scale):
+    """SWAG samples with hand-set moments have mean theta_bar and covariance s (Sigma_diag + D^T D / (K - 1)), the
+    covariance of swa_gaussian's ``sample_fullrank`` (K = its max_num_models = rank).
+
+    Bound: for n Gaussian draws the sample covariance S_ij has standard error sqrt((C_ij^2 + C_ii C_jj) / n) about
+    C_ij (Wishart variance); every entry must lie within 5 of them (each of the 10 distinct entries then fails by
+    chance with probability < 1e-6), and the sample mean within 5 standard errors sqrt(C_ii / n). Halving or
+    doubling the covariance moves every diagonal entry by >= 25 standard errors at n = 40,000."""
+    cls = load_method(method)
+    m = cls(cls.resolve_hyperparameters(hyper), n_members=1, n_train=10)
+    assert m.hp["scale"] == scale
+    mean = np.array([0.5, -1.0, 2.0, 0.0])
+    var = np.array([0.04, 0.09, 0.01, 0.16])
+    dev = np.array([[0.3, -0.1, 0.2, 0.0], [-0.2, 0.4, 0.1, 0.1], [0.1, 0.1, -0.3, 0.2],
+                    [0.0, -0.2, 0.1, -0.4], [0.25, 0.05, 0.0, 0.1]], dtype=np.float32)[:filled]
+    state = _swag_state(mean, var + mean ** 2, np.vstack([dev, np.zeros((rank - filled, 4), np.float32)])
+                        if rank else None, n=max(filled, 6))
+    expected = scale * np.diag(var)
+    if rank:
+        d = dev.astype(np.float64)
+        expected = expected + scale * d.T @ d / (rank - 1)
+    n = 40_000
+    gen = torch.Generator().manual_seed(0)
+    draws = torch.stack([m.sample_weights(state, gen) for _ in range(n)]).double().numpy()
+    se_cov = np.sqrt((expected ** 2 + np.outer(np.diag(expected), np.diag(expected))) / n)
+    assert np.all(np.abs(np.cov(draws, rowvar=False) - expected) <= 5 * se_cov)
+    assert np.all(np.abs(draws.mean(0) - mean) <= 5 * np.sqrt(np.diag(expected) / n))
+
+
+def test_swag_needs_rank_two():
+    cls = load_method("swag")
+    with pytest.raises(ValueError, match="rank must be at least 2"):
+        cls(cls.resolve_hyperparameters({"rank": 1}), n_members=1, n_train=10)
+
+
 def test_random_crop_flip_translates_within_the_pad():
     x = torch.arange(2 * 1 * 6 * 6, dtype=torch.float32).reshape(2, 1, 6, 6) + 1
     gen = torch.Generator().manual_seed(0)
