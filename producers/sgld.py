@@ -1,13 +1,19 @@
 # SPDX-License-Identifier: MIT
-"""SGLD (Welling & Teh 2011) with URSABench's MNIST hyperparameters (appendix D): rate 0.099, prior std 0.16,
-50 burn-in epochs, then one sample every ``thin_epochs``; the rate decays by cosine annealing to half its initial
-value by the end of sampling."""
+"""SGLD (Welling & Teh 2011): the update of :mod:`ubench.producers.sgmcmc` with friction 1,
+
+.. math:: \\theta \\leftarrow \\theta - \\mathrm{lr} \\, (\\nabla \\bar L + \\theta / (\\sigma^2 N))
+          + \\sqrt{2 \\, \\mathrm{lr} \\, T / N} \\; \\varepsilon,
+
+at the reference code's temperature ``T = 1/N`` by default. Defaults are URSABench's tuned MLP values
+(``URSABench/hyperparams/MLP200MNIST/SGLD_BO.json``, 4 significant digits): rate 0.1, prior std 0.1664, 50 burn-in
+epochs; then one sample every ``thin_epochs``. The rate decays by cosine annealing to half its initial value by
+the end of sampling (URSABench's ``SGHMC.update_hyp``)."""
 
 from __future__ import annotations
 
 import math
 
-from .sgmcmc import SGMCMCMethod
+from .sgmcmc import REFERENCE_TEMPERATURE, SGMCMCMethod
 
 __all__ = ["SGLD", "cosine_to_half"]
 
@@ -21,7 +27,8 @@ class SGLD(SGMCMCMethod):
     """Langevin dynamics (no momentum); noise from the first step."""
 
     name = "sgld"
-    defaults = {"lr": 0.099, "prior_std": 0.16, "temperature": 1.0, "burn_in_epochs": 50, "thin_epochs": 1}
+    defaults = {"lr": 0.1, "prior_std": 0.1664, "temperature": REFERENCE_TEMPERATURE, "burn_in_epochs": 50,
+                "thin_epochs": 1}
     summary = "stochastic gradient Langevin dynamics"
 
     def schedule(self, t):

@@ -137,7 +137,7 @@ def test_gaussian_dropout_layer_matches_its_implicit_gaussian():
 
 def test_sgmcmc_step_without_noise_is_sgd_and_noise_has_the_langevin_scale():
     p = torch.nn.Parameter(torch.tensor([1.0, -2.0]))
-    opt = SGMCMC([p], lr=0.1, friction=1.0, weight_decay=0.5, n_data=100)
+    opt = SGMCMC([p], lr=0.1, friction=1.0, weight_decay=0.5, n_data=100, temperature=1.0)
     opt.param_groups[0]["noise"] = False
     p.grad = torch.tensor([0.3, 0.4])
     opt.step()
@@ -149,15 +149,67 @@ def test_sgmcmc_step_without_noise_is_sgd_and_noise_has_the_langevin_scale():
     opt.step()
     assert q.detach().std().item() == pytest.approx(math.sqrt(2 * 0.01 * 2.0 / 50), rel=0.01)
     with pytest.raises(ValueError, match="friction"):
-        SGMCMC([q], lr=0.1, friction=0.0, weight_decay=0.0, n_data=1)
+        SGMCMC([q], lr=0.1, friction=0.0, weight_decay=0.0, n_data=1, temperature=1.0)
+
+
+# URSABench's tuned MLP200MNIST hyperparameters (hyperparams/MLP200MNIST/*_BO.json), to 4 significant digits:
+# (lr, prior_std, friction = URSABench's alpha, cycle_length, exploration = cycle_length - burn_in_epochs -
+# num_samples_per_cycle, num_samples_per_cycle). Copied by hand from the JSON files.
+URSABENCH_TUNED = {
+    "sgld": (0.1, 0.1664, 1.0, None, None, None),
+    "sghmc": (0.03135, 0.1405, 0.102, None, None, None),
+    "csgld": (0.05867, 0.1796, 1.0, 21, 17, 3),
+    "csghmc": (0.06825, 0.3304, 0.2126, 22, 17, 4),
+}
+
+
+@pytest.mark.parametrize("method", sorted(URSABENCH_TUNED))
+def test_sgmcmc_defaults_inject_the_reference_codes_noise(method):
+    """With the default hyperparameters, one step from rest on a zero gradient moves every weight by Gaussian noise
+    of variance 2 alpha lr / N^2: URSABench's optim_sghmc.py adds sqrt(2 (1 - momentum) lr) / N * eps to the
+    update, and csgmcmc's cifar_csghmc.py adds sqrt(2 lr alpha T / datasize) * eps with T = 1 / datasize.
+
+    Bound: the sample variance of n = 200,000 draws has relative standard error sqrt(2 / n) = 0.32%; 2% is over 6
+    of them. The old default (T = 1) is N = 1,000 times the variance."""
+    lr, prior_std, alpha, cycle, exploration, per_cycle = URSABENCH_TUNED[method]
+    cls = load_method(method)
+    n_train = 1000
+    sampler = cls(cls.resolve_hyperparameters({}), n_members=4, n_train=n_train)
+    assert (sampler.hp["lr"], sampler.hp["prior_std"], sampler.friction()) == (lr, prior_std, alpha)
+    if cycle is not None:
+        assert (sampler.hp["cycle_epochs"], sampler.hp["exploration_epochs"], sampler.hp["samples_per_cycle"]) == (
+            cycle, exploration, per_cycle)
+    q = torch.nn.Parameter(torch.zeros(200_000))
+    opt = sampler.make_optimizer(torch.nn.ParameterList([q]))
+    opt.param_groups[0]["noise"] = True
+    q.grad = torch.zeros_like(q)
+    torch.manual_seed(0)
+    opt.step()
+    reference_var = 2.0 * alpha * lr / n_train ** 2
+    assert q.detach().double().var().item() == pytest.approx(reference_var, rel=0.02)
+    assert abs(q.detach().double().mean().item()) < 5 * math.sqrt(reference_var / q.numel())
+
+
+def test_sgmcmc_temperature_overrides_and_errors():
+    """A number sets T itself (T = 1: the Bayes posterior); anything else is refused before training."""
+    cls = load_method("sgld")
+    sampler = cls(cls.resolve_hyperparameters({"temperature": "1"}), n_members=1, n_train=1000)
+    assert sampler.temperature() == 1.0
+    assert cls(cls.resolve_hyperparameters({}), n_members=1, n_train=1000).temperature() == pytest.approx(1e-3)
+    for bad in ("hot", "0", "-1", "nan", "1/M"):
+        with pytest.raises(ValueError, match="hyperparameter 'temperature'"):
+            cls.resolve_hyperparameters({"temperature": bad})
 
 
 def test_schedules_place_members_where_the_papers_say():
     n = 1000
     csgld = load_method("csgld")(load_method("csgld").resolve_hyperparameters({}), n_members=6, n_train=n)
-    assert csgld.snapshot_epochs() == [19, 20, 21, 22, 41, 42]  # the last 4 epochs of each 22-epoch cycle
+    assert csgld.snapshot_epochs() == [19, 20, 21, 40, 41, 42]  # the last 3 epochs of each 21-epoch cycle
     assert csgld.schedule(16.9)["noise"] is False and csgld.schedule(17.0)["noise"] is True
-    assert csgld.schedule(22.0)["lr"] == pytest.approx(0.06)  # a cycle restarts at the full rate
+    assert csgld.schedule(21.0)["lr"] == pytest.approx(0.05867)  # a cycle restarts at the full rate
+    csghmc = load_method("csghmc")(load_method("csghmc").resolve_hyperparameters({}), n_members=6, n_train=n)
+    assert csghmc.snapshot_epochs() == [19, 20, 21, 22, 41, 42]  # the last 4 epochs of each 22-epoch cycle
+    assert csghmc.schedule(16.9)["noise"] is False and csghmc.schedule(17.0)["noise"] is True
     fge_cls = load_method("fge")
     fge = fge_cls(fge_cls.resolve_hyperparameters({"epochs": 4, "cycle_epochs": 4}), n_members=2, n_train=n)
     assert fge.snapshot_epochs() == [6, 10]
@@ -169,7 +221,7 @@ def test_schedules_place_members_where_the_papers_say():
     sgld_cls = load_method("sgld")
     sgld = sgld_cls(sgld_cls.resolve_hyperparameters({}), n_members=3, n_train=n)
     assert sgld.snapshot_epochs() == [51, 52, 53]
-    assert sgld.schedule(53.0)["lr"] == pytest.approx(0.099 / 2)
+    assert sgld.schedule(53.0)["lr"] == pytest.approx(0.1 / 2)
     with pytest.raises(ValueError, match="samples_per_cycle"):
         csgld.__class__(csgld.resolve_hyperparameters({"samples_per_cycle": 6}), n_members=2, n_train=n)
 
