@@ -40,6 +40,7 @@ __all__ = [
     "resolve_device",
     "pitfalls_schedule",
     "predict_splits",
+    "crop_padding",
     "random_crop_flip",
     "train_epoch",
 ]
@@ -84,6 +85,13 @@ def pitfalls_schedule(t: float, lr: float, total_epochs: int) -> float:
     if u < 0.9:
         return lr * (1.0 - 0.99 * (u - 0.5) / 0.4)
     return lr * 0.01
+
+
+def crop_padding(height: int, width: int, fraction: float) -> int:
+    """Pixels of padding for random crops: ``fraction`` of the shorter image side, rounded half up
+    (``floor(fraction * min(height, width) + 0.5)``). At the default 1/8 this is the CIFAR convention (4 px on
+    32x32, Pitfalls' and csgmcmc's ``RandomCrop(32, padding=4)``), 4 px on 28x28 and 1 px on 8x8 digits."""
+    return int(math.floor(fraction * min(height, width) + 0.5))
 
 
 def random_crop_flip(x: torch.Tensor, generator: torch.Generator, *, pad: int, flip: bool) -> torch.Tensor:
@@ -192,8 +200,9 @@ class Method:
             model.parameters(), lr=self.hp["lr"], momentum=self.hp["momentum"], weight_decay=self.hp["weight_decay"]
         )
 
-    def augment_training(self) -> tuple[int, bool] | None:
-        """``(pad, flip)`` for random crops and flips of training batches, or None for no augmentation."""
+    def augment_training(self, height: int, width: int) -> tuple[int, bool] | None:
+        """``(pad, flip)`` for random crops and flips of training batches of ``height`` x ``width`` images, or
+        None for no augmentation."""
         return None
 
     def snapshot_epochs(self) -> list[int]:
@@ -299,7 +308,7 @@ def train_epoch(
     order = torch.randperm(n, generator=order_gen).to(ctx.device)
     # Dropout masks and sampler noise come from the global generator, reseeded per epoch for resumability.
     torch.manual_seed(derive_seed(seed, 1))
-    augment = method.augment_training()
+    augment = method.augment_training(*ctx.x_train.shape[-2:])
     model.train()
     total = torch.zeros((), dtype=torch.float64, device=ctx.device)
     for b in range(n_batches):

@@ -2,6 +2,7 @@
 """Every producer method trains a few steps on digits and writes a valid archive; the pieces they share."""
 
 import math
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -32,7 +33,7 @@ FAST = {
     "sghmc": (2, {"burn_in_epochs": 1}),
     "csgld": (3, {"cycle_epochs": 3, "exploration_epochs": 1, "samples_per_cycle": 2}),
     "csghmc": (3, {"cycle_epochs": 3, "exploration_epochs": 1, "samples_per_cycle": 2}),
-    "tta": (3, {"epochs": 3, "crop_pad": 1}),
+    "tta": (3, {"epochs": 3, "crop_fraction": 0.125}),
 }
 KINDS = {"sgd": "point", "deep_ensemble": "independent", "mc_dropout": "mc_sample", "gaussian_dropout": "mc_sample",
          "swag_diag": "posterior_sample", "swag": "posterior_sample", "sse": "snapshot", "fge": "snapshot",
@@ -319,3 +320,33 @@ def test_random_crop_flip_translates_within_the_pad():
         assert any(torch.equal(y[i], padded[i, :, r:r + 6, c:c + 6]) for r in range(5) for c in range(5))
     flipped = random_crop_flip(x, torch.Generator().manual_seed(1), pad=0, flip=True)
     assert all(torch.equal(flipped[i], x[i]) or torch.equal(flipped[i], x[i].flip(-1)) for i in range(2))
+
+
+def _shifts(x, y, max_pad):
+    """The (row, column) translation taking each image of ``x`` to ``y`` (zero fill), searched up to ``max_pad``."""
+    padded = torch.nn.functional.pad(x, (max_pad,) * 4)
+    h, w = x.shape[-2:]
+    out = []
+    for i in range(len(x)):
+        found = [(r - max_pad, c - max_pad) for r in range(2 * max_pad + 1) for c in range(2 * max_pad + 1)
+                 if torch.equal(y[i], padded[i, :, r:r + h, c:c + w])]
+        assert len(found) == 1
+        out.append(found[0])
+    return np.array(out)
+
+
+@pytest.mark.parametrize("side, expected_pad", [(8, 1), (28, 4), (32, 4)])
+def test_tta_crop_padding_is_an_eighth_of_the_image_side(side, expected_pad):
+    """By default TTA's random crops translate by up to round(side / 8) pixels, half up: the CIFAR convention
+    (4 px at 32x32) scaled to the image (1 px on 8x8 digits, 4 px at 28x28), in training and at test time. Over
+    300 images every translation in [-pad, pad] is drawn with probability 1/(2 pad + 1) per axis, so the largest
+    seen equals the pad except with probability < 1e-25."""
+    cls = load_method("tta")
+    tta = cls(cls.resolve_hyperparameters({}), n_members=2, n_train=10)
+    x = torch.arange(300 * side * side, dtype=torch.float32).reshape(300, 1, side, side) + 1
+    predict = tta.member_predictor(torch.nn.Identity(), {}, SimpleNamespace(x_train=x[:1]), seed=0)
+    shifts = _shifts(x, predict(x, torch.Generator().manual_seed(0)), max_pad=6)
+    assert np.abs(shifts).max() == expected_pad
+    assert tta.augment_training(side, side) == (expected_pad, False)
+    with pytest.raises(ValueError, match="crop_fraction"):
+        cls(cls.resolve_hyperparameters({"crop_fraction": 0.5}), n_members=2, n_train=10)
