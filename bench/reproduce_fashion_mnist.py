@@ -16,6 +16,9 @@ the README table; ``--markdown`` prints that table from the JSON without trainin
 Run from anywhere (2 CPU cores: about an hour; interrupted runs resume from the archives and their partial runs):
 
     python bench/reproduce_fashion_mnist.py --out-dir /tmp/fmnist-archives --threads 2
+
+On a loaded machine, train runs side by side (``--methods sghmc --json /tmp/sghmc.json``, one process each) and
+then write the table of whatever finished with ``--score-only``.
 """
 
 from __future__ import annotations
@@ -86,39 +89,44 @@ def load_now() -> dict:
     return {"loadavg": [round(x, 2) for x in la], "running_processes": running}
 
 
+def ensemble_reference(path: Path):
+    """The DEE reference curve of the deep-ensemble archive at ``path``."""
+    a = read_archive(path)
+    return dee_reference(a.probs["test"].astype(np.float64), a.labels["test"])
+
+
 def score(path: Path, reference) -> dict:
-    """One table row from an archive; ``reference`` is the deep ensemble's ``dee_reference`` (None for itself)."""
+    """One table row from an archive; ``reference`` is the deep ensemble's ``dee_reference`` (None: no DEE)."""
     a = read_archive(path)
     probs, labels = a.probs["test"].astype(np.float64), a.labels["test"]
     mean = probs.mean(axis=0)
     cal = cross_validated_calibration(probs, labels)
-    if reference is None:
-        reference = dee_reference(probs, labels)
-    dee = dee_score(cal.cll, reference.cll_mean, reference.cll_std)
+    dee = None if reference is None else dee_score(cal.cll, reference.cll_mean, reference.cll_std)
     sc = a.header.scalability or {}
     return {
         "members": int(probs.shape[0]),
         "accuracy": accuracy_score(mean, labels),
         "nll": nll_loss(mean, labels),
         "cll": cal.cll,
-        "dee": dee.dee,
-        "dee_lower": dee.lower,
-        "dee_upper": dee.upper,
-        "dee_beyond_reference": dee.beyond_reference,
+        "dee": None if dee is None else dee.dee,
+        "dee_lower": None if dee is None else dee.lower,
+        "dee_upper": None if dee is None else dee.upper,
+        "dee_beyond_reference": None if dee is None else dee.beyond_reference,
         "brier": brier_loss(mean, labels),
         "ece": expected_calibration_error(mean, labels),
         **{f"ood_auroc_{name}": ood_detection_scores(probs, a.probs[f"ood_{name}"].astype(np.float64))[
             "entropy"].auroc for name in ("mnist", "notmnist")},
         "minutes": (sc.get("train_seconds", float("nan")) + sc.get("predict_seconds", 0.0)) / 60.0,
         "hyperparameters": a.header.config.get("hyperparameters", {}),
-    }, reference
+    }
 
 
 def markdown(doc: dict) -> str:
     """The README table of a results document."""
     lines = ["| method | " + " | ".join(h for _, h, _ in COLUMNS) + " |", "|---" * (len(COLUMNS) + 1) + "|"]
     for r in doc["rows"]:
-        lines.append(f"| {r['method']} | " + " | ".join(fmt.format(r[k]) for k, _, fmt in COLUMNS) + " |")
+        lines.append(f"| {r['method']} | " + " | ".join("n/a" if r[k] is None else fmt.format(r[k])
+                                                        for k, _, fmt in COLUMNS) + " |")
     return "\n".join(lines)
 
 
@@ -149,7 +157,16 @@ def main(argv=None) -> int:
     parser.add_argument("--shift-samples", type=int, default=2000, help="test images the shifts are applied to")
     parser.add_argument("--json", type=Path, default=RESULTS, help="results file (default: %(default)s)")
     parser.add_argument("--markdown", action="store_true", help="print the table of --json and exit")
+    parser.add_argument("--methods", default=",".join(m for _, m, _, _ in RUNS),
+                        help="comma-separated subset of the runs, e.g. to train two in parallel processes with "
+                             "separate --json files (default: all); a final run over all scores them together")
+    parser.add_argument("--score-only", action="store_true",
+                        help="train nothing: score the finished archives in --out-dir, leave the others out")
     args = parser.parse_args(argv)
+    wanted = [m.strip() for m in args.methods.split(",") if m.strip()]
+    unknown = sorted(set(wanted) - {m for _, m, _, _ in RUNS})
+    if unknown:
+        parser.error(f"--methods: unknown run(s) {', '.join(unknown)}")
     if args.markdown:
         print(markdown(json.loads(args.json.read_text())))
         return 0
@@ -164,19 +181,26 @@ def main(argv=None) -> int:
            "settings": {"model": "mlp", "seed": args.seed, "threads": args.threads,
                         "shift_samples": args.shift_samples, "archives": str(args.out_dir)},
            "complete": False, "rows": []}
-    task = build_task("fashion-mnist", ood=("mnist", "notmnist", "uniform"), shift_samples=args.shift_samples,
-                      data_dirs=tuple(args.data_dir))
-    for _, method, _, hyper in RUNS:  # import every method now and check its overrides before hours of training
+    runs = [r for r in RUNS if r[1] in wanted]
+    if args.score_only:
+        runs = [r for r in runs if (args.out_dir / f"{r[1]}.h5").exists()]
+    else:
+        task = build_task("fashion-mnist", ood=("mnist", "notmnist", "uniform"), shift_samples=args.shift_samples,
+                          data_dirs=tuple(args.data_dir))
+    for _, method, _, hyper in runs:  # import every method now and check its overrides before hours of training
         load_method(method).resolve_hyperparameters(hyper)
-    rows, reference = {}, None
-    for label, method, members, hyper in RUNS:
+    ensemble_archive = args.out_dir / f"{RUNS[0][1]}.h5"
+    reference = ensemble_reference(ensemble_archive) if ensemble_archive.exists() else None
+    rows = {}
+    for label, method, members, hyper in runs:
         out = args.out_dir / f"{method}.h5"
         t0 = time.perf_counter()
         if not out.exists():
             produce_archive(method, task, out, hyper=hyper, threads=args.threads,
                             settings=RunSettings(model="mlp", members=members, seed=args.seed))
-        rows[label], ref = score(out, reference)
-        reference = reference or ref
+        if out == ensemble_archive and reference is None:
+            reference = ensemble_reference(out)
+        rows[label] = score(out, reference)
         doc["rows"].append({"method": label, "method_id": method, **rows[label]})
         doc["load"]["after"] = load_now()
         doc["wall_minutes"] = (time.perf_counter() - started) / 60.0
