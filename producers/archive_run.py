@@ -22,7 +22,7 @@ from .torch_trainer import Progress, RunSettings, configure_torch
 __all__ = ["PRODUCER_VERSION", "check_members", "split_specs", "run_config", "produce_archive"]
 
 #: Bumped when a change to the producers changes what a given configuration produces.
-PRODUCER_VERSION = "1"
+PRODUCER_VERSION = "2"
 
 
 def split_specs(task: Task) -> dict[str, SplitSpec]:
