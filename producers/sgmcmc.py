@@ -14,7 +14,8 @@ SGHMC for :math:`\\alpha < 1`; :math:`\\alpha = 1` is SGLD (no momentum). The Ga
 ``prior_std`` enters as the weight decay :math:`\\lambda = 1 / (\\sigma^2 N)`. ``T = 1`` targets the Bayes posterior
 :math:`\\propto p(\\mathcal D \\mid \\theta) \\, p(\\theta)`; the reference code runs at ``T = 1/N``: csgmcmc's
 ``--temperature`` defaults to ``1/datasize`` and URSABench injects noise of standard deviation
-:math:`\\sqrt{2 \\alpha \\, \\mathrm{lr}} / N`, which is the formula above at ``T = 1/N``. So the ``temperature``
+:math:`\\sqrt{2 \\alpha \\, \\mathrm{lr}} / N`, which is the formula above at ``T = 1/N`` (URSABench since its
+commit 724e973 "Bug fix"; its first commit added the noise out of place, that is not at all). So the ``temperature``
 hyperparameter defaults to ``"1/N"`` (the reference code's noise); a number sets ``T`` itself (``1`` for the Bayes
 posterior, :math:`\\sqrt N` times more noise than the papers used).
 """
