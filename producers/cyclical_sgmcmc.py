@@ -36,12 +36,13 @@ class CyclicalSGLD(SGMCMCMethod):
                 "exploration_epochs": 17, "samples_per_cycle": 3}
     summary = "cyclical SGLD (exploration then sampling per cycle)"
 
-    def __init__(self, hyper, *, n_members, n_train):
-        super().__init__(hyper, n_members=n_members, n_train=n_train)
-        c, e, s = (int(self.hp[k]) for k in ("cycle_epochs", "exploration_epochs", "samples_per_cycle"))
+    @classmethod
+    def check_hyperparameters(cls, hp):
+        super().check_hyperparameters(hp)
+        c, e, s = (int(hp[k]) for k in ("cycle_epochs", "exploration_epochs", "samples_per_cycle"))
         if not (0 <= e < c and 1 <= s <= c - e):
             raise ValueError(
-                f"{self.name}: need 0 <= exploration_epochs < cycle_epochs and 1 <= samples_per_cycle <= "
+                f"{cls.name}: need 0 <= exploration_epochs < cycle_epochs and 1 <= samples_per_cycle <= "
                 f"cycle_epochs - exploration_epochs; got cycle {c}, exploration {e}, samples {s}"
             )
 

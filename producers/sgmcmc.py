@@ -23,7 +23,6 @@ posterior, :math:`\\sqrt N` times more noise than the papers used).
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
 from typing import Any
 
 import torch
@@ -94,10 +93,8 @@ class SGMCMCMethod(Method):
     default_members = 20
 
     @classmethod
-    def resolve_hyperparameters(cls, overrides: Mapping[str, Any]) -> dict[str, Any]:
-        out = super().resolve_hyperparameters(overrides)
-        resolve_temperature(out["temperature"], 1)  # reject a bad value before any training
-        return out
+    def check_hyperparameters(cls, hp):
+        resolve_temperature(hp["temperature"], 1)
 
     def friction(self) -> float:
         return float(self.hp.get("friction", 1.0))

@@ -134,7 +134,7 @@ class SWAG(SWAGDiagonal):
     summary = "SWAG with diagonal plus low-rank covariance"
     rank_key = "rank"
 
-    def __init__(self, hyper, *, n_members, n_train):
-        super().__init__(hyper, n_members=n_members, n_train=n_train)
-        if self.rank < 2:
-            raise ValueError(f"{self.name}: rank must be at least 2 (samples divide by sqrt(rank - 1)); got {self.rank}")
+    @classmethod
+    def check_hyperparameters(cls, hp):
+        if hp["rank"] < 2:
+            raise ValueError(f"{cls.name}: rank must be at least 2 (samples divide by sqrt(rank - 1)); got {hp['rank']}")

@@ -183,7 +183,13 @@ class Method:
         out = dict(cls.defaults)
         for key, value in overrides.items():
             out[key] = _cast_like(cls.defaults[key], value, key)
+        cls.check_hyperparameters(out)
         return out
+
+    @classmethod
+    def check_hyperparameters(cls, hp: Mapping[str, Any]) -> None:
+        """Raise ``ValueError`` naming the hyperparameter when the resolved ``hp`` cannot be run (before any
+        training, so that ``ubench produce`` reports it as a usage error)."""
 
     # -- the training run ----------------------------------------------------------------------------------------
     def total_epochs(self) -> int:

@@ -24,10 +24,10 @@ class TestTimeAugmentation(Method):
     default_members = 10
     summary = "test-time augmentation (random crops/flips)"
 
-    def __init__(self, hyper, *, n_members, n_train):
-        super().__init__(hyper, n_members=n_members, n_train=n_train)
-        if not 0.0 <= self.hp["crop_fraction"] < 0.5:
-            raise ValueError(f"tta: crop_fraction must be in [0, 0.5); got {self.hp['crop_fraction']}")
+    @classmethod
+    def check_hyperparameters(cls, hp):
+        if not 0.0 <= hp["crop_fraction"] < 0.5:
+            raise ValueError(f"tta: crop_fraction must be in [0, 0.5); got {hp['crop_fraction']}")
 
     def crop_pad(self, height: int, width: int) -> int:
         """Padding of the random crops for ``height`` x ``width`` images."""
