@@ -118,6 +118,8 @@ def score(path: Path, reference) -> dict:
             "entropy"].auroc for name in ("mnist", "notmnist")},
         "minutes": (sc.get("train_seconds", float("nan")) + sc.get("predict_seconds", 0.0)) / 60.0,
         "hyperparameters": a.header.config.get("hyperparameters", {}),
+        "producer": a.header.config.get("producer"),
+        "archive_created": a.header.provenance.get("created"),
     }
 
 
@@ -141,6 +143,22 @@ def checks(rows: dict) -> dict:
     }
 
 
+def merge(docs: list[dict]) -> dict:
+    """One results document from several (runs trained in separate processes): rows in ``RUNS`` order, the
+    earliest date, each part's load and settings kept beside its method names."""
+    order = {m: i for i, (_, m, _, _) in enumerate(RUNS)}
+    rows = sorted((r for d in docs for r in d["rows"]), key=lambda r: order[r["method_id"]])
+    twice = sorted({r["method_id"] for r in rows if sum(q["method_id"] == r["method_id"] for q in rows) > 1})
+    if twice:
+        raise SystemExit(f"--merge: {', '.join(twice)} appear in more than one results file")
+    by_label = {r["method"]: r for r in rows}
+    return {"script": docs[0]["script"], "date": min(d["date"] for d in docs), "machine": docs[0]["machine"],
+            "load": {"parts": [{"methods": [r["method_id"] for r in d["rows"]], "date": d["date"], **d["load"],
+                                "settings": d["settings"], "wall_minutes": d.get("wall_minutes")} for d in docs]},
+            "settings": docs[0]["settings"], "complete": len(rows) == len(RUNS), "checks": checks(by_label),
+            "rows": rows}
+
+
 def write(path: Path, doc: dict) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".json.tmp")
@@ -160,6 +178,8 @@ def main(argv=None) -> int:
     parser.add_argument("--methods", default=",".join(m for _, m, _, _ in RUNS),
                         help="comma-separated subset of the runs, e.g. to train two in parallel processes with "
                              "separate --json files (default: all); a final run over all scores them together")
+    parser.add_argument("--merge", type=Path, nargs="+", default=None, metavar="JSON",
+                        help="train nothing: combine the results files of runs trained side by side into --json")
     parser.add_argument("--score-only", action="store_true",
                         help="train nothing: score the finished archives in --out-dir, leave the others out")
     args = parser.parse_args(argv)
@@ -169,6 +189,11 @@ def main(argv=None) -> int:
         parser.error(f"--methods: unknown run(s) {', '.join(unknown)}")
     if args.markdown:
         print(markdown(json.loads(args.json.read_text())))
+        return 0
+    if args.merge:
+        doc = merge([json.loads(p.read_text()) for p in args.merge])
+        write(args.json, doc)
+        print(markdown(doc))
         return 0
     import torch
 
