@@ -179,7 +179,9 @@ def main(argv=None) -> int:
                         help="comma-separated subset of the runs, e.g. to train two in parallel processes with "
                              "separate --json files (default: all); a final run over all scores them together")
     parser.add_argument("--merge", type=Path, nargs="+", default=None, metavar="JSON",
-                        help="train nothing: combine the results files of runs trained side by side into --json")
+                        help="train nothing: combine the results files of runs trained side by side into --json, "
+                             "rescoring their archives in --out-dir (so every row gets its DEE once the deep "
+                             "ensemble's archive exists)")
     parser.add_argument("--score-only", action="store_true",
                         help="train nothing: score the finished archives in --out-dir, leave the others out")
     args = parser.parse_args(argv)
@@ -192,6 +194,11 @@ def main(argv=None) -> int:
         return 0
     if args.merge:
         doc = merge([json.loads(p.read_text()) for p in args.merge])
+        ensemble_archive = args.out_dir / f"{RUNS[0][1]}.h5"
+        reference = ensemble_reference(ensemble_archive) if ensemble_archive.exists() else None
+        doc["rows"] = [{"method": r["method"], "method_id": r["method_id"],
+                        **score(args.out_dir / f"{r['method_id']}.h5", reference)} for r in doc["rows"]]
+        doc["checks"] = checks({r["method"]: r for r in doc["rows"]})
         write(args.json, doc)
         print(markdown(doc))
         return 0
