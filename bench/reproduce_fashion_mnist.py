@@ -1,21 +1,33 @@
 # SPDX-License-Identifier: MIT
 """Reproduce the producers' quality bar on Fashion-MNIST with the MLP (784-200-200-10); not part of CI.
 
-Trains SGD, a 5-member deep ensemble, MC dropout, SWAG-diagonal, SGHMC and cSGLD through ``ubench produce``'s
-library entry point, scores every archive with ``ubench.metrics`` and prints a markdown table: accuracy, NLL,
-calibrated log-likelihood (CLL: Pitfalls' test-time cross-validation, 2 halves x 5 repeats of a temperature fitted
-on one half and scored on the other, reported as the mean log-likelihood), Brier, ECE, and OOD AUROC (predictive
-entropy) against MNIST and notMNIST. Then it checks the bar: SGD at least 88% accurate; the ensemble better than
-SGD in NLL and CLL.
+Trains a 5-member deep ensemble, SGD, MC dropout, SWAG-diagonal, SGHMC and cSGLD through ``ubench produce``'s
+library entry point (each method's defaults: URSABench's tuned MLP values for the samplers, swa_gaussian's scale
+for SWAG) and scores every archive with ``ubench.metrics``: accuracy, NLL, Brier and ECE of the ensemble mean;
+calibrated log-likelihood (CLL: Pitfalls' test-time cross-validation, ``cross_validated_calibration`` with its
+defaults, 2 halves x 5 repeats, temperature after averaging); DEE of that CLL against the deep ensemble's
+CLL-versus-members curve (``dee_reference``, 5 member orders); OOD AUROC of the predictive entropy against MNIST
+and notMNIST. Then it checks the bar: SGD at least 88% accurate; the ensemble better than SGD in NLL and CLL.
 
-Run from anywhere (2 CPU cores: about 20-40 minutes; interrupted runs resume):
+Results go to ``bench/results/reproduce_fashion_mnist.json`` (the bench JSON convention: script, date, machine,
+load, rows; rewritten after every method, ``complete`` false until the last), from which ``bench/render.py`` builds
+the README table; ``--markdown`` prints that table from the JSON without training.
 
-    python bench/reproduce_fashion_mnist.py --out-dir bench-archives --threads 2
+Run from anywhere (2 CPU cores: about an hour; interrupted runs resume from the archives and their partial runs):
+
+    python bench/reproduce_fashion_mnist.py --out-dir /tmp/fmnist-archives --threads 2
+
+On a loaded machine, train runs side by side (``--methods sghmc --json /tmp/sghmc.json``, one process each) and
+then write the table of whatever finished with ``--score-only``.
 """
 
 from __future__ import annotations
 
 import argparse
+import datetime as dt
+import json
+import os
+import platform
 import sys
 import time
 from pathlib import Path
@@ -24,53 +36,134 @@ import numpy as np
 
 from ubench.archive_schema import read_archive
 from ubench.metrics import accuracy_score, brier_loss, expected_calibration_error, nll_loss, ood_detection_scores
-from ubench.metrics.temperature import apply_ensemble_temperature, fit_ensemble_temperature
+from ubench.metrics.dee import dee_reference, dee_score
+from ubench.metrics.protocol import cross_validated_calibration
 from ubench.producers.archive_run import produce_archive
+from ubench.producers.registry import load_method
 from ubench.producers.task import build_task
 from ubench.producers.torch_trainer import RunSettings
 
-# (label, method, members, hyperparameter overrides). URSABench appendix D MNIST settings for the samplers (rate,
-# prior, burn-in, cycle shape); 12 samples each and SWAG's 20 collected iterates keep the run within the hour.
+RESULTS = Path(__file__).resolve().parent / "results" / "reproduce_fashion_mnist.json"
+ENSEMBLE = "deep ensemble"
+
+# (label, method, members, hyperparameter overrides). The deep ensemble comes first: it is every row's DEE
+# reference. 12 samples each and SWAG's 12 collected iterates keep the run near the hour.
 RUNS = [
+    (ENSEMBLE, "deep_ensemble", 5, {"epochs": 20}),
     ("SGD", "sgd", 1, {"epochs": 20}),
-    ("Deep ensemble (5)", "deep_ensemble", 5, {"epochs": 20}),
     ("MC dropout", "mc_dropout", 12, {"epochs": 20}),
-    ("SWAG-diag", "swag_diag", 12, {"epochs": 20, "swa_epochs": 12}),
-    ("SGHMC", "sghmc", 12, {"burn_in_epochs": 50}),
+    ("SWAG-diagonal", "swag_diag", 12, {"epochs": 20, "swa_epochs": 12}),
+    ("SGHMC", "sghmc", 12, {}),
     ("cSGLD", "csgld", 12, {}),
 ]
+COLUMNS = [("members", "M", "{}"), ("accuracy", "accuracy", "{:.4f}"), ("nll", "NLL", "{:.4f}"),
+           ("cll", "CLL", "{:.4f}"), ("dee", "DEE", "{:.2f}"), ("ood_auroc_mnist", "OOD AUROC MNIST", "{:.4f}"),
+           ("ood_auroc_notmnist", "OOD AUROC notMNIST", "{:.4f}"), ("minutes", "minutes", "{:.1f}")]
 
 
-def calibrated_log_likelihood(member_probs: np.ndarray, labels: np.ndarray, *, repeats: int = 5, seed: int = 0):
-    """Pitfalls' CLL: fit a temperature on a random half, score the log-likelihood on the other, both ways."""
-    rng = np.random.default_rng(seed)
-    scores = []
-    for _ in range(repeats):
-        order = rng.permutation(len(labels))
-        halves = (order[: len(order) // 2], order[len(order) // 2:])
-        for fit_on, score_on in (halves, halves[::-1]):
-            fit = fit_ensemble_temperature(member_probs[:, fit_on], labels[fit_on])
-            scaled = apply_ensemble_temperature(member_probs[:, score_on], fit.temperature)
-            scores.append(-nll_loss(scaled, labels[score_on]))
-    return float(np.mean(scores))
+def machine() -> dict:
+    """What ran the benchmark."""
+    import torch
+
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as f:
+            cpu = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), cpu)
+        with open("/proc/meminfo") as f:
+            mem_kib = int(next(line.split()[1] for line in f if line.startswith("MemTotal")))
+    except OSError:
+        mem_kib = 0
+    return {"cpu": cpu, "cores": os.cpu_count(), "memory_gib": round(mem_kib / 2 ** 20, 1),
+            "python": platform.python_version(), "numpy": np.__version__, "torch": torch.__version__,
+            "torch_threads": torch.get_num_threads()}
 
 
-def score(path: Path) -> dict:
+def load_now() -> dict:
+    """Load averages and the kernel's running/total process count (other jobs share the machine)."""
+    la = os.getloadavg()
+    try:
+        with open("/proc/loadavg") as f:
+            running = f.read().split()[3]
+    except OSError:
+        running = "unknown"
+    return {"loadavg": [round(x, 2) for x in la], "running_processes": running}
+
+
+def ensemble_reference(path: Path):
+    """The DEE reference curve of the deep-ensemble archive at ``path``."""
+    a = read_archive(path)
+    return dee_reference(a.probs["test"].astype(np.float64), a.labels["test"])
+
+
+def score(path: Path, reference) -> dict:
+    """One table row from an archive; ``reference`` is the deep ensemble's ``dee_reference`` (None: no DEE)."""
     a = read_archive(path)
     probs, labels = a.probs["test"].astype(np.float64), a.labels["test"]
     mean = probs.mean(axis=0)
-    row = {
-        "members": probs.shape[0],
+    cal = cross_validated_calibration(probs, labels)
+    dee = None if reference is None else dee_score(cal.cll, reference.cll_mean, reference.cll_std)
+    sc = a.header.scalability or {}
+    return {
+        "members": int(probs.shape[0]),
         "accuracy": accuracy_score(mean, labels),
         "nll": nll_loss(mean, labels),
-        "cll": calibrated_log_likelihood(probs, labels),
+        "cll": cal.cll,
+        "dee": None if dee is None else dee.dee,
+        "dee_lower": None if dee is None else dee.lower,
+        "dee_upper": None if dee is None else dee.upper,
+        "dee_beyond_reference": None if dee is None else dee.beyond_reference,
         "brier": brier_loss(mean, labels),
         "ece": expected_calibration_error(mean, labels),
-        "train_s": a.scalability.get("train_seconds", float("nan")),
+        **{f"ood_auroc_{name}": ood_detection_scores(probs, a.probs[f"ood_{name}"].astype(np.float64))[
+            "entropy"].auroc for name in ("mnist", "notmnist")},
+        "minutes": (sc.get("train_seconds", float("nan")) + sc.get("predict_seconds", 0.0)) / 60.0,
+        "hyperparameters": a.header.config.get("hyperparameters", {}),
+        "producer": a.header.config.get("producer"),
+        "archive_created": a.header.provenance.get("created"),
     }
-    for ood in ("ood_mnist", "ood_notmnist"):
-        row[ood] = ood_detection_scores(probs, a.probs[ood].astype(np.float64))["entropy"].auroc
-    return row
+
+
+def markdown(doc: dict) -> str:
+    """The README table of a results document."""
+    lines = ["| method | " + " | ".join(h for _, h, _ in COLUMNS) + " |", "|---" * (len(COLUMNS) + 1) + "|"]
+    for r in doc["rows"]:
+        lines.append(f"| {r['method']} | " + " | ".join("n/a" if r[k] is None else fmt.format(r[k])
+                                                        for k, _, fmt in COLUMNS) + " |")
+    return "\n".join(lines)
+
+
+def checks(rows: dict) -> dict:
+    sgd, ens = rows.get("SGD"), rows.get(ENSEMBLE)
+    if sgd is None or ens is None:
+        return {}
+    return {
+        "SGD accuracy >= 0.88": sgd["accuracy"] >= 0.88,
+        "ensemble NLL < SGD NLL": ens["nll"] < sgd["nll"],
+        "ensemble CLL > SGD CLL": ens["cll"] > sgd["cll"],
+    }
+
+
+def merge(docs: list[dict]) -> dict:
+    """One results document from several (runs trained in separate processes): rows in ``RUNS`` order, the
+    earliest date, each part's load and settings kept beside its method names."""
+    order = {m: i for i, (_, m, _, _) in enumerate(RUNS)}
+    rows = sorted((r for d in docs for r in d["rows"]), key=lambda r: order[r["method_id"]])
+    twice = sorted({r["method_id"] for r in rows if sum(q["method_id"] == r["method_id"] for q in rows) > 1})
+    if twice:
+        raise SystemExit(f"--merge: {', '.join(twice)} appear in more than one results file")
+    by_label = {r["method"]: r for r in rows}
+    return {"script": docs[0]["script"], "date": min(d["date"] for d in docs), "machine": docs[0]["machine"],
+            "load": {"parts": [{"methods": [r["method_id"] for r in d["rows"]], "date": d["date"], **d["load"],
+                                "settings": d["settings"], "wall_minutes": d.get("wall_minutes")} for d in docs]},
+            "settings": docs[0]["settings"], "complete": len(rows) == len(RUNS), "checks": checks(by_label),
+            "rows": rows}
+
+
+def write(path: Path, doc: dict) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(doc, indent=1, default=float) + "\n")
+    tmp.replace(path)
 
 
 def main(argv=None) -> int:
@@ -80,37 +173,78 @@ def main(argv=None) -> int:
     parser.add_argument("--threads", type=int, default=2, help="torch CPU threads")
     parser.add_argument("--seed", type=int, default=0, help="seed of every run")
     parser.add_argument("--shift-samples", type=int, default=2000, help="test images the shifts are applied to")
+    parser.add_argument("--json", type=Path, default=RESULTS, help="results file (default: %(default)s)")
+    parser.add_argument("--markdown", action="store_true", help="print the table of --json and exit")
+    parser.add_argument("--methods", default=",".join(m for _, m, _, _ in RUNS),
+                        help="comma-separated subset of the runs, e.g. to train two in parallel processes with "
+                             "separate --json files (default: all); a final run over all scores them together")
+    parser.add_argument("--merge", type=Path, nargs="+", default=None, metavar="JSON",
+                        help="train nothing: combine the results files of runs trained side by side into --json, "
+                             "rescoring their archives in --out-dir (so every row gets its DEE once the deep "
+                             "ensemble's archive exists)")
+    parser.add_argument("--score-only", action="store_true",
+                        help="train nothing: score the finished archives in --out-dir, leave the others out")
     args = parser.parse_args(argv)
+    wanted = [m.strip() for m in args.methods.split(",") if m.strip()]
+    unknown = sorted(set(wanted) - {m for _, m, _, _ in RUNS})
+    if unknown:
+        parser.error(f"--methods: unknown run(s) {', '.join(unknown)}")
+    if args.markdown:
+        print(markdown(json.loads(args.json.read_text())))
+        return 0
+    if args.merge:
+        doc = merge([json.loads(p.read_text()) for p in args.merge])
+        ensemble_archive = args.out_dir / f"{RUNS[0][1]}.h5"
+        reference = ensemble_reference(ensemble_archive) if ensemble_archive.exists() else None
+        doc["rows"] = [{"method": r["method"], "method_id": r["method_id"],
+                        **score(args.out_dir / f"{r['method_id']}.h5", reference)} for r in doc["rows"]]
+        doc["checks"] = checks({r["method"]: r for r in doc["rows"]})
+        write(args.json, doc)
+        print(markdown(doc))
+        return 0
+    import torch
+
+    torch.set_num_threads(args.threads)
     started = time.perf_counter()
     args.out_dir.mkdir(parents=True, exist_ok=True)
-    task = build_task("fashion-mnist", ood=("mnist", "notmnist", "uniform"), shift_samples=args.shift_samples,
-                      data_dirs=tuple(args.data_dir))
+    doc = {"script": "bench/reproduce_fashion_mnist.py",
+           "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+           "machine": machine(), "load": {"before": load_now(), "after": None},
+           "settings": {"model": "mlp", "seed": args.seed, "threads": args.threads,
+                        "shift_samples": args.shift_samples, "archives": str(args.out_dir)},
+           "complete": False, "rows": []}
+    runs = [r for r in RUNS if r[1] in wanted]
+    if args.score_only:
+        runs = [r for r in runs if (args.out_dir / f"{r[1]}.h5").exists()]
+    else:
+        task = build_task("fashion-mnist", ood=("mnist", "notmnist", "uniform"), shift_samples=args.shift_samples,
+                          data_dirs=tuple(args.data_dir))
+    for _, method, _, hyper in runs:  # import every method now and check its overrides before hours of training
+        load_method(method).resolve_hyperparameters(hyper)
+    ensemble_archive = args.out_dir / f"{RUNS[0][1]}.h5"
+    reference = ensemble_reference(ensemble_archive) if ensemble_archive.exists() else None
     rows = {}
-    for label, method, members, hyper in RUNS:
+    for label, method, members, hyper in runs:
         out = args.out_dir / f"{method}.h5"
         t0 = time.perf_counter()
         if not out.exists():
             produce_archive(method, task, out, hyper=hyper, threads=args.threads,
                             settings=RunSettings(model="mlp", members=members, seed=args.seed))
-        rows[label] = score(out)
+        if out == ensemble_archive and reference is None:
+            reference = ensemble_reference(out)
+        rows[label] = score(out, reference)
+        doc["rows"].append({"method": label, "method_id": method, **rows[label]})
+        doc["load"]["after"] = load_now()
+        doc["wall_minutes"] = (time.perf_counter() - started) / 60.0
+        doc["checks"] = checks(rows)
+        doc["complete"] = len(doc["rows"]) == len(RUNS)
+        write(args.json, doc)
         print(f"{label}: done in {time.perf_counter() - t0:.0f} s", file=sys.stderr, flush=True)
-    wall = time.perf_counter() - started
-    print("| method | M | accuracy | NLL | CLL | Brier | ECE | AUROC MNIST | AUROC notMNIST | train s |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
-    for label, r in rows.items():
-        print(f"| {label} | {r['members']} | {r['accuracy']:.4f} | {r['nll']:.4f} | {r['cll']:.4f} | "
-              f"{r['brier']:.4f} | {r['ece']:.4f} | {r['ood_mnist']:.4f} | {r['ood_notmnist']:.4f} | "
-              f"{r['train_s']:.0f} |")
-    print(f"\nwall time {wall / 60:.1f} min (archives reused from {args.out_dir} are not retrained)")
-    sgd, ens = rows["SGD"], rows["Deep ensemble (5)"]
-    checks = {
-        "SGD accuracy >= 0.88": sgd["accuracy"] >= 0.88,
-        "ensemble NLL < SGD NLL": ens["nll"] < sgd["nll"],
-        "ensemble CLL > SGD CLL": ens["cll"] > sgd["cll"],
-    }
-    for name, ok in checks.items():
+    print(markdown(doc))
+    print(f"\nwall time {doc['wall_minutes']:.1f} min (archives reused from {args.out_dir} are not retrained)")
+    for name, ok in doc["checks"].items():
         print(f"- {name}: {'PASS' if ok else 'FAIL'}")
-    return 0 if all(checks.values()) else 1
+    return 0 if all(doc["checks"].values()) else 1
 
 
 if __name__ == "__main__":

@@ -15,7 +15,7 @@ from .task import Task
 __all__ = ["PRODUCER_VERSION", "derive_seed", "split_specs", "run_config"]
 
 #: Bumped when a change to the producers changes what a given configuration produces.
-PRODUCER_VERSION = "1"
+PRODUCER_VERSION = "2"  # 2: SWAG samples with swa_gaussian's covariance; SG-MCMC at the reference noise
 
 
 def derive_seed(*parts: int) -> int:

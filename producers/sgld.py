@@ -1,27 +1,28 @@
 # SPDX-License-Identifier: MIT
-"""SGLD (Welling & Teh 2011) with URSABench's MNIST hyperparameters (appendix D): rate 0.099, prior std 0.16,
-50 burn-in epochs, then one sample every ``thin_epochs``; the rate decays by cosine annealing to half its initial
-value by the end of sampling."""
+"""SGLD (Welling & Teh 2011): the update of :mod:`ubench.producers.sgmcmc` with friction 1,
+
+.. math:: \\theta \\leftarrow \\theta - \\mathrm{lr} \\, (\\nabla \\bar L + \\theta / (\\sigma^2 N))
+          + \\sqrt{2 \\, \\mathrm{lr} \\, T / N} \\; \\varepsilon,
+
+at the reference code's temperature ``T = 1/N`` by default. Defaults are URSABench's tuned MLP values
+(``URSABench/hyperparams/MLP200MNIST/SGLD_BO.json``, 4 significant digits): rate 0.1, prior std 0.1664, 50 burn-in
+epochs; then one sample every ``thin_epochs``. The rate decays by cosine annealing to half its initial value by
+the end of sampling (URSABench's ``SGHMC.update_hyp``)."""
 
 from __future__ import annotations
 
-import math
 
+from .sampler_defaults import SGLD_DEFAULTS, cosine_to_half
 from .sgmcmc import SGMCMCMethod
 
 __all__ = ["SGLD", "cosine_to_half"]
-
-
-def cosine_to_half(t: float, lr: float, total: float) -> float:
-    """``lr`` at ``t = 0`` annealed along a half cosine to ``lr / 2`` at ``t = total``."""
-    return lr * (0.75 + 0.25 * math.cos(math.pi * min(t / max(total, 1e-12), 1.0)))
 
 
 class SGLD(SGMCMCMethod):
     """Langevin dynamics (no momentum); noise from the first step."""
 
     name = "sgld"
-    defaults = {"lr": 0.099, "prior_std": 0.16, "temperature": 1.0, "burn_in_epochs": 50, "thin_epochs": 1}
+    defaults = dict(SGLD_DEFAULTS)
     summary = "stochastic gradient Langevin dynamics"
 
     def schedule(self, t):

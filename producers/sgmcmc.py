@@ -1,15 +1,23 @@
 # SPDX-License-Identifier: MIT
 """Stochastic-gradient MCMC: the sampler step shared by SGLD, SGHMC and their cyclical variants.
 
-The parameterisation is that of the cyclical SG-MCMC code (Zhang et al. 2020) which URSABench follows: with the
-mean loss over a batch, rate ``lr``, friction ``alpha`` and ``N`` training points,
+The parameterisation is that of the cyclical SG-MCMC code (ruqizhang/csgmcmc ``cifar_csghmc.py``) which URSABench
+follows (``URSABench/inference/optim_sghmc.py``): with the mean loss :math:`\\bar L` over a batch, rate ``lr``,
+friction :math:`\\alpha` (URSABench's ``alpha``, one minus its momentum), ``N`` training points and temperature
+``T``,
 
 .. math::
     v \\leftarrow (1 - \\alpha) v - \\mathrm{lr} \\, (\\nabla \\bar L + \\lambda \\theta)
           + \\sqrt{2 \\, \\mathrm{lr} \\, \\alpha \\, T / N} \\; \\varepsilon, \\qquad \\theta \\leftarrow \\theta + v
 
-SGHMC for ``alpha < 1``; ``alpha = 1`` is SGLD (no momentum). The Gaussian prior of standard deviation
-``prior_std`` enters as the weight decay :math:`\\lambda = 1 / (\\sigma^2 N)`; ``T`` is the temperature.
+SGHMC for :math:`\\alpha < 1`; :math:`\\alpha = 1` is SGLD (no momentum). The Gaussian prior of standard deviation
+``prior_std`` enters as the weight decay :math:`\\lambda = 1 / (\\sigma^2 N)`. ``T = 1`` targets the Bayes posterior
+:math:`\\propto p(\\mathcal D \\mid \\theta) \\, p(\\theta)`; the reference code runs at ``T = 1/N``: csgmcmc's
+``--temperature`` defaults to ``1/datasize`` and URSABench injects noise of standard deviation
+:math:`\\sqrt{2 \\alpha \\, \\mathrm{lr}} / N`, which is the formula above at ``T = 1/N`` (URSABench since its
+commit 724e973 "Bug fix"; its first commit added the noise out of place, that is not at all). So the ``temperature``
+hyperparameter defaults to ``"1/N"`` (the reference code's noise); a number sets ``T`` itself (``1`` for the Bayes
+posterior, :math:`\\sqrt N` times more noise than the papers used).
 """
 
 from __future__ import annotations
@@ -18,16 +26,17 @@ import math
 
 import torch
 
+from .sampler_defaults import REFERENCE_TEMPERATURE, resolve_temperature
 from .torch_trainer import Method
 
-__all__ = ["SGMCMC", "SGMCMCMethod"]
-
+__all__ = ["SGMCMC", "SGMCMCMethod", "REFERENCE_TEMPERATURE", "resolve_temperature"]
 
 class SGMCMC(torch.optim.Optimizer):
     """The SGHMC/SGLD update above; param groups carry ``lr``, ``friction``, ``weight_decay``, ``n_data``,
-    ``temperature`` and ``noise`` (False during cyclical exploration, which is then SGD with momentum)."""
+    ``temperature`` (``T``, a number) and ``noise`` (False during cyclical exploration, which is then SGD with
+    momentum)."""
 
-    def __init__(self, params, *, lr, friction, weight_decay, n_data, temperature=1.0):
+    def __init__(self, params, *, lr, friction, weight_decay, n_data, temperature):
         if not 0.0 < friction <= 1.0:
             raise ValueError(f"friction must be in (0, 1]; got {friction}")
         defaults = dict(lr=lr, friction=friction, weight_decay=weight_decay, n_data=n_data,
@@ -64,8 +73,16 @@ class SGMCMCMethod(Method):
     shape = "trajectory"
     default_members = 20
 
+    @classmethod
+    def check_hyperparameters(cls, hp):
+        resolve_temperature(hp["temperature"], 1)
+
     def friction(self) -> float:
         return float(self.hp.get("friction", 1.0))
+
+    def temperature(self) -> float:
+        """``T`` of the update (``1/N`` by default)."""
+        return resolve_temperature(self.hp["temperature"], self.n_train)
 
     def make_optimizer(self, model):
         return SGMCMC(
@@ -74,8 +91,11 @@ class SGMCMCMethod(Method):
             friction=self.friction(),
             weight_decay=1.0 / (self.hp["prior_std"] ** 2 * self.n_train),
             n_data=self.n_train,
-            temperature=self.hp["temperature"],
+            temperature=self.temperature(),
         )
+
+    def member_info(self, index, epoch):
+        return {"temperature": self.temperature()}
 
     def total_epochs(self):
         return self.snapshot_epochs()[-1]

@@ -1,15 +1,23 @@
 # SPDX-License-Identifier: MIT
 """SWA-Gaussian (Maddox et al. 2019): SGD to a mode, then ``swa_epochs`` epochs at the constant rate ``swa_lr``
 collecting the weights once per epoch into running first and second moments (SWAG-diagonal) and, for the low-rank
-variant, the last ``rank`` deviations from the running mean. Members are weight samples
+variant, the last ``rank`` deviations from the running mean (the rows of :math:`D`). Members are weight samples
 
-.. math:: \\theta = \\bar\\theta + \\sqrt{s} \\, \\big(\\Sigma_{diag}^{1/2} z_1 + D z_2 / \\sqrt{K - 1}\\big) / \\sqrt{2}
+.. math::
+    \\theta = \\bar\\theta + \\sqrt{s} \\, \\big(\\Sigma_{diag}^{1/2} z_1 + D^\\top z_2 / \\sqrt{K - 1}\\big),
+    \\qquad \\mathrm{Cov}[\\theta] = s \\, \\big(\\Sigma_{diag} + D^\\top D / (K - 1)\\big)
 
-(the low-rank term and the :math:`1/\\sqrt 2` only for the low-rank variant), with scale ``s = 0.5`` as in the
-SWAG code. The pretraining rate decays from ``lr`` to ``swa_lr`` between 50% and 90% of ``epochs`` (the SWAG
-schedule). URSABench (appendix D) uses SWAG-diagonal with the last 20 iterates; Pitfalls (appendix B) the low-rank
-variant. Networks with batch normalisation get their running statistics recomputed on the training set for every
-sample (SWAG's ``bn_update``).
+with :math:`\\Sigma_{diag} = \\overline{\\theta^2} - \\bar\\theta^2` (clamped at 1e-30), :math:`z_1, z_2` standard normal
+and the low-rank term only for the low-rank variant. This is ``SWAG.sample_fullrank`` of wjmaddox/swa_gaussian
+(``swag/posteriors/swag.py``): the paper's factor 1/2 in the covariance (its :math:`1/\\sqrt 2` in the sample) is
+the code's scale ``s = 0.5``, applied once; and :math:`K` is the configured ``rank`` (the code's ``max_num_models``)
+even while fewer than ``rank`` deviations have been collected. The scale defaults to the code's experiment settings
+(``experiments/uncertainty/README.md``): 0.5 for SWAG, 1.0 for SWAG-diagonal.
+
+The pretraining rate decays from ``lr`` to ``swa_lr`` between 50% and 90% of ``epochs`` (the SWAG schedule).
+URSABench (appendix D) uses SWAG-diagonal with the last 20 iterates; Pitfalls (appendix B) the low-rank variant.
+Networks with batch normalisation get their running statistics recomputed on the training set for every sample
+(SWAG's ``bn_update``).
 """
 
 from __future__ import annotations
@@ -47,7 +55,7 @@ class SWAGDiagonal(Method):
     name = "swag_diag"
     member_kind = "posterior_sample"
     shape = "posterior"
-    defaults = {**BASE_DEFAULTS, "swa_epochs": 20, "swa_lr": 0.01, "scale": 0.5}
+    defaults = {**BASE_DEFAULTS, "swa_epochs": 20, "swa_lr": 0.01, "scale": 1.0}
     default_members = 20
     summary = "SWAG with diagonal covariance"
     rank_key: str | None = None
@@ -93,15 +101,16 @@ class SWAGDiagonal(Method):
         state["n"] = n + 1
 
     def sample_weights(self, state, generator: torch.Generator) -> torch.Tensor:
-        """One weight vector from the SWAG Gaussian (on the mean's device, float32)."""
+        """One weight vector from the SWAG Gaussian of the module docstring (on the mean's device, float32)."""
         mean = state["mean"]
         var = (state["sq_mean"] - mean * mean).clamp_min(1e-30)
         z1 = torch.randn(mean.shape, generator=generator, dtype=torch.float64).to(mean.device)
         sample = var.sqrt() * z1
         k = min(state["n"], self.rank)
-        if self.rank and k >= 2:
+        if k:
+            # swa_gaussian divides by sqrt(max_num_models - 1) whatever number of deviations it holds.
             z2 = torch.randn(k, generator=generator, dtype=torch.float64).to(mean.device)
-            sample = (sample + state["deviations"][:k].double().T @ z2 / math.sqrt(k - 1)) / math.sqrt(2.0)
+            sample = sample + state["deviations"][:k].double().T @ z2 / math.sqrt(self.rank - 1)
         return (mean + math.sqrt(self.hp["scale"]) * sample).float()
 
     def member_predictor(self, model, state, ctx, seed):
@@ -121,6 +130,11 @@ class SWAG(SWAGDiagonal):
     """SWAG with a diagonal plus rank-``rank`` covariance (the last ``rank`` deviations)."""
 
     name = "swag"
-    defaults = {**SWAGDiagonal.defaults, "rank": 20}
+    defaults = {**SWAGDiagonal.defaults, "rank": 20, "scale": 0.5}
     summary = "SWAG with diagonal plus low-rank covariance"
     rank_key = "rank"
+
+    @classmethod
+    def check_hyperparameters(cls, hp):
+        if hp["rank"] < 2:
+            raise ValueError(f"{cls.name}: rank must be at least 2 (samples divide by sqrt(rank - 1)); got {hp['rank']}")

@@ -42,6 +42,7 @@ __all__ = [
     "resolve_device",
     "pitfalls_schedule",
     "predict_splits",
+    "crop_padding",
     "random_crop_flip",
     "train_epoch",
 ]
@@ -61,6 +62,13 @@ def configure_torch(*, threads: int | None = None) -> None:
     torch.backends.cudnn.benchmark = False
     if threads is not None:
         torch.set_num_threads(int(threads))
+
+
+def crop_padding(height: int, width: int, fraction: float) -> int:
+    """Pixels of padding for random crops: ``fraction`` of the shorter image side, rounded half up
+    (``floor(fraction * min(height, width) + 0.5)``). At the default 1/8 this is the CIFAR convention (4 px on
+    32x32, Pitfalls' and csgmcmc's ``RandomCrop(32, padding=4)``), 4 px on 28x28 and 1 px on 8x8 digits."""
+    return int(math.floor(fraction * min(height, width) + 0.5))
 
 
 def random_crop_flip(x: torch.Tensor, generator: torch.Generator, *, pad: int, flip: bool) -> torch.Tensor:
@@ -159,7 +167,13 @@ class Method:
         out = dict(cls.defaults)
         for key, value in overrides.items():
             out[key] = _cast_like(cls.defaults[key], value, key)
+        cls.check_hyperparameters(out)
         return out
+
+    @classmethod
+    def check_hyperparameters(cls, hp: Mapping[str, Any]) -> None:
+        """Raise ``ValueError`` naming the hyperparameter when the resolved ``hp`` cannot be run (before any
+        training, so that ``ubench produce`` reports it as a usage error)."""
 
     # -- the training run ----------------------------------------------------------------------------------------
     def total_epochs(self) -> int:
@@ -181,8 +195,9 @@ class Method:
             model.parameters(), lr=self.hp["lr"], momentum=self.hp["momentum"], weight_decay=self.hp["weight_decay"]
         )
 
-    def augment_training(self) -> tuple[int, bool] | None:
-        """``(pad, flip)`` for random crops and flips of training batches, or None for no augmentation."""
+    def augment_training(self, height: int, width: int) -> tuple[int, bool] | None:
+        """``(pad, flip)`` for random crops and flips of training batches of ``height`` x ``width`` images, or
+        None for no augmentation."""
         return None
 
     def snapshot_epochs(self) -> list[int]:
@@ -301,7 +316,7 @@ def train_epoch(
     order = torch.randperm(n, generator=order_gen).to(ctx.device)
     # Dropout masks and sampler noise come from the global generator, reseeded per epoch for resumability.
     torch.manual_seed(derive_seed(seed, 1))
-    augment = method.augment_training()
+    augment = method.augment_training(*ctx.x_train.shape[-2:])
     model.train()
     total = torch.zeros((), dtype=torch.float64, device=ctx.device)
     for b in range(n_batches):

@@ -51,6 +51,10 @@ def test_produce_writes_an_archive_and_prints_its_path(tmp_path):
     (["sgd", "--members", "2"], "allows 1 to 1"),
     (["sgd", "--shifts", "zoom"], "unknown shift families"),
     (["sgd", "--dataset", "kmnist", "--data-dir", "."], "not found"),
+    (["sgld", "--set", "temperature=hot"], "hyperparameter 'temperature' must be '1/N' or a positive"),
+    (["tta", "--set", "crop_fraction=0.7"], "crop_fraction must be in [0, 0.5)"),
+    (["swag", "--set", "rank=1"], "rank must be at least 2"),
+    (["csgld", "--set", "samples_per_cycle=6"], "samples_per_cycle <="),
 ])
 def test_usage_errors_exit_2(tmp_path, monkeypatch, args, message):
     pytest.importorskip("torch")

@@ -3,6 +3,7 @@
 
 import dataclasses
 import math
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -33,7 +34,7 @@ FAST = {
     "sghmc": (2, {"burn_in_epochs": 1}),
     "csgld": (3, {"cycle_epochs": 3, "exploration_epochs": 1, "samples_per_cycle": 2}),
     "csghmc": (3, {"cycle_epochs": 3, "exploration_epochs": 1, "samples_per_cycle": 2}),
-    "tta": (3, {"epochs": 3, "crop_pad": 1}),
+    "tta": (3, {"epochs": 3, "crop_fraction": 0.125}),
     "hmc": (2, {"burn_in": 4, "thin": 1}),
     "vi": (3, {"epochs": 2, "vi_epochs": 1}),
     "ll_svi": (3, {"epochs": 2, "vi_epochs": 1}),
@@ -160,7 +161,7 @@ def test_gaussian_dropout_layer_matches_its_implicit_gaussian():
 
 def test_sgmcmc_step_without_noise_is_sgd_and_noise_has_the_langevin_scale():
     p = torch.nn.Parameter(torch.tensor([1.0, -2.0]))
-    opt = SGMCMC([p], lr=0.1, friction=1.0, weight_decay=0.5, n_data=100)
+    opt = SGMCMC([p], lr=0.1, friction=1.0, weight_decay=0.5, n_data=100, temperature=1.0)
     opt.param_groups[0]["noise"] = False
     p.grad = torch.tensor([0.3, 0.4])
     opt.step()
@@ -172,15 +173,67 @@ def test_sgmcmc_step_without_noise_is_sgd_and_noise_has_the_langevin_scale():
     opt.step()
     assert q.detach().std().item() == pytest.approx(math.sqrt(2 * 0.01 * 2.0 / 50), rel=0.01)
     with pytest.raises(ValueError, match="friction"):
-        SGMCMC([q], lr=0.1, friction=0.0, weight_decay=0.0, n_data=1)
+        SGMCMC([q], lr=0.1, friction=0.0, weight_decay=0.0, n_data=1, temperature=1.0)
+
+
+# URSABench's tuned MLP200MNIST hyperparameters (hyperparams/MLP200MNIST/*_BO.json), to 4 significant digits:
+# (lr, prior_std, friction = URSABench's alpha, cycle_length, exploration = cycle_length - burn_in_epochs -
+# num_samples_per_cycle, num_samples_per_cycle). Copied by hand from the JSON files.
+URSABENCH_TUNED = {
+    "sgld": (0.1, 0.1664, 1.0, None, None, None),
+    "sghmc": (0.03135, 0.1405, 0.102, None, None, None),
+    "csgld": (0.05867, 0.1796, 1.0, 21, 17, 3),
+    "csghmc": (0.06825, 0.3304, 0.2126, 22, 17, 4),
+}
+
+
+@pytest.mark.parametrize("method", sorted(URSABENCH_TUNED))
+def test_sgmcmc_defaults_inject_the_reference_codes_noise(method):
+    """With the default hyperparameters, one step from rest on a zero gradient moves every weight by Gaussian noise
+    of variance 2 alpha lr / N^2: URSABench's optim_sghmc.py adds sqrt(2 (1 - momentum) lr) / N * eps to the
+    update, and csgmcmc's cifar_csghmc.py adds sqrt(2 lr alpha T / datasize) * eps with T = 1 / datasize.
+
+    Bound: the sample variance of n = 200,000 draws has relative standard error sqrt(2 / n) = 0.32%; 2% is over 6
+    of them. The old default (T = 1) is N = 1,000 times the variance."""
+    lr, prior_std, alpha, cycle, exploration, per_cycle = URSABENCH_TUNED[method]
+    cls = load_method(method)
+    n_train = 1000
+    sampler = cls(cls.resolve_hyperparameters({}), n_members=4, n_train=n_train)
+    assert (sampler.hp["lr"], sampler.hp["prior_std"], sampler.friction()) == (lr, prior_std, alpha)
+    if cycle is not None:
+        assert (sampler.hp["cycle_epochs"], sampler.hp["exploration_epochs"], sampler.hp["samples_per_cycle"]) == (
+            cycle, exploration, per_cycle)
+    q = torch.nn.Parameter(torch.zeros(200_000))
+    opt = sampler.make_optimizer(torch.nn.ParameterList([q]))
+    opt.param_groups[0]["noise"] = True
+    q.grad = torch.zeros_like(q)
+    torch.manual_seed(0)
+    opt.step()
+    reference_var = 2.0 * alpha * lr / n_train ** 2
+    assert q.detach().double().var().item() == pytest.approx(reference_var, rel=0.02)
+    assert abs(q.detach().double().mean().item()) < 5 * math.sqrt(reference_var / q.numel())
+
+
+def test_sgmcmc_temperature_overrides_and_errors():
+    """A number sets T itself (T = 1: the Bayes posterior); anything else is refused before training."""
+    cls = load_method("sgld")
+    sampler = cls(cls.resolve_hyperparameters({"temperature": "1"}), n_members=1, n_train=1000)
+    assert sampler.temperature() == 1.0
+    assert cls(cls.resolve_hyperparameters({}), n_members=1, n_train=1000).temperature() == pytest.approx(1e-3)
+    for bad in ("hot", "0", "-1", "nan", "1/M"):
+        with pytest.raises(ValueError, match="hyperparameter 'temperature'"):
+            cls.resolve_hyperparameters({"temperature": bad})
 
 
 def test_schedules_place_members_where_the_papers_say():
     n = 1000
     csgld = load_method("csgld")(load_method("csgld").resolve_hyperparameters({}), n_members=6, n_train=n)
-    assert csgld.snapshot_epochs() == [19, 20, 21, 22, 41, 42]  # the last 4 epochs of each 22-epoch cycle
+    assert csgld.snapshot_epochs() == [19, 20, 21, 40, 41, 42]  # the last 3 epochs of each 21-epoch cycle
     assert csgld.schedule(16.9)["noise"] is False and csgld.schedule(17.0)["noise"] is True
-    assert csgld.schedule(22.0)["lr"] == pytest.approx(0.06)  # a cycle restarts at the full rate
+    assert csgld.schedule(21.0)["lr"] == pytest.approx(0.05867)  # a cycle restarts at the full rate
+    csghmc = load_method("csghmc")(load_method("csghmc").resolve_hyperparameters({}), n_members=6, n_train=n)
+    assert csghmc.snapshot_epochs() == [19, 20, 21, 22, 41, 42]  # the last 4 epochs of each 22-epoch cycle
+    assert csghmc.schedule(16.9)["noise"] is False and csghmc.schedule(17.0)["noise"] is True
     fge_cls = load_method("fge")
     fge = fge_cls(fge_cls.resolve_hyperparameters({"epochs": 4, "cycle_epochs": 4}), n_members=2, n_train=n)
     assert fge.snapshot_epochs() == [6, 10]
@@ -192,7 +245,7 @@ def test_schedules_place_members_where_the_papers_say():
     sgld_cls = load_method("sgld")
     sgld = sgld_cls(sgld_cls.resolve_hyperparameters({}), n_members=3, n_train=n)
     assert sgld.snapshot_epochs() == [51, 52, 53]
-    assert sgld.schedule(53.0)["lr"] == pytest.approx(0.099 / 2)
+    assert sgld.schedule(53.0)["lr"] == pytest.approx(0.1 / 2)
     with pytest.raises(ValueError, match="samples_per_cycle"):
         csgld.__class__(csgld.resolve_hyperparameters({"samples_per_cycle": 6}), n_members=2, n_train=n)
 
@@ -231,6 +284,55 @@ def test_swag_moments_and_samples():
     assert (draws.std(0) > 0).all()
 
 
+def _swag_state(mean, sq_mean, deviations, n):
+    """A SWAG state set by hand: running mean, second moment, deviation rows and the number collected."""
+    state = {"n": n, "mean": torch.tensor(mean, dtype=torch.float64),
+             "sq_mean": torch.tensor(sq_mean, dtype=torch.float64)}
+    if deviations is not None:
+        state["deviations"] = torch.tensor(deviations, dtype=torch.float32)
+    return state
+
+
+@pytest.mark.parametrize("method, hyper, rank, filled, scale", [
+    ("swag_diag", {}, 0, 0, 1.0),             # swa_gaussian's SWAG-diagonal experiments: scale 1
+    ("swag", {"rank": 4}, 4, 4, 0.5),        # SWAG experiments: scale 0.5
+    ("swag", {"rank": 5}, 5, 3, 0.5),        # 3 of 5 deviations collected: still divided by rank - 1 = 4
+])
+def test_swag_samples_have_swa_gaussians_covariance(method, hyper, rank, filled, scale):
+    """SWAG samples with hand-set moments have mean theta_bar and covariance s (Sigma_diag + D^T D / (K - 1)), the
+    covariance of swa_gaussian's ``sample_fullrank`` (K = its max_num_models = rank).
+
+    Bound: for n Gaussian draws the sample covariance S_ij has standard error sqrt((C_ij^2 + C_ii C_jj) / n) about
+    C_ij (Wishart variance); every entry must lie within 5 of them (each of the 10 distinct entries then fails by
+    chance with probability < 1e-6), and the sample mean within 5 standard errors sqrt(C_ii / n). Halving or
+    doubling the covariance moves every diagonal entry by >= 25 standard errors at n = 40,000."""
+    cls = load_method(method)
+    m = cls(cls.resolve_hyperparameters(hyper), n_members=1, n_train=10)
+    assert m.hp["scale"] == scale
+    mean = np.array([0.5, -1.0, 2.0, 0.0])
+    var = np.array([0.04, 0.09, 0.01, 0.16])
+    dev = np.array([[0.3, -0.1, 0.2, 0.0], [-0.2, 0.4, 0.1, 0.1], [0.1, 0.1, -0.3, 0.2],
+                    [0.0, -0.2, 0.1, -0.4], [0.25, 0.05, 0.0, 0.1]], dtype=np.float32)[:filled]
+    state = _swag_state(mean, var + mean ** 2, np.vstack([dev, np.zeros((rank - filled, 4), np.float32)])
+                        if rank else None, n=max(filled, 6))
+    expected = scale * np.diag(var)
+    if rank:
+        d = dev.astype(np.float64)
+        expected = expected + scale * d.T @ d / (rank - 1)
+    n = 40_000
+    gen = torch.Generator().manual_seed(0)
+    draws = torch.stack([m.sample_weights(state, gen) for _ in range(n)]).double().numpy()
+    se_cov = np.sqrt((expected ** 2 + np.outer(np.diag(expected), np.diag(expected))) / n)
+    assert np.all(np.abs(np.cov(draws, rowvar=False) - expected) <= 5 * se_cov)
+    assert np.all(np.abs(draws.mean(0) - mean) <= 5 * np.sqrt(np.diag(expected) / n))
+
+
+def test_swag_needs_rank_two():
+    cls = load_method("swag")
+    with pytest.raises(ValueError, match="rank must be at least 2"):
+        cls(cls.resolve_hyperparameters({"rank": 1}), n_members=1, n_train=10)
+
+
 def test_random_crop_flip_translates_within_the_pad():
     x = torch.arange(2 * 1 * 6 * 6, dtype=torch.float32).reshape(2, 1, 6, 6) + 1
     gen = torch.Generator().manual_seed(0)
@@ -241,3 +343,33 @@ def test_random_crop_flip_translates_within_the_pad():
         assert any(torch.equal(y[i], padded[i, :, r:r + 6, c:c + 6]) for r in range(5) for c in range(5))
     flipped = random_crop_flip(x, torch.Generator().manual_seed(1), pad=0, flip=True)
     assert all(torch.equal(flipped[i], x[i]) or torch.equal(flipped[i], x[i].flip(-1)) for i in range(2))
+
+
+def _shifts(x, y, max_pad):
+    """The (row, column) translation taking each image of ``x`` to ``y`` (zero fill), searched up to ``max_pad``."""
+    padded = torch.nn.functional.pad(x, (max_pad,) * 4)
+    h, w = x.shape[-2:]
+    out = []
+    for i in range(len(x)):
+        found = [(r - max_pad, c - max_pad) for r in range(2 * max_pad + 1) for c in range(2 * max_pad + 1)
+                 if torch.equal(y[i], padded[i, :, r:r + h, c:c + w])]
+        assert len(found) == 1
+        out.append(found[0])
+    return np.array(out)
+
+
+@pytest.mark.parametrize("side, expected_pad", [(8, 1), (28, 4), (32, 4)])
+def test_tta_crop_padding_is_an_eighth_of_the_image_side(side, expected_pad):
+    """By default TTA's random crops translate by up to round(side / 8) pixels, half up: the CIFAR convention
+    (4 px at 32x32) scaled to the image (1 px on 8x8 digits, 4 px at 28x28), in training and at test time. Over
+    300 images every translation in [-pad, pad] is drawn with probability 1/(2 pad + 1) per axis, so the largest
+    seen equals the pad except with probability < 1e-25."""
+    cls = load_method("tta")
+    tta = cls(cls.resolve_hyperparameters({}), n_members=2, n_train=10)
+    x = torch.arange(300 * side * side, dtype=torch.float32).reshape(300, 1, side, side) + 1
+    predict = tta.member_predictor(torch.nn.Identity(), {}, SimpleNamespace(x_train=x[:1]), seed=0)
+    shifts = _shifts(x, predict(x, torch.Generator().manual_seed(0)), max_pad=6)
+    assert np.abs(shifts).max() == expected_pad
+    assert tta.augment_training(side, side) == (expected_pad, False)
+    with pytest.raises(ValueError, match="crop_fraction"):
+        cls(cls.resolve_hyperparameters({"crop_fraction": 0.5}), n_members=2, n_train=10)
