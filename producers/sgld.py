@@ -11,7 +11,6 @@ the end of sampling (URSABench's ``SGHMC.update_hyp``)."""
 
 from __future__ import annotations
 
-
 from .sampler_defaults import SGLD_DEFAULTS, cosine_to_half
 from .sgmcmc import SGMCMCMethod
 
