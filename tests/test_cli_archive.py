@@ -8,7 +8,6 @@ import json
 import os
 import subprocess
 import sys
-import unicodedata
 from pathlib import Path
 
 import numpy as np
@@ -17,6 +16,7 @@ from click.testing import CliRunner
 
 sys.path.insert(0, str(Path(__file__).parent / "archive_schema"))
 from hostile_corpus import ATTACK_FILE_NAME, OUTPUT_CASES, TERMINAL_ATTACK  # noqa: E402
+from terminal_checks import assert_no_raw_controls  # noqa: E402
 from strategies import softmax64  # noqa: E402
 from ubench.archive_schema import ArchiveWriter, SplitSpec  # noqa: E402
 from ubench.archive_schema.safe_h5py import h5py  # noqa: E402
@@ -125,20 +125,6 @@ def test_validate_in_the_sandbox_gives_the_same_findings_and_exit_codes(tmp_path
 
 
 # --- upload strings on the terminal (issue #16 item 5) ---------------------------------------------------------
-BIDI_CONTROLS = {"LRE", "RLE", "PDF", "LRO", "RLO", "LRI", "RLI", "FSI", "PDI"}  # unicodedata's classes
-
-
-def _no_raw_controls(data: bytes, what: str) -> str:
-    """Strict UTF-8, no control character but the line feed, no bidi control or line separator (unicodedata as
-    the oracle), no line an upload forged."""
-    text = data.decode("utf-8")
-    bad = sorted({f"U+{ord(c):04X}" for c in text if c != "\n" and (
-        unicodedata.category(c) in ("Cc", "Cs", "Zl", "Zp") or unicodedata.bidirectional(c) in BIDI_CONTROLS)})
-    assert not bad, f"{what}: raw control characters {bad}"
-    assert not any(line.startswith("forged line") for line in text.splitlines()), f"{what}: a forged line"
-    return text
-
-
 def _attack_named(case: str, root: Path) -> Path:
     root.mkdir()
     path = OUTPUT_CASES[case](root)
@@ -162,8 +148,8 @@ def test_inspect_and_validate_escape_upload_strings_on_a_pipe(tmp_path, args, ca
     path = _attack_named(case, tmp_path / "c")
     res = subprocess.run([sys.executable, "-m", "ubench.cli", *args[:1], str(path), *args[1:]], capture_output=True)
     assert res.returncode == code, res.stderr
-    out = _no_raw_controls(res.stdout, "stdout")
-    _no_raw_controls(res.stderr, "stderr")
+    out = assert_no_raw_controls(res.stdout, "stdout")
+    assert_no_raw_controls(res.stderr, "stderr")
     shown = "\\x1b[2J\\x1b]0;pwned\\x07\\r\\nforged line\\u202eevil\\x9b31m"
     if "--json" in args:
         doc = json.loads(out)

@@ -9,7 +9,6 @@ import os
 import shutil
 import subprocess
 import sys
-import unicodedata
 from pathlib import Path
 
 import numpy as np
@@ -19,6 +18,7 @@ from click.testing import CliRunner
 sys.path.insert(0, str(Path(__file__).parent / "scoring"))
 sys.path.insert(0, str(Path(__file__).parent / "archive_schema"))
 from hostile_corpus import ATTACK_FILE_NAME, OUTPUT_CASES, TERMINAL_ATTACK  # noqa: E402
+from terminal_checks import assert_no_raw_controls  # noqa: E402
 from scoring_archives import build_archive, member_predictions, write_plain_archive  # noqa: E402
 
 from ubench.cli import cli  # noqa: E402
@@ -139,22 +139,7 @@ def test_subprocess_exit_2_unreadable(tmp_path):
 
 
 # --- hostile strings and numbers through every output (issue #16 items 1, 5, 9) ----------------------------------
-#: The bidirectional classes of the embedding, override and isolate controls (Unicode's own table, through
-#: unicodedata: an oracle independent of scoring/text.py's character list).
-BIDI_CONTROLS = {"LRE", "RLE", "PDF", "LRO", "RLO", "LRI", "RLI", "FSI", "PDI"}
-
-
-def assert_no_raw_controls(data: bytes, what: str) -> str:
-    """``data`` is strict UTF-8 (no surrogate leaked), holds no control character but the line feed, no bidi
-    control, no line separator, and no line that an upload forged; returns the text."""
-    text = data.decode("utf-8")
-    bad = sorted({f"U+{ord(c):04X}" for c in text if c != "\n" and (
-        unicodedata.category(c) in ("Cc", "Cs", "Zl", "Zp") or unicodedata.bidirectional(c) in BIDI_CONTROLS)})
-    assert not bad, f"{what}: raw control characters {bad}"
-    assert not any(line.startswith("forged line") for line in text.splitlines()), f"{what}: a forged line"
-    return text
-
-
+# tests/terminal_checks.py judges the output with unicodedata: an oracle independent of scoring/text.py's list.
 def _case(name: str, root: Path) -> Path:
     root.mkdir(parents=True, exist_ok=True)
     return OUTPUT_CASES[name](root)
