@@ -211,9 +211,16 @@ def _read_result(results: int, name: str) -> dict[str, Any] | None:
         with os.fdopen(fd, "rb") as fh:
             if not stat.S_ISREG(os.fstat(fh.fileno()).st_mode):
                 return None
-            return json.loads(fh.read().decode("utf-8"))
+            record = json.loads(fh.read().decode("utf-8"), parse_constant=_no_constant)
     except (OSError, ValueError):
         return None  # a damaged cache entry is scored again
+    return record if isinstance(record, dict) else None
+
+
+def _no_constant(name: str) -> Any:
+    """``json`` hook: NaN and Infinity are not JSON and the board's writer refuses them, so a cache file holding one
+    is damaged (it is scored again instead of stopping the board)."""
+    raise ValueError(f"{name} in a cached result")
 
 
 def _commit(results: int, name: str, record: dict[str, Any], *, replace: bool) -> bool:

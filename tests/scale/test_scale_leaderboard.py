@@ -398,3 +398,24 @@ def test_second_run_on_the_same_board_says_who_holds_it(uploads, reference_file,
         first.wait()
     again = subprocess.run([sys.executable, "-m", "ubench.cli"] + args, capture_output=True, text=True)
     assert again.returncode == 0, again.stderr  # a killed holder's lock is released with its process
+
+
+def test_a_cached_result_holding_nan_is_damaged_and_rescored(tmp_path):
+    """``json`` reads NaN, but the board's writer refuses it (allow_nan=False): a cache file with NaN must count as
+    damaged, not stop every later board."""
+    import os
+
+    from ubench.scoring.leaderboard import _read_result
+
+    d = tmp_path / "results"
+    d.mkdir()
+    (d / "nan.json").write_text('{"outcome": {"report": {"summary": {"cll": NaN}}}}')
+    (d / "list.json").write_text("[1, 2]")
+    (d / "ok.json").write_text('{"outcome": {"status": "ok"}}')
+    fd = os.open(d, os.O_RDONLY)
+    try:
+        assert _read_result(fd, "nan.json") is None
+        assert _read_result(fd, "list.json") is None
+        assert _read_result(fd, "ok.json") == {"outcome": {"status": "ok"}}
+    finally:
+        os.close(fd)
