@@ -191,7 +191,7 @@ def _uncertainty_decomposition(
         rows = min(step, stop - first)
         bufs = _EntropyBuffers(rows, c, dt)
         mean = np.empty((rows, c), dtype=np.float64)
-        # The mean's logs are taken in the members' precision so that identical members give exactly zero MI.
+        # The mean's logs are taken in the members' precision so that identical members give zero MI up to the mean's rounding.
         mean_dt = mean if dt == np.float64 else np.empty((rows, c), dtype=dt)
         h = np.empty(rows, dtype=np.float64)
         for start in range(first, stop, step):
@@ -366,7 +366,8 @@ def mutual_information(member_probs: ArrayLike) -> NDArray[np.float64]:
 
     Returns
     -------
-    ndarray of shape (n_samples,), float64, in ``[0, log C]`` nats; exactly 0 for identical members
+    ndarray of shape (n_samples,), float64, in ``[0, log C]`` nats; 0 for identical members up to rounding of their mean
+        (at most a few ulp: (p + p + p) / 3 need not equal p in the last bit)
 
     Notes
     -----
