@@ -191,7 +191,8 @@ def _uncertainty_decomposition(
         rows = min(step, stop - first)
         bufs = _EntropyBuffers(rows, c, dt)
         mean = np.empty((rows, c), dtype=np.float64)
-        # The mean's logs are taken in the members' precision so that identical members give zero MI up to the mean's rounding.
+        # The mean's logs are taken in the members' precision so that identical members give zero MI up to the
+        # rounding of their mean.
         mean_dt = mean if dt == np.float64 else np.empty((rows, c), dtype=dt)
         h = np.empty(rows, dtype=np.float64)
         for start in range(first, stop, step):
