@@ -424,9 +424,10 @@ def score(archive: Path, reference: Path | None, as_json: bool, html_path: Path 
     if as_json:
         _echo_text(_dump_json(report))
     else:
-        from .scoring.tables import format_score
+        from .scoring.tables import format_notes, format_score
 
         _echo_text(format_score(report), nl=False)
+        _echo_text(format_notes([report]), err=True, nl=False)
 
 
 @cli.command(epilog=EPILOG)
@@ -461,6 +462,9 @@ def reference(archive: Path, out: Path, overwrite: bool, primary: str | None) ->
 @click.option("--ensemble", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
               help="Deep-ensemble archive: adds a DEE column (Deep Ensemble Equivalent of each method's CLL).")
 @_protocol_options
+@click.option("--allow-mismatch", is_flag=True, default=False,
+              help="Put archives on another task (class count, primary split, its size or sample ids) in the table "
+                   "anyway, marked; without it compare refuses them.")
 @click.option("--reference-posterior", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
               help="Archive of a reference posterior (HMC): add each method's agreement and total variation with "
                    "its predictive distribution (Izmailov et al. 2021). Reads archives in this process.")
@@ -469,7 +473,7 @@ def reference(archive: Path, out: Path, overwrite: bool, primary: str | None) ->
               help="Read and score every archive in a limited child process, as `score` does.  "
                    "[default: on with --reference, off otherwise]")
 @_sandbox_limit_options
-def compare(archives: tuple[Path, ...], reference: Path | None, ensemble: Path | None,
+def compare(archives: tuple[Path, ...], reference: Path | None, ensemble: Path | None, allow_mismatch: bool,
             reference_posterior: Path | None, as_json: bool, sandbox: bool | None, memory_limit: int,
             cpu_limit: int, timeout: float, **options) -> None:
     """Score several archives under one protocol: one table, methods as rows, comparable columns marked.
@@ -488,6 +492,7 @@ def compare(archives: tuple[Path, ...], reference: Path | None, ensemble: Path |
     score = _scorer(sandbox, reference, _sandbox_limits(memory_limit, cpu_limit, timeout), progress)
     reports = [score(a, protocol) for a in archives]
     names = [f"{r['archive']['method']} ({Path(r['archive']['path']).name})" for r in reports]
+    _check_same_task(reports, names, allow_mismatch)
     if ensemble is not None:
         from .scoring.dee import attach_dee
 
@@ -500,9 +505,27 @@ def compare(archives: tuple[Path, ...], reference: Path | None, ensemble: Path |
         _echo_text(_dump_json({"methods": names, "protocol": protocol.to_dict(), "reports": reports,
                                "ensemble": None if ensemble is None else str(ensemble)}))
     else:
-        from .scoring.tables import format_compare
+        from .scoring.tables import format_compare, format_notes
 
         _echo_text(format_compare(reports, names), nl=False)
+        _echo_text(format_notes(reports, names), err=True, nl=False)
+
+
+def _check_same_task(reports: list[dict], names: list[str], allow_mismatch: bool) -> None:
+    """Refuse (exit 1, naming the first difference) archives on another task than the first one; with
+    ``--allow-mismatch`` mark them in their name and notes instead (issue #10 item 1)."""
+    from .scoring.compare import task_difference
+
+    for i, r in enumerate(reports[1:], start=1):
+        diff = task_difference(r, reports[0])
+        if diff is None:
+            continue
+        if not allow_mismatch:
+            _echo(f"error: {names[i]} is on another task than {names[0]}: {diff}; its numbers are not comparable "
+                  "(--allow-mismatch shows them anyway, marked)", err=True)
+            sys.exit(1)
+        names[i] += " [other task]"
+        r["notes"].append(f"on another task than {names[0]}: {diff}; no column of this row is comparable with it")
 
 
 def _add_posterior_agreement(reports: list[dict], archives: tuple[Path, ...], reference_posterior: Path) -> None:
@@ -585,9 +608,10 @@ def dee(method: Path, ensemble: Path, reference: Path | None, as_json: bool, plo
     if as_json:
         _echo_text(_dump_json(result))
     else:
-        from .scoring.tables import format_dee
+        from .scoring.tables import format_dee, format_notes
 
         _echo_text(format_dee(result), nl=False)
+        _echo_text(format_notes([method_report, ens_report], ["method", "ensemble"]), err=True, nl=False)
 
 
 def _register_produce() -> None:

@@ -12,6 +12,8 @@ along the archive's ``(1, rows, C)`` chunks.
 
 from __future__ import annotations
 
+import hashlib
+
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -154,11 +156,22 @@ def _stream_split(reader, name: str, builder, limits: ReadLimits, progress: Prog
     return acc.result()
 
 
-def _archive_section(path: str | Path, header, sha256: str) -> dict[str, Any]:
+def _ids_digest(ids: np.ndarray | None) -> str | None:
+    """sha256 of a split's sample ids as little-endian int64 (None without ids): tells ``compare`` whether two
+    archives predicted on the same samples without putting the ids in the report."""
+    if ids is None:
+        return None
+    return hashlib.sha256(np.ascontiguousarray(ids, dtype="<i8").tobytes()).hexdigest()
+
+
+def _archive_section(path: str | Path, header, sha256: str,
+                     sample_ids: dict[str, np.ndarray | None] | None = None) -> dict[str, Any]:
     """The report's ``archive``: what was scored."""
     out = _file_info(path, header, sha256)
+    ids = sample_ids or {}
     out["splits"] = {n: {"role": s.role, "dataset": s.dataset, "n_samples": s.n_samples,
-                         "shift_kind": s.shift_kind, "shift_intensity": s.shift_intensity}
+                         "shift_kind": s.shift_kind, "shift_intensity": s.shift_intensity,
+                         "sample_ids_sha256": _ids_digest(ids.get(n))}
                      for n, s in header.splits.items()}
     if header.diagnostics is not None:
         out["diagnostics"] = header.diagnostics  # as the producer measured them (SPEC.md 5.1)
@@ -203,7 +216,8 @@ def run_score(path: str | Path, *, reference: str | Path | None = None,
             else:
                 builder.add_shift(name, arrays, labels[name], kind=info.shift_kind, intensity=info.shift_intensity)
         body = builder.finish()
-        archive = _archive_section(path, h, digest.result())
+        archive = _archive_section(path, h, digest.result(),
+                                   {name: reader.sample_ids(name) for name in h.splits})
     notes = body.pop("notes")
     return {
         "ubench_version": __version__,

@@ -14,7 +14,7 @@ from typing import Any
 
 from .text import escape_text, shorten
 
-__all__ = ["format_score", "format_compare", "format_dee", "COMPARE_COLUMNS"]
+__all__ = ["format_score", "format_compare", "format_dee", "format_notes", "COMPARE_COLUMNS"]
 
 #: Columns of ``ubench compare``: (summary key, header). Comparability comes from the report's own lists.
 COMPARE_COLUMNS = (
@@ -98,9 +98,17 @@ def format_score(report: Mapping[str, Any]) -> str:
                      f"{last['dee']:.2f} (bounds {last['dee_lower']:.2f}-{last['dee_upper']:.2f})"
                      + (" — beyond the reference" if last["beyond_reference"] else ""))
         lines.append("")
-    for n in report["notes"]:
-        lines.append(f"note: {escape_text(n)}")
     return "\n".join(lines).rstrip() + "\n"
+
+
+def format_notes(reports: Sequence[Mapping[str, Any]], names: Sequence[str] | None = None) -> str:
+    """Every report's notes, one ``note:`` line each (prefixed by the archive's name when there are several): for
+    stderr, so that stdout holds only the results."""
+    lines = []
+    for i, r in enumerate(reports):
+        prefix = f"{escape_text(names[i])}: " if names is not None and len(reports) > 1 else ""
+        lines += [f"note: {prefix}{escape_text(n)}" for n in r.get("notes", ())]
+    return "".join(line + "\n" for line in lines)
 
 
 def shift_rows(report: Mapping[str, Any]) -> list[tuple]:
@@ -116,8 +124,8 @@ def format_compare(reports: Sequence[Mapping[str, Any]], names: Sequence[str]) -
     # a key is comparable when any report says so (a report leaves out the keys undefined on its own data)
     comparable = set().union(*(r["comparability"]["comparable"] for r in reports))
     cols = [(k, h) for k, h in COMPARE_COLUMNS if any(r["summary"].get(k) is not None for r in reports)]
-    header = ["method"] + [h + ("*" if k in comparable else "") for k, h in cols]
-    rows = [[n] + [r["summary"].get(k) for k, _ in cols] for n, r in zip(names, reports)]
+    header = ["method", "dataset"] + [h + ("*" if k in comparable else "") for k, h in cols]
+    rows = [[n, r["archive"].get("dataset")] + [r["summary"].get(k) for k, _ in cols] for n, r in zip(names, reports)]
     lines = _table(header, rows)
     lines += ["", "* comparable across models (calibrated metrics, DEE, accuracy, OOD/shift scores); unmarked "
               "columns (uncalibrated NLL/Brier/ECE/TACE/UCE, misclassification AUROC) are not "

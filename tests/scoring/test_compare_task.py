@@ -1,0 +1,54 @@
+# SPDX-License-Identifier: MIT
+"""``ubench compare`` refuses archives on another task (issue #10 item 1) and prints notes to stderr (item 2)."""
+
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from ubench.archive_schema import ArchiveWriter, SplitSpec
+
+
+def _write(path, *, n=60, c=3, ids=None, seed=0, method="m"):
+    rng = np.random.default_rng(seed)
+    labels = rng.integers(0, c, n)
+    w = ArchiveWriter(path, method=method, model="mlp", dataset=f"toy{c}", n_classes=c,
+                      splits={"test": SplitSpec(role="in_domain", dataset="toy", labels=labels,
+                                                sample_ids=np.arange(n) if ids is None else ids)})
+    for k in range(2):
+        w.add_member({"test": rng.dirichlet(np.ones(c), size=n)}, seed=k)
+    return w.finalize()
+
+
+def _ubench(*args):
+    return subprocess.run([sys.executable, "-m", "ubench.cli", *map(str, args)], capture_output=True, text=True)
+
+
+@pytest.mark.parametrize("kwargs, expected", [
+    ({"c": 4}, "4 classes, not 3"),
+    ({"n": 59}, "59 samples in split 'test', not 60"),
+    ({"ids": np.arange(60)[::-1].copy()}, "other sample ids in split 'test'"),
+])
+def test_compare_refuses_another_task_and_names_the_difference(tmp_path, kwargs, expected):
+    a = _write(tmp_path / "a.h5")
+    b = _write(tmp_path / "b.h5", seed=1, method="other", **kwargs)
+    res = _ubench("compare", a, b, "--placement", "none")
+    assert res.returncode == 1 and expected in res.stderr and "Traceback" not in res.stderr
+    assert res.stdout == ""
+    res = _ubench("compare", a, b, "--placement", "none", "--allow-mismatch")
+    assert res.returncode == 0, res.stderr
+    assert "other (b.h5) [other task]" in res.stdout and expected in res.stderr
+
+
+def test_same_task_compares_with_a_dataset_column_and_notes_on_stderr(tmp_path):
+    a = _write(tmp_path / "a.h5")
+    b = _write(tmp_path / "b.h5", seed=1, method="other")
+    res = _ubench("compare", a, b, "--placement", "none")
+    assert res.returncode == 0, res.stderr
+    header = res.stdout.splitlines()[0].split()
+    assert header[:2] == ["method", "dataset"] and "toy3" in res.stdout
+    assert "note:" not in res.stdout and "labels were taken from the archive" in res.stderr
+    res = _ubench("score", a, "--placement", "none")
+    assert res.returncode == 0 and "note:" not in res.stdout
+    assert "note: labels were taken from the archive" in res.stderr
