@@ -72,7 +72,11 @@ def _archive_errors_exit(archive: Path):
     try:
         yield
     except (InvalidArchiveError, UnreadableArchiveError) as exc:
-        _echo_findings([f for f in exc.findings if f.severity == "error"], err=True)
+        errors = [f for f in exc.findings if f.severity == "error"]
+        if errors and all(f.check == "not-found" for f in errors):  # nothing to validate: say why plainly
+            _echo(f"error: {errors[0].message}", err=True)
+            sys.exit(2)
+        _echo_findings(errors, err=True)
         _echo(f"{archive}: rejected (run `ubench validate {archive}` for every finding)", err=True)
         sys.exit(_exit_code(exc.findings) or 1)
     except ArchiveError as exc:  # unsupported version, partial runs, …

@@ -165,3 +165,14 @@ def test_inspect_and_validate_escape_upload_strings_on_a_pipe(tmp_path, args, ca
         assert "forged line \\udcff\\u202e.h5" in out
         if code == 1:
             assert f"/splits/s{shown}: [name]" in out
+
+
+def test_a_missing_file_says_so_and_does_not_suggest_validate(tmp_path):
+    """Issue #10 item 9: a file that does not exist is a usage error (exit 2) that says why, not an archive to
+    validate."""
+    missing = tmp_path / "nope.h5"
+    for command in ("score", "inspect", "compare"):
+        res = subprocess.run([sys.executable, "-m", "ubench.cli", command, str(missing)], capture_output=True,
+                             text=True)
+        assert res.returncode == 2 and "No such file or directory" in res.stderr, (command, res.stderr)
+        assert "ubench validate" not in res.stderr and "Traceback" not in res.stderr
