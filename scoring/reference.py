@@ -108,12 +108,7 @@ def write_reference(archive_path: str | Path, out: str | Path, *, overwrite: boo
             if labels is None and s.role != "ood":
                 raise ReferenceError(f"split {name!r} ({s.role}) of {archive_path} has no labels")
             splits[name] = ReferenceSplit(s.role, s.dataset, labels, ids, s.shift_kind, s.shift_intensity)
-    in_domain = [n for n, s in splits.items() if s.role == "in_domain"]
-    if primary is None:
-        primary = in_domain[0] if in_domain else None
-    elif primary not in in_domain:
-        raise ReferenceError(f"--primary {primary!r} is not an in-domain split of {archive_path}; in-domain splits: "
-                             f"{', '.join(in_domain) or 'none'}")
+    primary = _primary_of(splits, primary, f"--primary {primary!r} is not an in-domain split of {archive_path}")
     with atomic_path(out) as tmp:
         with h5py.File(tmp, "w") as f:
             f.attrs.update({"ubench_format": REFERENCE_FORMAT[0], "ubench_format_version": REFERENCE_FORMAT[1],
@@ -223,13 +218,20 @@ def read_reference(path: str | Path, limits=None) -> Reference:
             splits[name] = ReferenceSplit(role, _attr(scan, g, "dataset", where, False) or "", labels, ids,
                                           _attr(scan, g, "shift_kind", where, False),
                                           None if intensity is None else float(intensity))
+    primary = _primary_of(splits, primary, f"{path}: attribute 'primary' at / names {primary!r}, which is not an "
+                                           "in-domain split of the reference")
+    return Reference(path=path, dataset=dataset, n_classes=n_classes, splits=splits, primary=primary)
+
+
+def _primary_of(splits: dict[str, "ReferenceSplit"], primary: str | None, error: str) -> str | None:
+    """``primary`` checked to be an in-domain split of ``splits`` (``ReferenceError`` starting with ``error``
+    otherwise), or, when None, the first in-domain split (None if there is none)."""
     in_domain = [n for n, s in splits.items() if s.role == "in_domain"]
     if primary is None:
-        primary = in_domain[0] if in_domain else None
-    elif primary not in in_domain:
-        raise ReferenceError(f"{path}: attribute 'primary' at / names {primary!r}, which is not an in-domain split "
-                             f"of the reference (in-domain: {', '.join(in_domain) or 'none'})")
-    return Reference(path=path, dataset=dataset, n_classes=n_classes, splits=splits, primary=primary)
+        return in_domain[0] if in_domain else None
+    if primary not in in_domain:
+        raise ReferenceError(f"{error}; in-domain splits: {', '.join(in_domain) or 'none'}")
+    return primary
 
 
 def primary_split(header, labels: dict[str, NDArray | None], ref: Reference | None) -> str | None:
