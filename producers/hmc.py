@@ -92,12 +92,15 @@ class HMC(Method):
     def __init__(self, hyper, *, n_members, n_train):
         super().__init__(hyper, n_members=n_members, n_train=n_train)
         self._records: list[dict] = []
+
+    @classmethod
+    def check_hyperparameters(cls, hp):
         for key in ("step_size", "trajectory_length", "prior_precision", "mass"):
-            if not self.hp[key] > 0:
-                raise ValueError(f"hmc: {key} must be > 0; got {self.hp[key]}")
-        if not 0.0 < self.hp["target_accept"] < 1.0:
-            raise ValueError(f"hmc: target_accept must be in (0, 1); got {self.hp['target_accept']}")
-        if int(self.hp["thin"]) < 1 or int(self.hp["burn_in"]) < 0 or int(self.hp["max_leapfrog"]) < 1:
+            if not hp[key] > 0:
+                raise ValueError(f"hmc: {key} must be > 0; got {hp[key]}")
+        if not 0.0 < hp["target_accept"] < 1.0:
+            raise ValueError(f"hmc: target_accept must be in (0, 1); got {hp['target_accept']}")
+        if int(hp["thin"]) < 1 or int(hp["burn_in"]) < 0 or int(hp["max_leapfrog"]) < 1:
             raise ValueError("hmc: need thin >= 1, burn_in >= 0 and max_leapfrog >= 1")
 
     # -- the schedule -----------------------------------------------------------------------------------------------
@@ -118,8 +121,6 @@ class HMC(Method):
             "adaptation": DualAveraging.start(step, target=float(self.hp["target_accept"])).to_dict(),
             "window_accept": 0.0,
             "window_transitions": 0,
-            "accept_sum": 0.0,
-            "transitions": 0,
             "divergences": 0,
             "energy_error": 0.0,
             "log_posterior": math.nan,
@@ -150,8 +151,6 @@ class HMC(Method):
             state["step_size"] = adaptation.final if epoch == burn_in else next_step
         state["window_accept"] += info.accept_prob
         state["window_transitions"] += 1
-        state["accept_sum"] += info.accept_prob
-        state["transitions"] += 1
         state["divergences"] += int(not math.isfinite(info.energy_error))
         state["energy_error"] = info.energy_error
         state["log_posterior"] = -new.potential
