@@ -67,7 +67,7 @@ class HMCChain:
 
     def _warm_up_or_resume(self, theta0) -> None:
         like = {"position": theta0, "step_size": jnp.zeros(()), "inverse_mass": jnp.zeros_like(theta0),
-                "key": jax.random.key_data(key_from_seed(0)), "accept_sum": jnp.zeros(()),
+                "key": jax.random.key_data(key_from_seed(0)),
                 "divergences": jnp.zeros((), jnp.int32)}
         saved = load_checkpoint(self.path, like)
         if saved is None:
@@ -80,7 +80,7 @@ class HMCChain:
             (state, parameters), _ = warmup.run(key_warm, theta0, num_steps=int(self.hp["burn_in"]))
             saved = ({"position": state.position, "step_size": jnp.asarray(parameters["step_size"]),
                       "inverse_mass": jnp.asarray(parameters["inverse_mass_matrix"]),
-                      "key": jax.random.key_data(key_run), "accept_sum": jnp.zeros(()),
+                      "key": jax.random.key_data(key_run),
                       "divergences": jnp.zeros((), jnp.int32)}, 0)
             save_checkpoint(self.path, saved[0], 0)
         self.tree, self.members_done = saved
@@ -123,7 +123,6 @@ class HMCChain:
         state, accept, divergent = self._window(state, sub)
         self.members_done += 1
         self.tree = {**self.tree, "position": state.position, "key": jax.random.key_data(key),
-                     "accept_sum": self.tree["accept_sum"] + accept,
                      "divergences": self.tree["divergences"] + divergent}
         info = {
             "iteration": int(self.hp["burn_in"]) + self.members_done * int(self.hp["thin"]),
