@@ -536,11 +536,16 @@ def _add_posterior_agreement(reports: list[dict], archives: tuple[Path, ...], re
     """``posterior_agreement`` / ``posterior_total_variation`` in each report's summary (comparable across models:
     the reference posterior fixes the task)."""
     from .archive_schema import ArchiveError
-    from .scoring.posterior_agreement import PosteriorMismatchError, agreement_with
+    from .scoring.posterior_agreement import PosteriorMismatchError, agreement_with, predictive_mean
 
+    with _archive_errors_exit(reference_posterior):
+        try:
+            reference = predictive_mean(reference_posterior)  # once, not once per archive
+        except PosteriorMismatchError as exc:
+            raise click.UsageError(str(exc)) from None
     for r, path in zip(reports, archives):
         try:
-            a = agreement_with(path, reference_posterior)
+            a = agreement_with(path, reference)
         except (PosteriorMismatchError, ArchiveError) as exc:
             r["summary"]["posterior_agreement"] = r["summary"]["posterior_total_variation"] = None
             r["notes"].append(f"no agreement with the reference posterior: {exc}")

@@ -42,9 +42,10 @@ def predictive_mean(path: str | Path, split: str | None = None) -> tuple[str, np
         return split, total / h.n_members, r.sample_ids(split)
 
 
-def agreement_with(path: str | Path, reference_posterior: str | Path) -> dict:
-    """``{"split", "agreement", "total_variation"}`` of ``path``'s predictive against ``reference_posterior``'s."""
-    split, ref, ref_ids = predictive_mean(reference_posterior)
+def agreement_with(path: str | Path, reference: tuple[str, np.ndarray, np.ndarray | None]) -> dict:
+    """``{"split", "agreement", "total_variation"}`` of ``path``'s predictive against ``reference``, the reference
+    posterior's :func:`predictive_mean` (read once by the caller for all archives)."""
+    split, ref, ref_ids = reference
     _, mean, ids = predictive_mean(path, split)
     if mean.shape != ref.shape:
         raise PosteriorMismatchError(f"{path}: split {split!r} has shape {mean.shape}, the reference posterior "
