@@ -193,8 +193,10 @@ def test_hmc_producer_writes_samples_with_their_diagnostics(digits_task, tmp_pat
         assert set(info) >= {"step_size", "n_leapfrog", "trajectory_length", "acceptance_rate", "energy_error",
                              "log_posterior"}
         assert 0.0 <= info["acceptance_rate"] <= 1.0
-        assert info["n_leapfrog"] == n_leapfrog_steps(HMC.defaults["trajectory_length"], info["step_size"],
-                                                      max_steps=200)
+        # fixed trajectory length: L = ceil(length / step), at most max_leapfrog (closed form, not the helper)
+        expected = min(math.ceil(HMC.defaults["trajectory_length"] / info["step_size"]), 200)
+        assert info["n_leapfrog"] == expected
+        assert info["trajectory_length"] == pytest.approx(info["step_size"] * expected)
     # After burn-in the step size is frozen: every member used the same one.
     assert len({m.info["step_size"] for m in a.members}) == 1
     test = a.probs["test"]
