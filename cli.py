@@ -612,6 +612,8 @@ def compare(archives: tuple[Path, ...], reference: Path | None, ensemble: Path |
         raise click.UsageError("--reference-posterior reads the archives in this process; it is for your own "
                                "archives (use --no-sandbox), not for uploads scored in the sandbox")
     protocol = _protocol_from(**options)
+    if ensemble is not None and not protocol.member_curves:  # DEE at the point the reference curve averages
+        protocol = protocol.replace(dee_point=True)
     _check_reference_or_exit(reference)
     progress = _progress(not (as_json or as_csv))
     score = _scorer(sandbox, reference, _sandbox_limits(memory_limit, cpu_limit, timeout), progress,
@@ -845,6 +847,8 @@ def leaderboard(directory: Path, reference: Path, out: Path, ensemble: Path | No
     from .scoring.leaderboard import BoardConfig, score_directory
 
     protocol = _protocol_from(**options)
+    if ensemble is not None:  # each row's DEE at the point the reference curve averages (scoring/dee.py)
+        protocol = protocol.replace(dee_point=True)
     _check_reference_or_exit(reference)
     config = BoardConfig.create(reference=reference, protocol=protocol,
                                 sandbox=_sandbox_limits(memory_limit, cpu_limit, timeout))

@@ -220,6 +220,10 @@ class ReportBuilder:
             if n >= 2:
                 sec["calibrated"] = calibrated_section(arrays, labels, placement=p.placement, repeats=p.repeats,
                                                        seed=p.seed, bins=p.bins, eps=p.eps, smoothing=p.smoothing)
+                if sec["calibrated"] is not None and p.dee_point and name == self.primary:
+                    sec["calibrated"]["dee_cll"] = dee_cll(arrays, labels, placement=p.placement, orders=p.orders,
+                                                           repeats=p.repeats, seed=p.seed, eps=p.eps,
+                                                           smoothing=p.smoothing)
                 if sec["calibrated"] is not None:
                     sec["calibrated"]["reliability"] = calibrated_reliability(
                         arrays, labels, temperature=sec["calibrated"]["temperature"], placement=p.placement,

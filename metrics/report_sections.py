@@ -75,6 +75,7 @@ __all__ = [
     "shift_split_section",
     "calibrated_section",
     "member_curves_section",
+    "dee_cll",
     "peer_section",
     "diversity_section",
     "calibrators_section",
@@ -586,6 +587,21 @@ def calibrated_section(arrays: SplitArrays, labels: NDArray, *, placement: str, 
         "repeats": cv.n_repeats,
         "seed": cv.seed,
     }
+
+
+def dee_cll(arrays: SplitArrays, labels: NDArray, *, placement: str, orders: int, repeats: int, seed: int,
+            eps: float, smoothing: float) -> float | None:
+    """The CLL that DEE reads off the deep-ensemble curve: the full ensemble's point of :func:`member_curves_section`.
+
+    Every order's prefix of all M members is the same ensemble; only its CV halvings differ (order r uses halvings
+    ``r * repeats`` to ``(r + 1) * repeats - 1`` of one ``default_rng(seed)`` stream, ``metrics.protocol``). Their
+    mean is therefore the test-time CV CLL over ``orders * repeats`` halvings of that stream, computed here without
+    the prefixes. Read off the curve at the same point, a deep ensemble gets DEE = K exactly (Ashukha et al. 2020,
+    Sec. 3.1, where each try redraws its halvings). ``None`` where :func:`calibrated_section` is.
+    """
+    cv = calibrated_section(arrays, labels, placement=placement, repeats=orders * repeats, seed=seed, bins=1,
+                            eps=eps, smoothing=smoothing)
+    return None if cv is None else cv["cll"]
 
 
 def calibrators_section(arrays: SplitArrays, labels: NDArray, *, names: Sequence[str], repeats: int, seed: int,

@@ -241,8 +241,8 @@ def produce(method, out, dataset, model, members, epochs, lr, hparams, seed, dat
         )
     except DataNotFoundError as exc:
         raise click.UsageError(str(exc)) from None
-    except ValueError as exc:
-        raise click.BadParameter(str(exc), param_hint="--val-fraction") from None
+    except ValueError as exc:  # an unknown dataset, or a --val-fraction that holds out nothing: the message names it
+        raise click.UsageError(str(exc)) from None
     try:
         check_input_size(model, *task.input_shape[-2:])
     except ValueError as exc:

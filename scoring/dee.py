@@ -15,7 +15,7 @@ from typing import Any
 from ..metrics.dee import dee_curve, dee_score
 from ..metrics.report import comparability
 
-__all__ = ["DEE_REFERENCE_SETTINGS", "DeeUnavailableError", "reference_curve", "dee_of_report", "dee_between",
+__all__ = ["DEE_REFERENCE_SETTINGS", "DEE_CLL_SOURCES", "DeeUnavailableError", "reference_curve", "dee_of_report", "dee_between",
            "attach_dee"]
 
 #: Protocol settings a deep ensemble is scored under to serve as DEE reference (``Protocol.replace(**…)``): its
@@ -68,14 +68,39 @@ def _check_same_task(method: Mapping[str, Any], ensemble: Mapping[str, Any]) -> 
     return notes
 
 
-def dee_of_report(report: Mapping[str, Any], ensemble_report: Mapping[str, Any]) -> dict[str, Any]:
-    """DEE (with bounds and the beyond-reference flag) of a report's calibrated CLL."""
-    _check_same_task(report, ensemble_report)
-    cal = _primary(report, "report").get("calibrated")
+#: Where :func:`dee_of_report` took its CLL from, best first: the method's own member curves at M, the same point
+#: computed alone (``Protocol.dee_point``), or the report's single-seed CLL (not averaged over the halvings the
+#: reference curve averages, so a deep ensemble can read a little under K against its own curve).
+DEE_CLL_SOURCES = ("member_curves", "dee_point", "cll")
+
+
+def _dee_cll(sec: Mapping[str, Any]) -> tuple[float, str]:
+    mc = sec.get("member_curves")
+    if mc:
+        return float(mc["metrics"]["cll"]["mean"][-1]), "member_curves"
+    cal = sec.get("calibrated")
     if not cal:
         raise DeeUnavailableError("the report has no calibrated CLL (DEE needs temperature scaling)")
+    if cal.get("dee_cll") is not None:
+        return float(cal["dee_cll"]), "dee_point"
+    return float(cal["cll"]), "cll"
+
+
+def dee_of_report(report: Mapping[str, Any], ensemble_report: Mapping[str, Any]) -> dict[str, Any]:
+    """DEE (with bounds and the beyond-reference flag) of a report's full ensemble, read off the reference curve at
+    the CLL averaged as the curve averages it (``cll_source``: one of :data:`DEE_CLL_SOURCES`), so that
+    ``compare``, ``leaderboard`` and ``ubench dee`` give one number and a deep ensemble has DEE = K on its own curve.
+    """
+    _check_same_task(report, ensemble_report)
+    cll, source = _dee_cll(_primary(report, "report"))
     mean, std = reference_curve(ensemble_report)
-    return {"cll": cal["cll"], **dee_score(cal["cll"], mean, std).to_dict()}
+    # The dee_point mean sums the same fold CLLs as the curve's point in another order: equal up to rounding, so a
+    # value within 1e-12 (relative) of a curve point is read as that point (a deep ensemble's DEE is K, not K - 2e-13).
+    for level in mean:
+        if abs(cll - level) <= 1e-12 * max(1.0, abs(level)):
+            cll = float(level)
+            break
+    return {"cll": cll, "cll_source": source, **dee_score(cll, mean, std).to_dict()}
 
 
 def dee_between(method_report: Mapping[str, Any], ensemble_report: Mapping[str, Any]) -> dict[str, Any]:
@@ -87,10 +112,8 @@ def dee_between(method_report: Mapping[str, Any], ensemble_report: Mapping[str, 
     mc = sec.get("member_curves")
     if mc:
         k, cll = mc["n_members"], mc["metrics"]["cll"]["mean"]
-    elif sec.get("calibrated"):
-        k, cll = [method_report["archive"]["n_members"]], [sec["calibrated"]["cll"]]
     else:
-        raise DeeUnavailableError("the method report has no calibrated CLL (DEE needs temperature scaling)")
+        k, cll = [method_report["archive"]["n_members"]], [_dee_cll(sec)[0]]
     curve = dee_curve(cll, mean, std).to_dict()
     points = [{"n_members": int(k[i]), "cll": float(cll[i]), "dee": curve["dee"][i], "dee_lower": curve["lower"][i],
                "dee_upper": curve["upper"][i], "beyond_reference": curve["beyond_reference"][i]}
@@ -118,7 +141,11 @@ def attach_dee(report: dict[str, Any], ensemble_report: Mapping[str, Any], *, cu
             report["dee"] = dee_between(report, ensemble_report)
             report["summary"]["dee"] = report["dee"]["dee"]
         else:
-            report["summary"]["dee"] = dee_of_report(report, ensemble_report)["dee"]
+            d = dee_of_report(report, ensemble_report)
+            report["summary"]["dee"] = d["dee"]
+            if d["cll_source"] == "cll":
+                report["notes"].append("DEE read at the single-seed CLL, not averaged over the reference curve's "
+                                       "halvings (score with the protocol's dee_point or member curves on)")
     except DeeUnavailableError as exc:
         report["summary"]["dee"] = None
         report["notes"].append(f"no DEE: {exc}")

@@ -67,6 +67,10 @@ class Protocol:
     member_curves : compute the metric-against-members curves of the main in-domain split (a cross-validated
         temperature fit per prefix of every order: the slow part of a report, so on request; ``--html`` and
         ``ubench dee`` turn it on).
+    dee_point : also compute ``calibrated.dee_cll`` on the main in-domain split: the full ensemble's point of the
+        member curves (test-time CV CLL averaged over ``orders`` x ``repeats`` halvings, drawn as the curves draw
+        them), which DEE reads off the deep-ensemble curve. A deep ensemble then has DEE = K against its own
+        curve, and ``compare``/``leaderboard`` agree with ``ubench dee``. Turned on where an ensemble is given.
     eps : floor inside every log (``log(p + eps)``).
     tpr : true-positive rate of FPR@TPR (FPR95 uses 0.95).
     cost_preset : named decision-cost matrix, ``"auto"`` (the matrix of the archive's dataset), or ``None``.
@@ -95,6 +99,7 @@ class Protocol:
     smoothing: float = 0.0
     orders: int = 5
     member_curves: bool = False
+    dee_point: bool = False
     eps: float = 1e-12
     tpr: float = 0.95
     cost_preset: str | None = None

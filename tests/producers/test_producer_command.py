@@ -64,3 +64,12 @@ def test_usage_errors_exit_2(tmp_path, monkeypatch, args, message):
     assert result.exit_code == 2, result.output
     assert message in result.output
     assert not (tmp_path / "x.h5.partial").exists()
+
+
+def test_an_unknown_dataset_is_reported_as_the_dataset_not_as_val_fraction(tmp_path):
+    pytest.importorskip("torch")
+    result = CliRunner().invoke(produce, ["sgd", "--dataset", "nope", "--out", str(tmp_path / "x.h5")])
+    assert result.exit_code == 2, result.output
+    assert "unknown dataset 'nope'" in result.output
+    assert "--val-fraction" not in result.output
+

@@ -78,6 +78,76 @@ def test_dee_of_an_ensemble_against_itself_is_its_size(tmp_path):
     assert dee_of_report(single, ens)["dee"] == dee_score(single["summary"]["cll"], mean, std).dee
 
 
+def test_dee_point_is_the_member_curves_full_ensemble_point(tmp_path):
+    """``dee_point`` computes the curves' k = M point alone: the CV CLL over orders x repeats halvings of the
+    curves' stream, which equals the mean over orders of each order's full-ensemble CLL (oracle: order r's point is
+    cross_validated_calibration on halvings r*repeats.. of the stream, recomputed here from cv_splits)."""
+    from ubench.metrics.protocol import cv_splits
+
+    path, data = build_archive(tmp_path / "de.h5", m=4, seed=4)
+    rep = score_archive(path, protocol=PITFALLS.replace(dee_point=True, orders=3))
+    point = rep["in_domain"]["test"]["calibrated"]["dee_cll"]
+    mean = ensemble_mean_probs(data["probs"]["test"])
+    n = len(data["labels"])
+    splits = cv_splits(n, n_repeats=15, seed=0)  # 3 orders x 5 repeats, two folds each
+    fold_cll = []
+    for fit, held in splits:
+        from scipy.optimize import minimize_scalar
+        from scipy.special import log_softmax
+
+        logp = np.log(mean + 1e-12)
+        nll = lambda t, rows: -log_softmax(logp[rows] / t, axis=1)[np.arange(len(rows)), data["labels"][rows]].mean()
+        t = minimize_scalar(lambda t: nll(t, fit), bounds=(0.01, 100), method="bounded",
+                            options={"xatol": 1e-10}).x
+        fold_cll.append(-nll(t, held))
+    assert point == pytest.approx(np.mean(fold_cll), abs=1e-7)
+    ens = score_archive(path, protocol=PITFALLS.replace(member_curves=True, orders=3))
+    assert point == pytest.approx(ens["in_domain"]["test"]["member_curves"]["metrics"]["cll"]["mean"][-1],
+                                  abs=1e-12)
+    assert "dee_cll" not in score_archive(path)["in_domain"]["test"]["calibrated"]  # off by default
+
+
+def test_a_deep_ensemble_read_off_its_own_curve_has_dee_k_exactly(tmp_path):
+    """The reference curve's k = K point averages the CV halvings of 5 orders; the single-seed CLL does not, and
+    here (seed 4) it lies below that point, so reading DEE at it gave 3.91 for a 4-member ensemble."""
+    path, _ = build_archive(tmp_path / "de.h5", m=4, seed=4)
+    ens = score_archive(path, protocol=PITFALLS.replace(member_curves=True))
+    rep = score_archive(path, protocol=PITFALLS.replace(dee_point=True))
+    d = dee_of_report(rep, ens)
+    assert d["dee"] == 4.0 and d["cll_source"] == "dee_point"
+    assert dee_of_report(ens, ens)["cll_source"] == "member_curves"
+    plain = dee_of_report(score_archive(path), ens)
+    assert plain["cll_source"] == "cll" and plain["dee"] < 4.0  # the single-seed point, said so
+
+
+def test_compare_leaderboard_and_dee_give_one_dee(tmp_path):
+    de, _ = build_archive(tmp_path / "de.h5", m=4, seed=4)
+    other, _ = build_archive(tmp_path / "mc.h5", m=3, seed=1)
+    res = CliRunner().invoke(cli, ["compare", str(other), str(de), "--ensemble", str(de), "--json"])
+    assert res.exit_code == 0, res.output
+    reports = json.loads(res.stdout)["reports"]
+    assert reports[1]["summary"]["dee"] == 4.0
+    res = CliRunner().invoke(cli, ["dee", str(other), "--ensemble", str(de), "--json"])
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.stdout)["dee"] == pytest.approx(reports[0]["summary"]["dee"], rel=1e-12)
+    uploads = tmp_path / "uploads"
+    uploads.mkdir()
+    for p in (de, other):
+        (uploads / p.name).write_bytes(p.read_bytes())
+    res = CliRunner().invoke(cli, ["leaderboard", str(uploads), "--reference", _reference(tmp_path, de),
+                                   "--out", str(tmp_path / "board"), "--ensemble", str(de), "--json"])
+    assert res.exit_code == 0, res.output
+    rows = {r["archive"]: r for r in json.loads(res.stdout)["rows"]}
+    assert rows["de.h5"]["metrics"]["dee"] == 4.0
+
+
+def _reference(tmp_path, archive) -> str:
+    out = tmp_path / "ref.h5"
+    res = CliRunner().invoke(cli, ["reference", str(archive), "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    return str(out)
+
+
 def test_dee_refuses_different_tasks_and_missing_curves(tmp_path):
     a = score_archive(build_archive(tmp_path / "a.h5", n=120)[0], protocol=PITFALLS.replace(member_curves=True))
     b = score_archive(build_archive(tmp_path / "b.h5", n=100)[0], protocol=PITFALLS.replace(member_curves=True))
