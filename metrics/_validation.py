@@ -240,28 +240,23 @@ def check_member_probs_mean(
 
     Row blocks of every member are checked (``_BlockedProbsCheck``: the same errors as the reference checks) and
     added into a float64 block of the mean that stays in cache, member after member (the order and rounding of
-    ``np.add.reduce(axis=0, dtype=float64)``); row ranges run in threads. Returns (member_probs, mean).
+    ``np.add.reduce(axis=0, dtype=float64)``). Single-threaded: row ranges in threads measured slower on the
+    2-core bench machine. Returns (member_probs, mean).
     """
-    from .uncertainty import _row_chunks, _run_chunks  # noqa: PLC0415  (uncertainty imports this module)
-
     arr = _check_member_probs_shape(member_probs, name)
     m, n, c = arr.shape
     mean = np.empty((n, c))
     check = _BlockedProbsCheck(arr, name)
     step = max(1, _SCAN_BLOCK_ELEMS // c)
-
-    def run(lo: int, hi: int) -> None:
-        for a in range(lo, hi, step):
-            b = min(a + step, hi)
-            acc = mean[a:b]
-            check.clear(arr[0, a:b])
-            acc[...] = arr[0, a:b]
-            for j in range(1, m):
-                block = arr[j, a:b]
-                check.clear(block)
-                np.add(acc, block, out=acc)
-
-    _run_chunks(run, _row_chunks(n, step))
+    for a in range(0, n, step):
+        b = min(a + step, n)
+        acc = mean[a:b]
+        check.clear(arr[0, a:b])
+        acc[...] = arr[0, a:b]
+        for j in range(1, m):
+            block = arr[j, a:b]
+            check.clear(block)
+            np.add(acc, block, out=acc)
     mean /= m
     return arr, mean
 

@@ -36,6 +36,7 @@ from .temperature_solver import (
 _CV_RTOL = 1e-4  # fold fits: last step taken unevaluated below this relative size
 _CUMULANT_ORDER = 5  # per-row cumulants kept for the fold fits (a quartic model of dNLL/dbeta)
 _CUMULANT_MIN_ROWS = 256  # below this many rows per half the folds are fitted exactly (cheap anyway)
+_CUMULANT_START_ROWS = 2048  # the first expansion point is fitted on about this many rows (a strided sub-sample)
 
 __all__ = ["CalibratedCV", "MemberCurves", "cross_validated_calibration", "member_curves", "cv_splits"]
 
@@ -265,9 +266,9 @@ def _post_fold_fits(s, s_y, perms, bounds) -> list[tuple[float, bool]]:
     The folds' optima lie close together, so one pass over the classes at a common ``beta0`` (a fit on a strided
     sub-sample) gives each row's log-partition cumulants (``_row_cumulants``); a fold's NLL derivatives near
     ``beta0`` are then means of them over its fit rows, and its 1/T is the root of that Taylor model
-    (``_root_from_cumulants``: certified to a relative 1e-7, else None). Folds left uncertain get a second pass
-    at the mean of the roots found, and any still uncertain fold (e.g. an optimum at a bound, separable data,
-    few rows) is fitted exactly by the safeguarded Newton solver on its rows.
+    (``_root_from_cumulants``: certified to a relative 1e-7, else None). Folds left uncertain get up to two more
+    passes, each at the whole set's optimum estimated from the last model, and any still uncertain fold (e.g. an
+    optimum at a bound, separable data, few rows) is fitted exactly by the safeguarded Newton solver on its rows.
     """
     n = s_y.shape[0]
     half = n // 2
@@ -278,22 +279,27 @@ def _post_fold_fits(s, s_y, perms, bounds) -> list[tuple[float, bool]]:
     out: list = [None] * len(folds)
     beta0 = None
     if half >= _CUMULANT_MIN_ROWS:
-        stride = max(1, n // _WARM_START_ROWS)
-        beta0, _, hit = _minimize_beta(lambda b: _post_eval(s[::stride], s_y[::stride], b, None), beta_lo, beta_hi,
-                                       1.0, 1e-3)
-        for _ in range(2):
-            if hit or all(o is not None for o in out):
-                break
+        stride = max(1, n // _CUMULANT_START_ROWS)
+        s_sub, s_y_sub = np.ascontiguousarray(s[::stride]), s_y[::stride]  # contiguous: streamed 2-3x faster
+        beta0, _, hit = _minimize_beta(lambda b: _post_eval(s_sub, s_y_sub, b, None), beta_lo, beta_hi, 1.0, 1e-3)
+        weights = np.zeros((len(folds) + 1, n))  # row i: the mean over fold i's fit rows; last row: all rows
+        for i, (fit_rows, _) in enumerate(folds):
+            weights[i, fit_rows] = 1.0 / fit_rows.shape[0]
+        weights[-1] = 1.0 / n
+        for _ in range(3 if not hit else 0):
             kap = _row_cumulants(s, beta0, _CUMULANT_ORDER)
             kap[1] -= s_y  # kappa_1 - s_y: the per-row gradient of the NLL
-            for i, (fit_rows, _) in enumerate(folds):
+            g = weights @ kap[1:].T  # (folds + 1, order): every fold's model coefficients in one product
+            for i in range(len(folds)):
                 if out[i] is None:
-                    beta = _root_from_cumulants(kap[1:, fit_rows].mean(axis=1), beta0, beta_lo, beta_hi, _RTOL)
+                    beta = _root_from_cumulants(g[i], beta0, beta_lo, beta_hi, _RTOL)
                     out[i] = None if beta is None else (beta, False)
-            found = [o[0] for o in out if o is not None]
-            if not found:
+            if all(o is not None for o in out):
                 break
-            beta0 = float(np.mean(found))
+            # re-expand at the whole set's optimum (estimated from this model): the folds scatter around it
+            beta0 = _root_from_cumulants(g[-1], beta0, beta_lo, beta_hi, None)
+            if beta0 is None:
+                break
     for i, (fit_rows, _) in enumerate(folds):
         if out[i] is None:
             rows = np.sort(fit_rows)

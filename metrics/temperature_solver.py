@@ -16,9 +16,8 @@ import numpy as np
 from numpy.typing import NDArray
 from scipy import special
 
-from .uncertainty import _row_chunks, _run_chunks
-
 _BLOCK_ENTRIES = 1 << 15  # entries per row block: a few float64 temporaries of this size stay in L2
+_ROW_STAT_BLOCK_ENTRIES = 1 << 17  # the per-row statistics kernels: two 1 MiB float64 buffers (measured best)
 _RTOL = 1e-7  # stop when the Newton step in beta is below this fraction of beta
 _WARM_START_ROWS = 4096  # fits on 4x as many rows or more start from a fit on about this many
 _MAX_ITER = 100
@@ -405,28 +404,24 @@ def _row_cumulants(s: NDArray, beta: float, order: int = 5) -> NDArray[np.float6
     NLL derivatives near ``beta`` as sums over its rows, without another pass over the classes. One ``exp`` per
     entry, raw moment sums as BLAS matrix-vector products in float64 (``s`` is float64, ``-log eps <= s <= 0``
     for probabilities, so the raw-to-central conversion keeps ~1e-9 of the 5th cumulant: far below its weight).
-    Row ranges run in threads (``uncertainty._run_chunks``).
+    Single-threaded: on the 2-core bench machine row ranges in threads measured slower (GIL hand-offs).
     """
     n, c = s.shape
     mom = np.empty((order + 1, n))
-    step = max(1, _BLOCK_ENTRIES // c)
+    step = max(1, _ROW_STAT_BLOCK_ENTRIES // c)
     ones = np.ones(c)
-
-    def run(lo, hi):
-        e_buf, p_buf = np.empty((min(step, hi - lo), c)), np.empty((min(step, hi - lo), c))
-        for a in range(lo, hi, step):
-            b = min(a + step, hi)
-            blk, e, pk = s[a:b], e_buf[: b - a], p_buf[: b - a]
-            np.multiply(blk, beta, out=e)
-            np.exp(e, out=e)
-            np.matmul(e, ones, out=mom[0, a:b])
-            np.multiply(e, blk, out=pk)
-            np.matmul(pk, ones, out=mom[1, a:b])
-            for k in range(2, order + 1):
-                np.multiply(pk, blk, out=pk)
-                np.matmul(pk, ones, out=mom[k, a:b])
-
-    _run_chunks(run, _row_chunks(n, step))
+    e_buf, p_buf = np.empty((min(step, n), c)), np.empty((min(step, n), c))
+    for a in range(0, n, step):
+        b = min(a + step, n)
+        blk, e, pk = s[a:b], e_buf[: b - a], p_buf[: b - a]
+        np.multiply(blk, beta, out=e)
+        np.exp(e, out=e)
+        np.matmul(e, ones, out=mom[0, a:b])
+        np.multiply(e, blk, out=pk)
+        np.matmul(pk, ones, out=mom[1, a:b])
+        for k in range(2, order + 1):
+            np.multiply(pk, blk, out=pk)
+            np.matmul(pk, ones, out=mom[k, a:b])
     r = mom[1:] / mom[0]
     out = np.empty((order + 1, n))
     out[0] = np.log(mom[0])
@@ -445,30 +440,43 @@ def _row_cumulants(s: NDArray, beta: float, order: int = 5) -> NDArray[np.float6
     return out
 
 
-def _root_from_cumulants(g: NDArray, beta0: float, beta_lo: float, beta_hi: float, rtol: float) -> float | None:
+def _root_from_cumulants(g: NDArray, beta0: float, beta_lo: float, beta_hi: float, rtol: float | None
+                         ) -> float | None:
     """Root ``beta0 + h`` of the Taylor model of dNLL/dbeta, ``sum_k g[k] h**k / k!``, or None when uncertain.
 
     ``g`` holds the mean over the fit rows of (kappa_1 - s_y, kappa_2, ..., kappa_K) at ``beta0``. The root is
     returned when the model is increasing there (the NLL is convex), the step is at most 10 % of ``beta0``, the
     Newton iteration on the model has converged, the last term of the model moves ``beta`` by less than ``rtol``
     relative (the error of the truncation is below that term) and ``beta`` lies strictly inside the bounds.
+    ``rtol=None``: an estimate only (a centre for the next expansion), returned whenever the model's Newton
+    iteration stays finite and increasing and ends inside the bounds.
     """
-    k = len(g)
-    fact = np.cumprod([1.0] + list(range(1, k)))  # 0!, 1!, ..., (k-1)!
-    coef = np.asarray(g, dtype=np.float64) / fact  # model = sum coef[j] h**j
-    d_coef = coef[1:] * np.arange(1, k)
+    coef, fact = [], 1.0  # model = sum coef[j] h**j (plain floats: ten tiny polynomials per call)
+    for j, gj in enumerate(g):
+        fact *= max(j, 1)
+        coef.append(float(gj) / fact)
     g1 = coef[1]
-    if not (np.isfinite(coef).all() and g1 > 0):
+    if not (all(np.isfinite(coef)) and g1 > 0):
         return None
+
+    def model(h):
+        f = df = 0.0
+        for j in range(len(coef) - 1, 0, -1):
+            f = f * h + coef[j]
+            df = df * h + j * coef[j]
+        return f * h + coef[0], df
+
     h = -coef[0] / g1
     for _ in range(10):
-        df = np.polyval(d_coef[::-1], h)
+        f, df = model(h)
         if not df > 0:
             return None
-        h -= np.polyval(coef[::-1], h) / df
+        h -= f / df
     beta = beta0 + h
+    if rtol is None:
+        return float(beta) if np.isfinite(beta) and beta_lo < beta < beta_hi else None
     tol = rtol * beta * g1
-    if not (abs(h) <= 0.1 * beta0 and abs(np.polyval(coef[::-1], h)) <= tol and abs(coef[-1] * h ** (k - 1)) <= tol
+    if not (abs(h) <= 0.1 * beta0 and abs(model(h)[0]) <= tol and abs(coef[-1] * h ** (len(coef) - 1)) <= tol
             and beta_lo < beta < beta_hi):
         return None
     return float(beta)
@@ -478,24 +486,20 @@ def _scaled_row_scores(s: NDArray, beta_rows: NDArray) -> tuple[NDArray[np.float
     """(log Z_i, sum_c q_ic**2) per row for q_i = softmax(b_i s_i), each row at its own inverse temperature b_i.
 
     ``s`` (N, C) float64 with row max 0, so ``max_c q_ic = 1 / Z_i`` exactly as the softmax computes it. One
-    ``exp`` per entry; the row sums of ``e`` (BLAS) and of ``e**2`` (einsum, no temporary); row ranges in threads.
+    ``exp`` per entry; the row sums of ``e`` (BLAS) and of ``e**2`` (einsum, no temporary).
     """
     n, c = s.shape
     log_z, sq = np.empty(n), np.empty(n)
-    step = max(1, _BLOCK_ENTRIES // c)
+    step = max(1, _ROW_STAT_BLOCK_ENTRIES // c)
     ones = np.ones(c)
-
-    def run(lo, hi):
-        e_buf = np.empty((min(step, hi - lo), c))
-        for a in range(lo, hi, step):
-            b = min(a + step, hi)
-            e = e_buf[: b - a]
-            np.multiply(s[a:b], beta_rows[a:b, None], out=e)
-            np.exp(e, out=e)
-            np.matmul(e, ones, out=log_z[a:b])
-            np.einsum("ij,ij->i", e, e, out=sq[a:b])
-
-    _run_chunks(run, _row_chunks(n, step))
+    e_buf = np.empty((min(step, n), c))
+    for a in range(0, n, step):
+        b = min(a + step, n)
+        e = e_buf[: b - a]
+        np.multiply(s[a:b], beta_rows[a:b, None], out=e)
+        np.exp(e, out=e)
+        np.matmul(e, ones, out=log_z[a:b])
+        np.einsum("ij,ij->i", e, e, out=sq[a:b])
     sq /= log_z * log_z
     np.log(log_z, out=log_z)
     return log_z, sq
