@@ -352,7 +352,7 @@ def _fit_post_fused(x: NDArray, labels: NDArray, kind: str, eps: float, bounds) 
     s_y_sub = _label_values(s_sub, labels[::stride])
     beta0 = 1.0
     for sub in (8, 1):  # a coarse fit on every 8th sub-sample row, then about one step on all of them
-        s_k, s_y_k = s_sub[::sub], s_y_sub[::sub]
+        s_k, s_y_k = np.ascontiguousarray(s_sub[::sub]), s_y_sub[::sub]  # contiguous rows stream 2-3x faster
         beta0, _, hit = _minimize_beta(lambda b: _post_eval(s_k, s_y_k, b, None), beta_lo, beta_hi, beta0, 1e-3)
         if hit:
             return None
