@@ -159,6 +159,7 @@ def bench_fit(repeat):
         rel = abs(temp - ours.temperature) / ours.temperature
         rows.append(_row("temperature fit", f"N={n:,}, C={c}, float32 logits", t_o, t_p, r, label,
                          ubench_T=round(ours.temperature, 9), peer_T=round(temp, 9), peer_rel_diff=float(f"{rel:.3g}"),
+                         peer_s_per_evaluation=round(statistics.median(t_p) / evals, 4),
                          peer_converged=bool(rel <= 1e-6) if peer != "ts" else False, peer_evals=evals,
                          ubench_threads=UBENCH_THREADS, peer_threads=threads,
                          **floors))

@@ -4,8 +4,15 @@ calibrated log-likelihood (CLL), and metric-against-members curves.
 
 Test-time cross-validation: the in-domain test set is halved at random; a temperature is fitted on one half and
 the other half is scored with it, both ways; this is repeated ``n_repeats`` times from ``np.random.default_rng(seed)``
-and every metric is averaged over the ``2 * n_repeats`` held-out halves. The log of the ensemble prediction is
-computed once per placement; a fold is a sorted index array, gathered block by block by the temperature kernels.
+and every metric is averaged over the ``2 * n_repeats`` held-out halves.
+
+How ``post`` is computed (the Pitfalls placement; ``per_member`` fits each fold on its gathered half): the member
+stack is validated and averaged in one read (float64 accumulation); the log of the mean is taken once; the ten
+fold temperatures come from one pass over the classes that stores each row's log-partition cumulants at a common
+1/T (every fold's fit is then the root of a Taylor model summed over its rows, certified to a relative 1e-7 or
+refitted exactly), and each halving is scored in one pass in which every row uses the temperature of the fold
+that holds it out. The numbers are those of fitting and scoring every fold separately (pinned against a scipy
+restatement in ``tests/metrics/test_protocol*.py``).
 """
 
 from __future__ import annotations
