@@ -235,7 +235,8 @@ def _summary(rows):
             target = 10.0
             res = (f"{row['ubench_median_s']:.3f} s vs the Pitfalls pipeline {row['peer_median_s']:.3f} s: "
                    f"**{ratio:.1f}x**, {ratio / _per_core(row):.1f}x per core (CLL {row['ubench_cll']:.4f} vs "
-                   f"{row['peer_cll']:.4f}, own halvings)") if ratio else f"{row['ubench_median_s']:.3f} s; peer skipped"
+                   f"{row['peer_cll']:.4f}, own halvings)"
+                   ) if ratio else f"{row['ubench_median_s']:.3f} s; peer skipped"
         else:
             target = 10.0
             res = (f"{row['ubench_best_s']:.1f} s vs the per-prefix approach {row['peer_best_s']:.1f} s "

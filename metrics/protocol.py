@@ -28,7 +28,6 @@ from .classification import _brier_per_sample, _nll_per_sample
 from .temperature import DEFAULT_EPS, DEFAULT_TEMPERATURE_BOUNDS, _check_bounds, _check_eps, _check_placement
 from .temperature_solver import (
     _RTOL,
-    _WARM_START_ROWS,
     _label_values,
     _member_eval,
     _minimize_beta,
@@ -190,12 +189,12 @@ def cv_splits(n_samples: int, *, n_repeats: int = 5, seed: int = 0) -> list[tupl
     return out
 
 
-def _ts_problem(member_probs: NDArray, labels: NDArray, placement: str, eps: float):
-    """Shifted log-probabilities, label entries and log-normalisers for the placement (computed once)."""
-    if placement == "post":
-        s, lse1 = _prep_probs(np.add.reduce(member_probs, axis=0, dtype=np.float64) / member_probs.shape[0], eps)
-    else:
-        s, lse1 = _prep_probs(member_probs, eps)
+def _ts_problem(probs: NDArray, labels: NDArray, eps: float):
+    """(s, s_y, lse1): shifted log-probabilities, label entries and log-normalisers, computed once.
+
+    ``probs`` (N, C) is the ensemble mean for ``post``, (M, N, C) the members for ``per_member``.
+    """
+    s, lse1 = _prep_probs(probs, eps)
     return s, _label_values(s, labels), lse1
 
 
@@ -204,48 +203,38 @@ def _halving_perms(n_samples: int, n_repeats: int, rng: np.random.Generator) -> 
     return [rng.permutation(n_samples) for _ in range(n_repeats)]
 
 
-def _halves(problem, placement: str, perms):
-    """Yield (fit half, held-out half, held-out rows) for every fold, in the order of :func:`cv_splits`.
-
-    ``perms`` holds one permutation per repeat (:func:`_halving_perms`). Each repeat gathers the rows once in
-    permuted order, so both halves are contiguous slices of one copy and the temperature kernels stream them
-    without a per-pass gather (post); per-member halves are made contiguous.
-    """
+def _member_halves(problem, perms):
+    """``per_member``: yield (fit half, held-out half, held-out rows) for every fold, in the order of
+    :func:`cv_splits`. ``perms`` holds one permutation per repeat (:func:`_halving_perms`); each repeat gathers
+    the rows once in permuted order and makes both halves contiguous for the temperature kernels."""
     s, s_y, lse1 = problem
-    n = s_y.shape[-1]
-    half = n // 2
+    half = s_y.shape[-1] // 2
     for perm in perms:
-        if placement == "post":
-            sp, syp, lp = np.take(s, perm, axis=0), s_y[perm], lse1[perm]  # take: ~2x faster than s[perm]
-            a, b = (sp[:half], syp[:half], lp[:half]), (sp[half:], syp[half:], lp[half:])
-        else:
-            sp, syp, lp = np.take(s, perm, axis=1), s_y[:, perm], lse1[:, perm]
-            a = (np.ascontiguousarray(sp[:, :half]), syp[:, :half], lp[:, :half])
-            b = (np.ascontiguousarray(sp[:, half:]), syp[:, half:], lp[:, half:])
+        sp, syp, lp = np.take(s, perm, axis=1), s_y[:, perm], lse1[:, perm]
+        a = (np.ascontiguousarray(sp[:, :half]), syp[:, :half], lp[:, :half])
+        b = (np.ascontiguousarray(sp[:, half:]), syp[:, half:], lp[:, half:])
         yield a, b, perm[half:]
         yield b, a, perm[:half]
 
 
-def _fit_half(problem, placement, bounds, beta0):
-    """(1/T, hit_bound) fitted on a half, from ``beta0`` (the previous fold's 1/T; None: T = 1).
+def _member_fit_half(problem, bounds, beta0):
+    """``per_member``: (1/T, hit_bound) fitted on a half, from ``beta0`` (the previous fold's 1/T; None: T = 1).
 
-    Only the temperature is needed, so the solver stops once its Newton/Halley step is below 1e-4 and takes that
-    step unevaluated (error about 1e-8 relative; the held-out NLL is then exact to ~1e-16).
+    Only the temperature is needed, so the solver stops once its Newton step is below 1e-4 and takes that step
+    unevaluated (error about 1e-8 relative; the held-out NLL is then exact to ~1e-16).
     """
     s, s_y, _ = problem
-    evaluate = (lambda b: _post_eval(s, s_y, b, None)) if placement == "post" else \
-        (lambda b: _member_eval(s, s_y, b, None))
-    beta, _, hit = _minimize_beta(evaluate, 1.0 / bounds[1], 1.0 / bounds[0], 1.0 if beta0 is None else beta0,
-                                  _CV_RTOL, polish=True)
+    beta, _, hit = _minimize_beta(lambda b: _member_eval(s, s_y, b, None), 1.0 / bounds[1], 1.0 / bounds[0],
+                                  1.0 if beta0 is None else beta0, _CV_RTOL, polish=True)
     if hit:
         beta = 1.0 / (bounds[0] if beta > 1.0 else bounds[1])
     return beta, hit
 
 
-def _heldout_nll(problem, placement, beta) -> float:
-    """NLL of the temperature-scaled prediction on a held-out half."""
+def _member_heldout_nll(problem, beta) -> float:
+    """``per_member``: NLL of the temperature-scaled prediction on a held-out half."""
     s, s_y, _ = problem
-    return (_post_eval if placement == "post" else _member_eval)(s, s_y, beta, None, order=0)[0]
+    return _member_eval(s, s_y, beta, None, order=0)[0]
 
 
 def _cv_cll(problem, placement, bounds, perms) -> float:
@@ -260,9 +249,9 @@ def _cv_cll(problem, placement, bounds, perms) -> float:
             total -= nll[perm[half:]].mean() + nll[perm[:half]].mean()
         return total / len(fits)
     total, n_folds, beta = 0.0, 0, None
-    for fit_half, eval_half, _ in _halves(problem, placement, perms):
-        beta, _ = _fit_half(fit_half, placement, bounds, beta)
-        total -= _heldout_nll(eval_half, placement, beta)
+    for fit_half, eval_half, _ in _member_halves(problem, perms):
+        beta, _ = _member_fit_half(fit_half, bounds, beta)
+        total -= _member_heldout_nll(eval_half, beta)
         n_folds += 1
     return total / n_folds
 
@@ -328,11 +317,6 @@ def _post_heldout(s, s_y, perm, beta_a, beta_b):
     log_z, sq = _scaled_row_scores(s, b)
     log_qy = b * s_y - log_z
     return -log_qy, np.exp(-log_z), sq, np.exp(log_qy)
-
-
-def _scaled_probs(problem, placement, beta) -> NDArray[np.float64]:
-    s = problem[0]
-    return _softmax_scaled(s, beta) if placement == "post" else _softmax_scaled(s, beta).mean(axis=0)
 
 
 def _top1_arrays(probs: NDArray, labels: NDArray):
@@ -481,16 +465,16 @@ def _post_cv_rows(mean, labels, eps, bounds, perms, n_bins, before):
 
 def _member_cv_rows(member_probs, labels, eps, bounds, perms, n_bins, before):
     """Fold metrics for ``per_member``: each fold fitted on its half and scored on the other."""
-    problem = _ts_problem(member_probs, labels, "per_member", eps)
+    problem = _ts_problem(member_probs, labels, eps)
     rows, temps, hits, beta = [], [], 0, None
-    for fit_half, eval_half, eval_rows in _halves(problem, "per_member", perms):
-        beta, hit = _fit_half(fit_half, "per_member", bounds, beta)
+    for fit_half, eval_half, eval_rows in _member_halves(problem, perms):
+        beta, hit = _member_fit_half(fit_half, bounds, beta)
         temps.append(1.0 / beta)
         hits += hit
-        q = _scaled_probs(eval_half, "per_member", beta)
+        q = _softmax_scaled(eval_half[0], beta).mean(axis=0)
         y = labels[eval_rows]
         conf1, hit1 = _top1_arrays(q, y)
-        rows.append(_fold_row(-_heldout_nll(eval_half, "per_member", beta), eval_rows, before,
+        rows.append(_fold_row(-_member_heldout_nll(eval_half, beta), eval_rows, before,
                               (conf1, hit1, _brier_per_sample(q, y)), n_bins))
     return rows, temps, hits
 
@@ -510,7 +494,7 @@ def _prefix_curves(member_probs, labels, orders, n_repeats, seed, placement, eps
     """
     r, m = orders.shape
     cll, acc, brier = np.zeros((r, m)), np.zeros((r, m)), np.zeros((r, m))
-    member_problem = _ts_problem(member_probs, labels, "per_member", eps) if placement == "per_member" else None
+    member_problem = _ts_problem(member_probs, labels, eps) if placement == "per_member" else None
     halvings = np.random.default_rng(seed)  # one stream: order 0 gets cv_splits(seed)'s halvings, order 1 the next
     for i, order in enumerate(orders):
         perms = _halving_perms(labels.shape[0], n_repeats, halvings)
@@ -519,7 +503,7 @@ def _prefix_curves(member_probs, labels, orders, n_repeats, seed, placement, eps
             total += member_probs[j]
             mean = total / (k + 1)
             if placement == "post":
-                problem = _ts_problem(mean[None], labels, "post", eps)
+                problem = _ts_problem(mean, labels, eps)
             else:
                 s, s_y, lse1 = member_problem
                 sub = np.sort(order[: k + 1])
