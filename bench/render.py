@@ -30,8 +30,9 @@ SCRIPTS = {
     "bench_protocol": ("python bench/bench_protocol.py --pitfalls /tmp/pitfalls-ensembles",
                        "The calibration protocol against the peers users run, the same work, interleaved in one "
                        "process (ubench, peer, ubench, ...; ratios are medians of the per-pair ratios): torch "
-                       "L-BFGS stopped at ubench's tolerance (1e-7) and with the temperature_scaling repository's "
-                       "settings; the Pitfalls repository's own CV-TS + CLL pipeline (`metrics.metrics_kfold`, "
+                       "L-BFGS run to convergence (on T without line search, on log T with strong Wolfe; "
+                       "`tolerance_grad` 1e-7, both T's in the JSON) and with the temperature_scaling repository's "
+                       "settings (not converged); the Pitfalls repository's own CV-TS + CLL pipeline (`metrics.metrics_kfold`, "
                        "Nelder-Mead `ts`, `KFold(2, shuffle)` x 5, after the `logsumexp` of the members) and its "
                        "per-prefix DEE sweep, run from a checkout of bayesgroup/pytorch-ensembles. torch threads "
                        "as in the JSON's settings."),

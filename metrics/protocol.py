@@ -4,8 +4,15 @@ calibrated log-likelihood (CLL), and metric-against-members curves.
 
 Test-time cross-validation: the in-domain test set is halved at random; a temperature is fitted on one half and
 the other half is scored with it, both ways; this is repeated ``n_repeats`` times from ``np.random.default_rng(seed)``
-and every metric is averaged over the ``2 * n_repeats`` held-out halves. The log of the ensemble prediction is
-computed once per placement; a fold is a sorted index array, gathered block by block by the temperature kernels.
+and every metric is averaged over the ``2 * n_repeats`` held-out halves.
+
+How ``post`` is computed (the Pitfalls placement; ``per_member`` fits each fold on its gathered half): the member
+stack is validated and averaged in one read (float64 accumulation); the log of the mean is taken once; the ten
+fold temperatures come from one pass over the classes that stores each row's log-partition cumulants at a common
+1/T (every fold's fit is then the root of a Taylor model summed over its rows, certified to a relative 1e-7 or
+refitted exactly), and each halving is scored in one pass in which every row uses the temperature of the fold
+that holds it out. The numbers are those of fitting and scoring every fold separately (pinned against a scipy
+restatement in ``tests/metrics/test_protocol*.py``).
 """
 
 from __future__ import annotations
@@ -15,13 +22,27 @@ from dataclasses import asdict, dataclass
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from ._validation import check_labels, check_member_probs, check_n_samples
+from ._validation import check_labels, check_member_probs, check_member_probs_mean, check_n_samples
 from .calibration import DEFAULT_BINS, _check_n_bins, _equal_width_error
 from .classification import _brier_per_sample, _nll_per_sample
 from .temperature import DEFAULT_EPS, DEFAULT_TEMPERATURE_BOUNDS, _check_bounds, _check_eps, _check_placement
-from .temperature_solver import _label_values, _member_eval, _minimize_beta, _post_eval, _prep_probs, _softmax_scaled
+from .temperature_solver import (
+    _RTOL,
+    _label_values,
+    _member_eval,
+    _minimize_beta,
+    _post_eval,
+    _prep_probs,
+    _root_from_cumulants,
+    _row_cumulants,
+    _scaled_row_scores,
+    _softmax_scaled,
+)
 
 _CV_RTOL = 1e-4  # fold fits: last step taken unevaluated below this relative size
+_CUMULANT_ORDER = 5  # per-row cumulants kept for the fold fits (a quartic model of dNLL/dbeta)
+_CUMULANT_MIN_ROWS = 256  # below this many rows per half the folds are fitted exactly (cheap anyway)
+_CUMULANT_START_ROWS = 2048  # the first expansion point is fitted on about this many rows (a strided sub-sample)
 
 __all__ = ["CalibratedCV", "MemberCurves", "cross_validated_calibration", "member_curves", "cv_splits"]
 
@@ -168,12 +189,12 @@ def cv_splits(n_samples: int, *, n_repeats: int = 5, seed: int = 0) -> list[tupl
     return out
 
 
-def _ts_problem(member_probs: NDArray, labels: NDArray, placement: str, eps: float):
-    """Shifted log-probabilities, label entries and log-normalisers for the placement (computed once)."""
-    if placement == "post":
-        s, lse1 = _prep_probs(np.add.reduce(member_probs, axis=0, dtype=np.float64) / member_probs.shape[0], eps)
-    else:
-        s, lse1 = _prep_probs(member_probs, eps)
+def _ts_problem(probs: NDArray, labels: NDArray, eps: float):
+    """(s, s_y, lse1): shifted log-probabilities, label entries and log-normalisers, computed once.
+
+    ``probs`` (N, C) is the ensemble mean for ``post``, (M, N, C) the members for ``per_member``.
+    """
+    s, lse1 = _prep_probs(probs, eps)
     return s, _label_values(s, labels), lse1
 
 
@@ -182,63 +203,120 @@ def _halving_perms(n_samples: int, n_repeats: int, rng: np.random.Generator) -> 
     return [rng.permutation(n_samples) for _ in range(n_repeats)]
 
 
-def _halves(problem, placement: str, perms):
-    """Yield (fit half, held-out half, held-out rows) for every fold, in the order of :func:`cv_splits`.
-
-    ``perms`` holds one permutation per repeat (:func:`_halving_perms`). Each repeat gathers the rows once in
-    permuted order, so both halves are contiguous slices of one copy and the temperature kernels stream them
-    without a per-pass gather (post); per-member halves are made contiguous.
-    """
+def _member_halves(problem, perms):
+    """``per_member``: yield (fit half, held-out half, held-out rows) for every fold, in the order of
+    :func:`cv_splits`. ``perms`` holds one permutation per repeat (:func:`_halving_perms`); each repeat gathers
+    the rows once in permuted order and makes both halves contiguous for the temperature kernels."""
     s, s_y, lse1 = problem
-    n = s_y.shape[-1]
-    half = n // 2
+    half = s_y.shape[-1] // 2
     for perm in perms:
-        if placement == "post":
-            sp, syp, lp = np.take(s, perm, axis=0), s_y[perm], lse1[perm]  # take: ~2x faster than s[perm]
-            a, b = (sp[:half], syp[:half], lp[:half]), (sp[half:], syp[half:], lp[half:])
-        else:
-            sp, syp, lp = np.take(s, perm, axis=1), s_y[:, perm], lse1[:, perm]
-            a = (np.ascontiguousarray(sp[:, :half]), syp[:, :half], lp[:, :half])
-            b = (np.ascontiguousarray(sp[:, half:]), syp[:, half:], lp[:, half:])
+        sp, syp, lp = np.take(s, perm, axis=1), s_y[:, perm], lse1[:, perm]
+        a = (np.ascontiguousarray(sp[:, :half]), syp[:, :half], lp[:, :half])
+        b = (np.ascontiguousarray(sp[:, half:]), syp[:, half:], lp[:, half:])
         yield a, b, perm[half:]
         yield b, a, perm[:half]
 
 
-def _fit_half(problem, placement, bounds, beta0):
-    """(1/T, hit_bound) fitted on a half, from ``beta0`` (the previous fold's 1/T; None: T = 1).
+def _member_fit_half(problem, bounds, beta0):
+    """``per_member``: (1/T, hit_bound) fitted on a half, from ``beta0`` (the previous fold's 1/T; None: T = 1).
 
-    Only the temperature is needed, so the solver stops once its Newton/Halley step is below 1e-4 and takes that
-    step unevaluated (error about 1e-8 relative; the held-out NLL is then exact to ~1e-16).
+    Only the temperature is needed, so the solver stops once its Newton step is below 1e-4 and takes that step
+    unevaluated (error about 1e-8 relative; the held-out NLL is then exact to ~1e-16).
     """
     s, s_y, _ = problem
-    evaluate = (lambda b: _post_eval(s, s_y, b, None)) if placement == "post" else \
-        (lambda b: _member_eval(s, s_y, b, None))
-    beta, _, hit = _minimize_beta(evaluate, 1.0 / bounds[1], 1.0 / bounds[0], 1.0 if beta0 is None else beta0,
-                                  _CV_RTOL, polish=True)
+    beta, _, hit = _minimize_beta(lambda b: _member_eval(s, s_y, b, None), 1.0 / bounds[1], 1.0 / bounds[0],
+                                  1.0 if beta0 is None else beta0, _CV_RTOL, polish=True)
     if hit:
         beta = 1.0 / (bounds[0] if beta > 1.0 else bounds[1])
     return beta, hit
 
 
-def _heldout_nll(problem, placement, beta) -> float:
-    """NLL of the temperature-scaled prediction on a held-out half."""
+def _member_heldout_nll(problem, beta) -> float:
+    """``per_member``: NLL of the temperature-scaled prediction on a held-out half."""
     s, s_y, _ = problem
-    return (_post_eval if placement == "post" else _member_eval)(s, s_y, beta, None, order=0)[0]
+    return _member_eval(s, s_y, beta, None, order=0)[0]
 
 
 def _cv_cll(problem, placement, bounds, perms) -> float:
     """Mean held-out CLL over the folds of the halvings ``perms`` (no other metric): the member-curve path."""
+    if placement == "post":
+        s, s_y, _ = problem
+        fits = _post_fold_fits(s, s_y, perms, bounds)
+        half, total = s_y.shape[0] // 2, 0.0
+        for r, perm in enumerate(perms):
+            (beta_a, _), (beta_b, _) = fits[2 * r], fits[2 * r + 1]
+            nll = _post_heldout(s, s_y, perm, beta_a, beta_b)[0]
+            total -= nll[perm[half:]].mean() + nll[perm[:half]].mean()
+        return total / len(fits)
     total, n_folds, beta = 0.0, 0, None
-    for fit_half, eval_half, _ in _halves(problem, placement, perms):
-        beta, _ = _fit_half(fit_half, placement, bounds, beta)
-        total -= _heldout_nll(eval_half, placement, beta)
+    for fit_half, eval_half, _ in _member_halves(problem, perms):
+        beta, _ = _member_fit_half(fit_half, bounds, beta)
+        total -= _member_heldout_nll(eval_half, beta)
         n_folds += 1
     return total / n_folds
 
 
-def _scaled_probs(problem, placement, beta) -> NDArray[np.float64]:
-    s = problem[0]
-    return _softmax_scaled(s, beta) if placement == "post" else _softmax_scaled(s, beta).mean(axis=0)
+def _post_fold_fits(s, s_y, perms, bounds) -> list[tuple[float, bool]]:
+    """(1/T, hit_bound) of every fold (order of :func:`cv_splits`) for ``post``, from shared per-row statistics.
+
+    The folds' optima lie close together, so one pass over the classes at a common ``beta0`` (a fit on a strided
+    sub-sample) gives each row's log-partition cumulants (``_row_cumulants``); a fold's NLL derivatives near
+    ``beta0`` are then means of them over its fit rows, and its 1/T is the root of that Taylor model
+    (``_root_from_cumulants``: certified to a relative 1e-7, else None). Folds left uncertain get up to two more
+    passes, each at the whole set's optimum estimated from the last model, and any still uncertain fold (e.g. an
+    optimum at a bound, separable data, few rows) is fitted exactly by the safeguarded Newton solver on its rows.
+    """
+    n = s_y.shape[0]
+    half = n // 2
+    beta_lo, beta_hi = 1.0 / bounds[1], 1.0 / bounds[0]
+    folds = []
+    for perm in perms:
+        folds += [(perm[:half], perm[half:]), (perm[half:], perm[:half])]
+    out: list = [None] * len(folds)
+    beta0 = None
+    if half >= _CUMULANT_MIN_ROWS:
+        stride = max(1, n // _CUMULANT_START_ROWS)
+        s_sub, s_y_sub = np.ascontiguousarray(s[::stride]), s_y[::stride]  # contiguous: streamed 2-3x faster
+        beta0, _, hit = _minimize_beta(lambda b: _post_eval(s_sub, s_y_sub, b, None), beta_lo, beta_hi, 1.0, 1e-3)
+        weights = np.zeros((len(folds) + 1, n))  # row i: the mean over fold i's fit rows; last row: all rows
+        for i, (fit_rows, _) in enumerate(folds):
+            weights[i, fit_rows] = 1.0 / fit_rows.shape[0]
+        weights[-1] = 1.0 / n
+        for _ in range(3 if not hit else 0):
+            kap = _row_cumulants(s, beta0, _CUMULANT_ORDER)
+            kap[1] -= s_y  # kappa_1 - s_y: the per-row gradient of the NLL
+            g = weights @ kap[1:].T  # (folds + 1, order): every fold's model coefficients in one product
+            for i in range(len(folds)):
+                if out[i] is None:
+                    beta = _root_from_cumulants(g[i], beta0, beta_lo, beta_hi, _RTOL)
+                    out[i] = None if beta is None else (beta, False)
+            if all(o is not None for o in out):
+                break
+            # re-expand at the whole set's optimum (estimated from this model): the folds scatter around it
+            beta0 = _root_from_cumulants(g[-1], beta0, beta_lo, beta_hi, None)
+            if beta0 is None:
+                break
+    for i, (fit_rows, _) in enumerate(folds):
+        if out[i] is None:
+            rows = np.sort(fit_rows)
+            beta, _, hit = _minimize_beta(lambda b: _post_eval(s, s_y[rows], b, rows), beta_lo, beta_hi,
+                                          1.0 if beta0 is None else beta0, _CV_RTOL, polish=True)
+            if hit:
+                beta = 1.0 / (bounds[0] if beta > 1.0 else bounds[1])
+            out[i] = (beta, bool(hit))
+    return out
+
+
+def _post_heldout(s, s_y, perm, beta_a, beta_b):
+    """Per row, scored at the 1/T of the fold that holds it out (fit on the other half): (NLL, max q, sum q**2,
+    q_y) of q = softmax(b_i s_i); ``beta_a`` is fitted on ``perm[:n // 2]`` (it scores the rest)."""
+    half = s_y.shape[0] // 2
+    b = np.empty(s_y.shape[0])
+    b[perm[half:]] = beta_a
+    b[perm[:half]] = beta_b
+    log_z, sq = _scaled_row_scores(s, b)
+    log_qy = b * s_y - log_z
+    return -log_qy, np.exp(-log_z), sq, np.exp(log_qy)
 
 
 def _top1_arrays(probs: NDArray, labels: NDArray):
@@ -257,13 +335,17 @@ def _check_seed(seed) -> int:
     return _check_int(seed, "seed", 0)
 
 
-def _check_inputs(member_probs, labels):
-    member_probs = check_member_probs(member_probs)
+def _check_inputs(member_probs, labels, with_mean: bool = False):
+    """Validated (member_probs, labels), and with ``with_mean`` the float64 member mean (one read of the stack)."""
+    if with_mean:
+        member_probs, mean = check_member_probs_mean(member_probs)
+    else:
+        member_probs = check_member_probs(member_probs)
     labels = check_labels(labels, member_probs.shape[2])
     check_n_samples(member_probs, "member_probs", labels, "labels", a_axis=1)
     if labels.shape[0] < 2:
         raise ValueError(f"labels must have at least 2 samples to be halved; found {labels.shape[0]}")
-    return member_probs, labels
+    return (member_probs, labels, mean) if with_mean else (member_probs, labels)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -328,35 +410,18 @@ def cross_validated_calibration(
     >>> res.to_dict()["n_folds"], res.accuracy
     (2, 0.75)
     """
-    member_probs, labels = _check_inputs(member_probs, labels)
+    member_probs, labels, mean = _check_inputs(member_probs, labels, with_mean=True)
     placement, eps, bounds = _check_placement(placement), _check_eps(eps), _check_bounds(bounds)
     n_bins, n_repeats, seed = _check_n_bins(n_bins), _check_int(n_repeats, "n_repeats", 1), _check_seed(seed)
-    mean = np.add.reduce(member_probs, axis=0, dtype=np.float64) / member_probs.shape[0]
-    problem = _ts_problem(member_probs if placement == "per_member" else mean[None], labels, placement, eps)
     # Per-sample scores of the uncalibrated ensemble: every fold averages its rows (ECE re-bins its rows).
     nll0, brier0 = _nll_per_sample(mean, labels, eps), _brier_per_sample(mean, labels)
     conf0, hit0 = _top1_arrays(mean, labels)
-
-    rows = []
-    temps, hits, beta = [], 0, None
     perms = _halving_perms(labels.shape[0], n_repeats, np.random.default_rng(seed))
-    for fit_half, eval_half, eval_rows in _halves(problem, placement, perms):
-        beta, hit = _fit_half(fit_half, placement, bounds, beta)
-        temps.append(1.0 / beta)
-        hits += hit
-        q = _scaled_probs(eval_half, placement, beta)
-        y = labels[eval_rows]
-        conf1, hit1 = _top1_arrays(q, y)
-        rows.append((
-            -_heldout_nll(eval_half, placement, beta),
-            float(nll0[eval_rows].mean()),
-            float(hit0[eval_rows].mean()),
-            float(hit1.mean()),
-            float(brier0[eval_rows].mean()),
-            float(_brier_per_sample(q, y).mean()),
-            _equal_width_error(conf0[eval_rows], hit0[eval_rows], n_bins),
-            _equal_width_error(conf1, hit1, n_bins),
-        ))
+    if placement == "post":
+        rows, temps, hits = _post_cv_rows(mean, labels, eps, bounds, perms, n_bins, (nll0, brier0, conf0, hit0))
+    else:
+        rows, temps, hits = _member_cv_rows(member_probs, labels, eps, bounds, perms, n_bins,
+                                            (nll0, brier0, conf0, hit0))
     m = np.mean(np.array(rows), axis=0)
     t = np.array(temps)
     return CalibratedCV(
@@ -367,6 +432,51 @@ def cross_validated_calibration(
         n_hit_bound=int(hits), temperatures=tuple(float(x) for x in temps), n_folds=2, n_repeats=n_repeats,
         seed=seed, placement=placement, eps=eps, n_bins=n_bins, bounds=bounds,
     )
+
+
+def _fold_row(cll, eval_rows, before, calibrated, n_bins):
+    """One fold's metrics (the order of ``CalibratedCV``'s fields) from per-sample scores on its held-out rows."""
+    nll0, brier0, conf0, hit0 = before
+    conf1, hit1, brier1 = calibrated
+    return (cll, float(nll0[eval_rows].mean()), float(hit0[eval_rows].mean()), float(hit1.mean()),
+            float(brier0[eval_rows].mean()), float(brier1.mean()),
+            _equal_width_error(conf0[eval_rows], hit0[eval_rows], n_bins), _equal_width_error(conf1, hit1, n_bins))
+
+
+def _post_cv_rows(mean, labels, eps, bounds, perms, n_bins, before):
+    """Fold metrics for ``post``: fits from shared per-row statistics (:func:`_post_fold_fits`), then one pass
+    over the classes per halving scores every row at the 1/T of the fold that holds it out."""
+    s, lse1 = _prep_probs(mean, eps)
+    s_y = _label_values(s, labels)
+    fits = _post_fold_fits(s, s_y, perms, bounds)
+    hit0 = before[3]
+    half = labels.shape[0] // 2
+    rows = []
+    for r, perm in enumerate(perms):
+        (beta_a, _), (beta_b, _) = fits[2 * r], fits[2 * r + 1]
+        nll, conf, sq, q_y = _post_heldout(s, s_y, perm, beta_a, beta_b)
+        brier = np.maximum(sq - 2.0 * q_y + 1.0, 0.0)
+        for eval_rows in (perm[half:], perm[:half]):
+            # a temperature keeps the argmax (post): the calibrated hits are the uncalibrated ones
+            calibrated = (conf[eval_rows], hit0[eval_rows], brier[eval_rows])
+            rows.append(_fold_row(-float(nll[eval_rows].mean()), eval_rows, before, calibrated, n_bins))
+    return rows, [1.0 / b for b, _ in fits], sum(h for _, h in fits)
+
+
+def _member_cv_rows(member_probs, labels, eps, bounds, perms, n_bins, before):
+    """Fold metrics for ``per_member``: each fold fitted on its half and scored on the other."""
+    problem = _ts_problem(member_probs, labels, eps)
+    rows, temps, hits, beta = [], [], 0, None
+    for fit_half, eval_half, eval_rows in _member_halves(problem, perms):
+        beta, hit = _member_fit_half(fit_half, bounds, beta)
+        temps.append(1.0 / beta)
+        hits += hit
+        q = _softmax_scaled(eval_half[0], beta).mean(axis=0)
+        y = labels[eval_rows]
+        conf1, hit1 = _top1_arrays(q, y)
+        rows.append(_fold_row(-_member_heldout_nll(eval_half, beta), eval_rows, before,
+                              (conf1, hit1, _brier_per_sample(q, y)), n_bins))
+    return rows, temps, hits
 
 
 def _member_orders(n_members: int, n_orders: int, seed: int) -> NDArray[np.int64]:
@@ -384,7 +494,7 @@ def _prefix_curves(member_probs, labels, orders, n_repeats, seed, placement, eps
     """
     r, m = orders.shape
     cll, acc, brier = np.zeros((r, m)), np.zeros((r, m)), np.zeros((r, m))
-    member_problem = _ts_problem(member_probs, labels, "per_member", eps) if placement == "per_member" else None
+    member_problem = _ts_problem(member_probs, labels, eps) if placement == "per_member" else None
     halvings = np.random.default_rng(seed)  # one stream: order 0 gets cv_splits(seed)'s halvings, order 1 the next
     for i, order in enumerate(orders):
         perms = _halving_perms(labels.shape[0], n_repeats, halvings)
@@ -393,7 +503,7 @@ def _prefix_curves(member_probs, labels, orders, n_repeats, seed, placement, eps
             total += member_probs[j]
             mean = total / (k + 1)
             if placement == "post":
-                problem = _ts_problem(mean[None], labels, "post", eps)
+                problem = _ts_problem(mean, labels, eps)
             else:
                 s, s_y, lse1 = member_problem
                 sub = np.sort(order[: k + 1])
