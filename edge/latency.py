@@ -128,8 +128,23 @@ def _runners(models: Models, backend: str, threads: int, precision: str):
         except ImportError:
             raise LatencyError("tensorrt backend: needs an NVIDIA GPU and the tensorrt package "
                                "(pip install 'ubench[edge-trt]'); neither is here") from None
-        raise LatencyError("tensorrt backend: engine building is not implemented yet")
+        raise LatencyError("tensorrt backend: engines are built per batch size; call _tensorrt_runners")
     raise LatencyError(f"unknown backend {backend!r}; choose from {', '.join(BACKENDS)}")
+
+
+def _tensorrt_runners(models: Models, batch: int, precision: str, cache_dir: Path | None):
+    try:
+        import tensorrt  # noqa: F401
+    except ImportError:
+        raise LatencyError("tensorrt backend: needs an NVIDIA GPU and the tensorrt package "
+                           "(pip install 'ubench[edge-trt]'); neither is here") from None
+    from .tensorrt_backend import tensorrt_runners
+
+    try:
+        return tensorrt_runners([models.directory / m["onnx"] for m in models.members], models.input_shape, batch,
+                                precision, cache_dir or models.directory / "trt-cache")
+    except RuntimeError as exc:
+        raise LatencyError(f"tensorrt backend: {exc}") from None
 
 
 def _timer_overhead_us(n: int = 10000) -> float:
@@ -140,12 +155,18 @@ def _timer_overhead_us(n: int = 10000) -> float:
 
 
 def measure(models: Models, *, backend: str = "onnxruntime", batch_sizes=(1,), warmup: int = 10, iters: int = 200,
-            threads: int = 1, precision: str = "fp32", seed: int = 0) -> dict[str, Any]:
-    """Time the sequential ensemble at each batch size (see the module docstring)."""
-    runners = _runners(models, backend, threads, precision)
+            threads: int = 1, precision: str = "fp32", seed: int = 0,
+            cache_dir: Path | None = None) -> dict[str, Any]:
+    """Time the sequential ensemble at each batch size (see the module docstring). TensorRT engines are built
+    (or read from ``cache_dir``, default ``MODELS/trt-cache``) per batch size and add ``device_peak_bytes``."""
+    trt = backend == "tensorrt"
+    runners = [] if trt else _runners(models, backend, threads, precision)
+    device_peak = None
     rng = np.random.default_rng(seed)
     rows = []
     for b in batch_sizes:
+        if trt:
+            runners, peak = _tensorrt_runners(models, int(b), precision, cache_dir)
         x = rng.random((int(b), *models.input_shape), dtype=np.float32)
         for _ in range(warmup):
             for run in runners:
@@ -161,12 +182,15 @@ def measure(models: Models, *, backend: str = "onnxruntime", batch_sizes=(1,), w
                      "p95_ms": float(np.percentile(times, 95)), "mean_ms": mean,
                      "std_ms": statistics.pstdev(times), "throughput_per_s": int(b) / (mean / 1e3),
                      "per_member_mean_ms": mean / len(runners)})
+        if trt:
+            device_peak = max(device_peak or 0, int(peak()))
     return {"backend": backend, "precision": precision, "threads": threads, "warmup": warmup, "iters": iters,
-            "n_members": len(runners), "model": models.doc["model"], "method": models.doc["method"],
+            "n_members": len(models.members), "model": models.doc["model"], "method": models.doc["method"],
             "model_bytes": int(sum(m["onnx_bytes"] for m in models.members)),
             "parameters": int(sum(m["parameters"] for m in models.members)),
             "timer_overhead_us": _timer_overhead_us(),
-            "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024, "batches": rows}
+            "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+            **({"device_peak_bytes": device_peak} if trt else {}), "batches": rows}
 
 
 def what_fits(result: dict[str, Any], cll_by_members: list[float] | None, *, latency_budget_ms: float | None,
