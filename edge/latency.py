@@ -55,8 +55,13 @@ def load_models(directory: str | Path) -> Models:
     except (OSError, ValueError) as exc:
         raise LatencyError(f"{directory}: no readable models.json ({exc}); write one with "
                            "`ubench produce ... --save-models`") from None
+    if not isinstance(doc, dict) or doc.get("models_schema") not in (1, 2):
+        raise LatencyError(f"{directory}/models.json: models_schema "
+                           f"{doc.get('models_schema') if isinstance(doc, dict) else None!r} is not one this ubench "
+                           "reads (1 or 2)")
     if not doc.get("members"):
         raise LatencyError(f"{directory}/models.json lists no members")
+    doc.setdefault("sampling", "none")  # schema 1 exported deterministic members only
     for m in doc["members"]:
         path = directory / m["onnx"]
         if not path.is_file() or hashlib.sha256(path.read_bytes()).hexdigest() != m["onnx_sha256"]:
@@ -85,10 +90,19 @@ def _torch_module(models: Models, member: dict[str, Any]):
     doc = models.doc
     net = build_model(doc["model"], tuple(doc["input_shape"]), doc["n_classes"], mean=doc["normalisation"]["mean"],
                       std=doc["normalisation"]["std"], dropout=doc["dropout"], p=doc["dropout_rate"])
+    if doc.get("dropout_before"):
+        from ..producers.last_layer import insert_dropout
+
+        insert_dropout(net, doc["dropout_before"], doc["dropout_rate"])
     with np.load(models.directory / member["weights"], allow_pickle=False) as w:
         state = {k: torch.from_numpy(np.array(w[k])) for k in w.files}
     net.load_state_dict(state)
-    return nn.Sequential(net, nn.Softmax(dim=-1)).eval()
+    net = nn.Sequential(net, nn.Softmax(dim=-1)).eval()
+    if doc["sampling"].endswith("in_graph"):  # the members sample dropout masks, as the ONNX graph does
+        from ..producers.models import set_mc_dropout
+
+        set_mc_dropout(net, True)
+    return net
 
 
 def _torch_runners(models: Models, threads: int, precision: str, compiled: bool):
@@ -186,6 +200,7 @@ def measure(models: Models, *, backend: str = "onnxruntime", batch_sizes=(1,), w
             device_peak = max(device_peak or 0, int(peak()))
     return {"backend": backend, "precision": precision, "threads": threads, "warmup": warmup, "iters": iters,
             "n_members": len(models.members), "model": models.doc["model"], "method": models.doc["method"],
+            "sampling": models.doc["sampling"],
             "model_bytes": int(sum(m["onnx_bytes"] for m in models.members)),
             "parameters": int(sum(m["parameters"] for m in models.members)),
             "timer_overhead_us": _timer_overhead_us(),
@@ -197,12 +212,16 @@ def what_fits(result: dict[str, Any], cll_by_members: list[float] | None, *, lat
               memory_budget_bytes: int | None) -> dict[str, Any]:
     """The largest ensemble of this method within the budgets at batch 1: members limited by latency (batch-1
     mean latency per member) and by memory (the members' model bytes, each member held once), and the CLL of
-    that many members from the archive's member curve (``None`` without one)."""
+    that many members from the archive's member curve (``None`` without one). Members sampled inside one graph
+    (``sampling`` ``in_graph``: MC dropout) share their weights, which count once against the memory budget."""
     b1 = next((r for r in result["batches"] if r["batch_size"] == 1), result["batches"][0])
     m = result["n_members"]
     per_ms, per_bytes = b1["per_member_mean_ms"], result["model_bytes"] / m
     by_latency = m if latency_budget_ms is None else int(latency_budget_ms // per_ms)
-    by_memory = m if memory_budget_bytes is None else int(memory_budget_bytes // per_bytes)
+    if result.get("sampling") == "in_graph":  # one network sampled M times: its weights are held once
+        by_memory = m if memory_budget_bytes is None or per_bytes <= memory_budget_bytes else 0
+    else:
+        by_memory = m if memory_budget_bytes is None else int(memory_budget_bytes // per_bytes)
     k = max(0, min(m, by_latency, by_memory))
     return {"members": k, "limited_by": "latency" if k == by_latency and k < m else (
                 "memory" if k == by_memory and k < m else "members available"),

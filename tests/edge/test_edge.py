@@ -65,13 +65,6 @@ def test_onnx_members_equal_the_archive_and_the_torch_rebuild(exported):
         np.testing.assert_allclose(one, got[:1], atol=1e-6)
 
 
-def test_stochastic_members_are_refused_before_training(tmp_path):
-    res = CliRunner().invoke(cli, ["produce", "mc_dropout", "--members", "2", "--save-models", "--out",
-                                   str(tmp_path / "m.h5"), *PRODUCE])
-    assert res.exit_code == 2 and "not exported yet" in res.output
-    assert not (tmp_path / "m.h5").exists() and not (tmp_path / "m.h5.partial").exists()
-
-
 @pytest.mark.parametrize("backend", ["onnxruntime", "torch"])
 def test_latency_json_and_what_fits(exported, backend):
     out, models_dir = exported
