@@ -26,9 +26,12 @@ __all__ = ["latency"]
 @click.option("--memory-budget", default=None, metavar="SIZE", help="With --latency-budget: what fits (e.g. 4G).")
 @click.option("--latency-budget", "latency_ms", type=click.FloatRange(min=0, min_open=True), default=None,
               metavar="MS", help="Latency budget per batch-1 prediction in milliseconds, for what fits.")
+@click.option("--fused/--no-fused", default=True, show_default=True,
+              help="Also time the members as one call (one ONNX graph with every member, output M x B x C; the "
+                   "torch modules stacked), beside the sequential sum; not for tensorrt.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 def latency(models_dir, backend, precision, batch_sizes, warmup, iters, threads, memory_budget, latency_ms,
-            as_json):
+            fused, as_json):
     """Time an exported ensemble: the members one after another per batch, warm-up discarded.
 
     \b
@@ -41,7 +44,7 @@ def latency(models_dir, backend, precision, batch_sizes, warmup, iters, threads,
     try:
         models = load_models(models_dir)
         result = measure(models, backend=backend, batch_sizes=batch_sizes, warmup=warmup, iters=iters,
-                         threads=threads, precision=precision)
+                         threads=threads, precision=precision, fused=fused)
     except LatencyError as exc:
         click.echo(f"error: {exc}", err=True)
         sys.exit(2)
@@ -59,9 +62,16 @@ def latency(models_dir, backend, precision, batch_sizes, warmup, iters, threads,
         return
     click.echo(f"{result['method']} ({result['model']}), {result['n_members']} members, {backend} {precision}, "
                f"{threads} thread(s); {result['model_bytes'] / 2**20:.2f} MiB of models")
+    fused_rows = {r["batch_size"]: r for r in result.get("fused", {}).get("batches", [])}
     for r in result["batches"]:
         click.echo(f"  batch {r['batch_size']:>4}: p50 {r['p50_ms']:.3f} ms, p95 {r['p95_ms']:.3f} ms, mean "
                    f"{r['mean_ms']:.3f} ± {r['std_ms']:.3f} ms, {r['throughput_per_s']:.0f} samples/s")
+        if (f := fused_rows.get(r["batch_size"])) is not None:
+            click.echo(f"        fused: p50 {f['p50_ms']:.3f} ms, p95 {f['p95_ms']:.3f} ms, "
+                       f"{f['throughput_per_s']:.0f} samples/s ({f['speedup_p50']:.2f}x the sequential p50)")
+    if result.get("call_overhead_us") is not None:
+        click.echo(f"  one empty call costs {result['call_overhead_us']:.1f} µs (paid {result['n_members']} times "
+                   "sequentially, once fused)")
     if "what_fits" in result:
         w = result["what_fits"]
         click.echo(f"  fits: {w['members']} member(s) ({w['limited_by']}), CLL "

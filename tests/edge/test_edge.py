@@ -140,3 +140,32 @@ def test_distill_refuses_a_teacher_that_is_not_the_exported_archive(exported, tm
     res = CliRunner().invoke(cli, ["distill", str(other), "--models", str(models_dir), "--out",
                                    str(tmp_path / "s.h5")])
     assert res.exit_code == 2 and "sha256 differs" in res.output
+
+
+def test_fused_graph_equals_the_members_stacked(exported):
+    """Issue #13 item 3: one ONNX graph runs every member on the same input, output M x B x C."""
+    from ubench.edge.latency import fused_onnx, load_models
+
+    _, models_dir = exported
+    models = load_models(models_dir)
+    x = _test_inputs()
+    fused = ort.InferenceSession(fused_onnx(models), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    each = [ort.InferenceSession(str(models_dir / m["onnx"]), providers=["CPUExecutionProvider"]).run(
+        None, {"x": x})[0] for m in models.members]
+    assert fused.shape == (2, len(x), 10)
+    np.testing.assert_allclose(fused, np.stack(each), atol=1e-6)
+
+
+def test_latency_reports_fused_and_call_overhead_unless_no_fused(exported):
+    _, models_dir = exported
+    res = CliRunner().invoke(cli, ["latency", str(models_dir), "--iters", "10", "--warmup", "1", "--json"])
+    assert res.exit_code == 0, res.output
+    r = json.loads(res.stdout)
+    assert r["call_overhead_us"] > 0 and r["sampling"] == "none"
+    (f,) = r["fused"]["batches"]
+    assert f["batch_size"] == 1 and 0 < f["p50_ms"] <= f["p95_ms"]
+    assert f["speedup_p50"] == pytest.approx(r["batches"][0]["p50_ms"] / f["p50_ms"])
+    res = CliRunner().invoke(cli, ["latency", str(models_dir), "--iters", "5", "--warmup", "0", "--no-fused",
+                                   "--json"])
+    assert res.exit_code == 0 and "fused" not in json.loads(res.stdout)
+    assert "--no-fused" in CliRunner().invoke(cli, ["latency", "--help"]).output

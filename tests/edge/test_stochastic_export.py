@@ -19,7 +19,7 @@ onnx = pytest.importorskip("onnx")
 
 from ubench.cli import cli  # noqa: E402
 from ubench.edge.export import RANDOM_OPS, member_sampling  # noqa: E402
-from ubench.edge.latency import _torch_module, load_models  # noqa: E402
+from ubench.edge.latency import _torch_module, fused_onnx, load_models  # noqa: E402
 from ubench.producers.archive_run import produce_archive  # noqa: E402
 from ubench.producers.models import GaussianDropoutConv2d, GaussianDropoutLinear, set_mc_dropout  # noqa: E402
 from ubench.producers.registry import METHODS, load_method  # noqa: E402
@@ -182,6 +182,9 @@ def test_dropout_sampled_inside_the_graph(task, tmp_path, method):
         for h in hooks:
             h.remove()
     assert np.abs(firsts[0] - firsts[1]).max() > 1e-4  # members have their own seeds
+    # the fused graph keeps each member's seeds: its first call is every member's first call
+    fused = ort.InferenceSession(fused_onnx(models), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    np.testing.assert_allclose(fused, np.stack(firsts), atol=1e-6)
     # in distribution the graph is the archive's member: mean predictive over 200 calls vs the archive's members
     with h5py.File(out, "r") as f:
         stored = f["splits/test/probs"][:]
