@@ -29,15 +29,20 @@ __all__ = ["latency"]
 @click.option("--fused/--no-fused", default=True, show_default=True,
               help="Also time the members as one call (one ONNX graph with every member, output M x B x C; the "
                    "torch modules stacked), beside the sequential sum; not for tensorrt.")
+@click.option("--record-into", "record_into", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              default=None, metavar="ARCHIVE",
+              help="Write the numbers into ARCHIVE's /scalability group (SPEC.md 5.2), so that score and compare "
+                   "show accuracy against latency; ARCHIVE must be the one the models were exported with.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 def latency(models_dir, backend, precision, batch_sizes, warmup, iters, threads, memory_budget, latency_ms,
-            fused, as_json):
+            fused, record_into, as_json):
     """Time an exported ensemble: the members one after another per batch, warm-up discarded.
 
     \b
     ubench produce deep_ensemble --dataset digits --members 3 --save-models --out de.h5
     ubench latency de.h5.models --backend onnxruntime --json
     ubench latency de.h5.models --batch-size 1 --batch-size 128 --latency-budget 0.5 --memory-budget 4G
+    ubench latency de.h5.models --record-into de.h5 && ubench score de.h5
     """
     from .latency import LatencyError, load_models, measure, what_fits
 
@@ -57,6 +62,15 @@ def latency(models_dir, backend, precision, batch_sizes, warmup, iters, threads,
             raise click.BadParameter(str(exc), param_hint="--memory-budget") from None
         result["what_fits"] = what_fits(result, _cll_curve(models_dir, models.doc), latency_budget_ms=latency_ms,
                                         memory_budget_bytes=budget)
+    if record_into is not None:
+        from .record import record_latency
+
+        try:
+            record_latency(record_into, result, models_dir / "models.json")
+        except (OSError, ValueError) as exc:
+            click.echo(f"error: {exc}", err=True)
+            sys.exit(2)
+        click.echo(f"recorded the latency into {record_into} (/scalability)", err=True)
     if as_json:
         click.echo(json.dumps(result, indent=1, sort_keys=True))
         return

@@ -171,6 +171,9 @@ def format_score(report: Mapping[str, Any], *, styled: bool = False) -> str:
             lines += ["  " + ln for ln in _table(("intensity", "kinds", "acc q1", "acc median", "acc q3",
                                                    "ECE median"), rows, styled=styled)]
         lines.append("")
+    if report["archive"].get("latency"):
+        lines.append("accuracy against latency (URSABench; ubench latency --record-into)")
+        lines += ["  " + ln for ln in _table(*latency_table([report], [a["method"]]), styled=styled)] + [""]
     if report.get("dee"):
         d = report["dee"]
         last = d["curve"][-1]
@@ -179,6 +182,27 @@ def format_score(report: Mapping[str, Any], *, styled: bool = False) -> str:
                      + (" — beyond the reference" if last["beyond_reference"] else ""))
         lines.append("")
     return "\n".join(lines).rstrip() + "\n"
+
+
+def latency_table(reports: Sequence[Mapping[str, Any]], names: Sequence[str]) -> tuple[list[str], list[list]]:
+    """URSABench's accuracy-against-latency table: (header, rows) of the reports whose archive carries latency
+    (SPEC.md 5.2): accuracy, NLL, the ensemble's per-batch p50 and p95 run member after member, the fused p50,
+    throughput at the largest batch, model MiB and how it was timed."""
+    header = ["method", "acc", "NLL", "members", "batch", "p50 ms", "p95 ms", "fused p50 ms", "samples/s",
+              "at batch", "model MiB", "timed with"]
+    rows = []
+    for name, r in zip(names, reports):
+        lat = r["archive"].get("latency")
+        if not lat:
+            continue
+        rows.append([name, r["summary"].get("accuracy"), r["summary"].get("nll"), lat.get("latency_members"),
+                     lat.get("latency_batch_size"), lat["latency_p50_ms"], lat.get("latency_p95_ms"),
+                     lat.get("latency_fused_p50_ms"), lat.get("latency_throughput_per_s"),
+                     lat.get("latency_throughput_batch_size"),
+                     None if lat.get("latency_model_bytes") is None else lat["latency_model_bytes"] / 2 ** 20,
+                     f"{lat.get('latency_backend', '?')} {lat.get('latency_precision', '')} "
+                     f"{lat.get('latency_threads', '?')} thread(s)"])
+    return header, rows
 
 
 def format_notes(reports: Sequence[Mapping[str, Any]], names: Sequence[str] | None = None) -> str:
@@ -213,6 +237,10 @@ def format_compare(reports: Sequence[Mapping[str, Any]], names: Sequence[str], *
               "(Ashukha et al. 2020)."]
     if reports:
         lines.append(escape_text(reports[0]["protocol"]["description"]))
+    header, rows = latency_table(reports, names)
+    if rows:
+        lines += ["", "accuracy against latency (URSABench; archives with ubench latency --record-into)"]
+        lines += _table(header, rows, styled=styled)
     return "\n".join(lines).rstrip() + "\n"
 
 

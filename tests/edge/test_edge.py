@@ -169,3 +169,30 @@ def test_latency_reports_fused_and_call_overhead_unless_no_fused(exported):
                                    "--json"])
     assert res.exit_code == 0 and "fused" not in json.loads(res.stdout)
     assert "--no-fused" in CliRunner().invoke(cli, ["latency", "--help"]).output
+
+
+def test_record_into_writes_scalability_that_score_reads(exported, tmp_path):
+    """Issue #13 item 3: --record-into puts the numbers in /scalability (SPEC 5.2); the archive still validates
+    and models.json follows its new sha256."""
+    import hashlib
+    import shutil
+
+    from ubench.archive_schema import read_archive
+
+    out, models_dir = exported
+    arch, models = tmp_path / "de.h5", tmp_path / "de.h5.models"
+    shutil.copyfile(out, arch)
+    shutil.copytree(models_dir, models)
+    res = CliRunner().invoke(cli, ["latency", str(models), "--iters", "10", "--warmup", "1", "--json",
+                                   "--record-into", str(arch)])
+    assert res.exit_code == 0, res.output
+    r = json.loads(res.stdout)
+    s = read_archive(arch).scalability
+    assert s["latency_p50_ms"] == r["batches"][0]["p50_ms"] and s["latency_members"] == 2
+    assert s["latency_fused_p50_ms"] == r["fused"]["batches"][0]["p50_ms"] and s["latency_backend"] == "onnxruntime"
+    assert json.loads((models / "models.json").read_text())["archive_sha256"] == \
+        hashlib.sha256(arch.read_bytes()).hexdigest()
+    report = json.loads(CliRunner().invoke(cli, ["score", str(arch), "--json", "--placement", "none"]).stdout)
+    assert report["archive"]["latency"]["latency_p50_ms"] == s["latency_p50_ms"]
+    res = CliRunner().invoke(cli, ["latency", str(models), "--iters", "2", "--record-into", str(out)])
+    assert res.exit_code == 2 and "sha256 differs" in res.output  # not the archive these models came from
