@@ -88,23 +88,21 @@ def exportable(method) -> bool:
     return True
 
 
-class _GraphBernoulliDropout:
+def _graph_bernoulli_dropout(p: float):
     """Bernoulli dropout that samples in every mode: ``x * (U(0,1) >= p) / (1 - p)`` (exports as
     ``RandomUniformLike``, ``GreaterOrEqual``, ``Cast``, ``Mul``)."""
+    import torch
+    from torch import nn
 
-    def __new__(cls, p: float):
-        import torch
-        from torch import nn
+    class GraphBernoulliDropout(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.p = float(p)
 
-        class GraphBernoulliDropout(nn.Module):
-            def __init__(self) -> None:
-                super().__init__()
-                self.p = float(p)
+        def forward(self, x):
+            return x * (torch.rand_like(x) >= self.p).to(x.dtype) * (1.0 / (1.0 - self.p))
 
-            def forward(self, x):
-                return x * (torch.rand_like(x) >= self.p).to(x.dtype) * (1.0 / (1.0 - self.p))
-
-        return GraphBernoulliDropout()
+    return GraphBernoulliDropout()
 
 
 def _activate_dropout_in_graph(net) -> int:
@@ -117,7 +115,7 @@ def _activate_dropout_in_graph(net) -> int:
     for name, module in list(net.named_modules()):
         if isinstance(module, nn.Dropout) and module.p > 0:
             parent, _, child = name.rpartition(".")
-            setattr(net.get_submodule(parent) if parent else net, child, _GraphBernoulliDropout(module.p))
+            setattr(net.get_submodule(parent) if parent else net, child, _graph_bernoulli_dropout(module.p))
             found += 1
         elif isinstance(module, (GaussianDropoutLinear, GaussianDropoutConv2d)) and module.p > 0:
             module.forward = module.sampled
