@@ -45,8 +45,8 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["MODELS_SCHEMA", "NotExportable", "SAMPLING", "member_sampling", "exportable", "export_member",
-           "write_models_json", "models_dir_for"]
+__all__ = ["MODELS_SCHEMA", "NotExportable", "SAMPLING", "member_sampling", "export_member", "write_models_json",
+           "models_dir_for", "plain_state_dict"]
 
 #: 2: ``sampling``, per member ``graph_seeds``, ``dropout_before`` (schema 1 had deterministic members only).
 MODELS_SCHEMA = 2
@@ -77,15 +77,6 @@ def member_sampling(method) -> str:
     graph = bool(getattr(cls, "test_time_dropout", False))
     return {(False, False): "none", (True, False): "weights", (False, True): "in_graph",
             (True, True): "weights+in_graph"}[(weights, graph)]
-
-
-def exportable(method) -> bool:
-    """Whether ``method``'s members can be exported (everything but test-time augmentation)."""
-    try:
-        member_sampling(method)
-    except NotExportable:
-        return False
-    return True
 
 
 def _graph_bernoulli_dropout(p: float):

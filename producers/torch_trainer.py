@@ -171,7 +171,8 @@ class Method:
         out = dict(cls.defaults)
         for key, value in overrides.items():
             out[key] = _cast_like(cls.defaults[key], value, key)
-        if (cls.dropout != "none" or cls.test_time_dropout) and "dropout_rate" in out and not 0.0 < out["dropout_rate"] < 1.0:
+        rate = out.get("dropout_rate")
+        if (cls.dropout != "none" or cls.test_time_dropout) and rate is not None and not 0.0 < rate < 1.0:
             # build_model would refuse it only once training starts (a traceback, not a usage error)
             raise ValueError(f"{cls.name}: dropout_rate must be in (0, 1) (the kept units are scaled by "
                              f"1 / (1 - rate)); got {out['dropout_rate']}")
