@@ -22,6 +22,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from ..archive_schema.spec import LATENCY_ATTRIBUTES
 from .text import escape_text, shorten
 
 __all__ = ["format_score", "format_compare", "format_dee", "format_notes", "format_leaderboard", "format_csv",
@@ -297,7 +298,8 @@ def _as_reports(reports: Any) -> list[Mapping[str, Any]]:
 def report_rows(reports: Any, names: Sequence[str] | None = None) -> tuple[list[str], list[dict[str, Any]]]:
     """One flat row per report: ``method`` (the name given, else the archive's method), ``dataset``, ``model``,
     ``n_members``, ``archive`` (path) and every ``summary`` key, with the columns in order (``compare``'s first,
-    then the rest by name). What ``--csv`` and :func:`report_frame` hold.
+    then the rest by name), then the archives' recorded ``latency_*`` (SPEC.md 5.2) where any report has them.
+    What ``--csv`` and :func:`report_frame` hold.
 
     ``reports`` is one report, a list of them, or the JSON of ``ubench compare --json`` (whose ``methods`` name
     the rows).
@@ -309,13 +311,16 @@ def report_rows(reports: Any, names: Sequence[str] | None = None) -> tuple[list[
         raise ValueError(f"{len(names)} names for {len(reports)} reports")
     keys = {k for r in reports for k in r["summary"]}
     first = [k for k, _ in COMPARE_COLUMNS if k in keys]
-    columns = ["method", "dataset", "model", "n_members", "archive", *first, *sorted(keys - set(first))]
+    # the archive's recorded latency (SPEC.md 5.2), after the metrics, where any report has it
+    seen = {k for r in reports for k in (r["archive"].get("latency") or {})}
+    latency = [k for k in LATENCY_ATTRIBUTES if k in seen]
+    columns = ["method", "dataset", "model", "n_members", "archive", *first, *sorted(keys - set(first)), *latency]
     rows = []
     for i, r in enumerate(reports):
         a = r["archive"]
         rows.append({"method": a.get("method") if names is None else names[i], "dataset": a.get("dataset"),
                      "model": a.get("model"), "n_members": a.get("n_members"), "archive": a.get("path"),
-                     **r["summary"]})
+                     **r["summary"], **{k: (a.get("latency") or {}).get(k) for k in latency}})
     return columns, rows
 
 

@@ -98,3 +98,15 @@ def test_compare_table_and_pareto_plot_with_hostile_names(archives, tmp_path):
     assert set(rows) == set(names) and rows[names[0]][5] == "0.4000" and rows[names[0]][7] == "0.2500"
     plain = CliRunner().invoke(cli, ["compare", str(a), str(b), str(evil)]).stdout
     assert "accuracy against latency" in plain and "fused p50 ms" in plain
+
+
+def test_compare_csv_carries_the_latency_columns(archives):
+    import csv
+    import io
+
+    a, b, _ = archives
+    out = CliRunner().invoke(cli, ["compare", str(a), str(b), "--csv"]).stdout
+    rows = list(csv.DictReader(io.StringIO(out)))
+    assert [float(r["latency_p50_ms"]) for r in rows] == [0.4, 0.2]
+    assert rows[0]["latency_fused_p50_ms"] == "0.25" and rows[1]["latency_fused_p50_ms"] == ""
+    assert rows[0]["latency_backend"] == "onnxruntime"
