@@ -18,6 +18,7 @@ __all__ = [
     "FORMAT",
     "ROLES",
     "MEMBER_KINDS",
+    "LATENCY_ATTRIBUTES",
     "SPLIT_NAME",
     "VERSION",
     "ROW_SUM_ABS_TOL",
@@ -70,6 +71,16 @@ ROLES = ("in_domain", "ood", "shift")
 #: Version of the optional ``/diagnostics`` group's ``summary`` (SPEC.md §5.1); a reader ignores a major it does not
 #: know.
 DIAGNOSTICS_VERSION = "1.0"
+
+#: SPEC.md §5.2: the optional latency attributes of ``/scalability`` (``ubench latency --record-into``), name ->
+#: type ("str", "int" or "float": a finite number).
+LATENCY_ATTRIBUTES = {
+    "latency_backend": "str", "latency_precision": "str", "latency_sampling": "str", "latency_threads": "int",
+    "latency_members": "int", "latency_batch_size": "int", "latency_p50_ms": "float", "latency_p95_ms": "float",
+    "latency_mean_ms": "float", "latency_fused_p50_ms": "float", "latency_throughput_per_s": "float",
+    "latency_throughput_batch_size": "int", "latency_call_overhead_us": "float", "latency_model_bytes": "int",
+    "latency_peak_rss_bytes": "int", "latency_device_peak_bytes": "int",
+}
 
 MEMBER_KINDS = ("point", "independent", "snapshot", "posterior_sample", "mc_sample", "augmentation")
 

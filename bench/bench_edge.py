@@ -7,6 +7,15 @@ ResNet-20 (3x32x32), 10 classes, one member each, exported by ``ubench.edge.expo
 128; the same seeded inputs, warm-up discarded, ``--threads`` threads for every backend. The timer's own cost
 per call is measured and reported (not subtracted).
 
+Ensembles (issue #13 items 3-4): a digits deep ensemble of 3 members (``produce_archive(..., save_models=True)``,
+20 epochs, the full digits split) timed with ONNX Runtime on 1 thread at batch 1 and 128, the members one after
+another (``sequential``) beside one fused graph (``fused``: the members' subgraphs side by side, output M x B x
+C), iterations alternating; the harness's own cost: the timer's resolution per call and what an empty call of
+ONNX Runtime costs (``call_overhead_us``, paid M times sequentially and once fused). And one "what fits" answer,
+``--latency-budget 0.03 --memory-budget 4G`` at batch 1, for the deep ensemble and for MC dropout (10 members
+sampled inside one graph): how many members fit, and their CLL and DEE (against the deep ensemble) from the
+archives' member curves.
+
     python bench/bench_edge.py [--iters 200] [--threads 1]
 
 Writes bench/results/bench_edge.json.
@@ -63,7 +72,8 @@ def main(argv=None) -> int:
                     continue
                 by_backend[backend] = r
                 for b in r["batches"]:
-                    rows.append({"network": name, "backend": backend, "batch_size": b["batch_size"],
+                    rows.append({"network": name, "backend": backend, "mode": "one member", "members": 1,
+                                 "batch_size": b["batch_size"],
                                  "p50_ms": round(b["p50_ms"], 4), "p95_ms": round(b["p95_ms"], 4),
                                  "mean_ms": round(b["mean_ms"], 4), "throughput_per_s": round(b["throughput_per_s"]),
                                  "threads": args.threads, "timer_overhead_us": round(r["timer_overhead_us"], 3),
@@ -82,8 +92,87 @@ def main(argv=None) -> int:
                                 "workload": f"batch 1 and 128, {args.threads} thread(s), {args.iters} iterations",
                                 "result": f"ORT b1 {base[1]:.3f} ms, b128 {base[128]:.3f} ms; others/ORT: "
                                           + ", ".join(parts), "target": "measured side by side", "met": None})
+        ensemble_rows(Path(tmp), args, rows, summary)
     rec.write(rows, summary, settings=vars(args))
     return 0
+
+
+BUDGET_MS, BUDGET_MEMORY = 0.03, "4G"
+
+
+def _curves(archive: Path, ensemble: Path):
+    """CLL per number of members of ``archive`` and its DEE curve against the deep ensemble ``ensemble``."""
+    from ubench.scoring.dee import DEE_REFERENCE_SETTINGS, dee_between
+    from ubench.scoring.protocols import Protocol
+    from ubench.scoring.score import score_archive
+
+    protocol = Protocol.preset("pitfalls").replace(member_curves=True)
+    method = score_archive(archive, protocol=protocol)
+    ens = score_archive(ensemble, protocol=protocol.replace(**DEE_REFERENCE_SETTINGS))
+    d = dee_between(method, ens)
+    return [p["cll"] for p in d["curve"]], [p["dee"] for p in d["curve"]]
+
+
+def ensemble_rows(tmp: Path, args, rows: list, summary: list) -> None:
+    """The deep-ensemble rows (sequential against fused, harness overhead) and the what-fits answers."""
+    import torch
+
+    from ubench.edge.latency import load_models, measure, what_fits
+    from ubench.producers.archive_run import produce_archive
+    from ubench.producers.task import build_task
+    from ubench.producers.torch_trainer import RunSettings
+    from ubench.scoring.sandbox import parse_size
+
+    torch.set_num_threads(args.threads)
+    task = build_task("digits")
+    archives = {}
+    for method, members, hyper in (("deep_ensemble", 3, {}), ("mc_dropout", 10, {})):
+        out = produce_archive(method, task, tmp / f"{method}.h5", threads=args.threads, hyper=hyper,
+                              settings=RunSettings(model="mlp", members=members, seed=0), save_models=True)
+        archives[method] = out
+    fits = []
+    for method, out in archives.items():
+        models = load_models(out.with_name(out.name + ".models"))
+        r = measure(models, backend="onnxruntime", batch_sizes=(1, 128), warmup=args.warmup, iters=args.iters,
+                    threads=args.threads, fused=True)
+        fused = {b["batch_size"]: b for b in r["fused"]["batches"]}
+        for b in r["batches"]:
+            for mode, row in (("sequential", b), ("fused", fused[b["batch_size"]])):
+                rows.append({"network": f"mlp {method}", "backend": "onnxruntime", "mode": mode,
+                             "members": r["n_members"], "batch_size": b["batch_size"],
+                             "p50_ms": round(row["p50_ms"], 4), "p95_ms": round(row["p95_ms"], 4),
+                             "mean_ms": round(row["mean_ms"], 4), "throughput_per_s": round(row["throughput_per_s"]),
+                             "threads": args.threads, "timer_overhead_us": round(r["timer_overhead_us"], 3),
+                             "call_overhead_us": round(r["call_overhead_us"], 2),
+                             "parameters": r["parameters"], "model_bytes": r["model_bytes"]})
+                print(f"{method:14s} {mode:10s} batch {b['batch_size']:4d}: p50 {row['p50_ms']:.4f} ms, "
+                      f"{row['throughput_per_s']:.0f}/s", flush=True)
+        if method == "deep_ensemble":
+            b1, f1 = r["batches"][0], fused[1]
+            b128, f128 = r["batches"][1], fused[128]
+            summary.append({
+                "what": "digits deep ensemble (3 MLPs), ONNX Runtime: members one after another vs one fused graph",
+                "workload": f"batch 1 and 128, {args.threads} thread(s), {args.iters} iterations alternating",
+                "result": f"b1 p50 {b1['p50_ms']:.4f} ms sequential, {f1['p50_ms']:.4f} ms fused "
+                          f"({b1['p50_ms'] / f1['p50_ms']:.2f}x); b128 {b128['throughput_per_s']:.0f} vs "
+                          f"{f128['throughput_per_s']:.0f} samples/s ({b128['p50_ms'] / f128['p50_ms']:.2f}x); "
+                          f"an empty ORT call {r['call_overhead_us']:.1f} us, timer {r['timer_overhead_us']:.3f} us",
+                "target": "measured side by side", "met": None})
+        cll, dee = _curves(out, archives["deep_ensemble"])
+        w = what_fits(r, cll, latency_budget_ms=BUDGET_MS, memory_budget_bytes=parse_size(BUDGET_MEMORY))
+        k = w["members"]
+        fits.append(f"{method}: {k} of {r['n_members']} ({w['limited_by']}, {w['per_member_ms'] * 1e3:.1f} us per "
+                    f"member), CLL {'-' if k == 0 else format(cll[k - 1], '.4f')}, DEE "
+                    f"{'-' if k == 0 else format(dee[k - 1], '.2f')}")
+        rows.append({"network": f"mlp {method}", "backend": "onnxruntime", "mode": "what fits", "members": k,
+                     "batch_size": 1, "threads": args.threads,
+                     "what_fits": f"{BUDGET_MS} ms, {BUDGET_MEMORY}: {k} ({w['limited_by']})",
+                     "cll": None if k == 0 else round(cll[k - 1], 4), "dee": None if k == 0 else round(dee[k - 1], 3)})
+    summary.append({"what": f"what fits in {BUDGET_MS} ms and {BUDGET_MEMORY} at batch 1 (ONNX Runtime, "
+                            f"{args.threads} thread)",
+                    "workload": "digits, members' CLL/DEE from the archives' member curves (DEE against the "
+                                "3-member deep ensemble)",
+                    "result": "; ".join(fits), "target": "measured", "met": None})
 
 
 if __name__ == "__main__":

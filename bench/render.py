@@ -60,9 +60,13 @@ SCRIPTS = {
                     "smooth ECE) on the same 200,000 x 100 float32 arrays, calls alternating, best of `--repeat`, "
                     "validation included, torch and ubench on the same threads; and `score --calibrators all` "
                     "against `score` on the bundled example."),
-    "bench_edge": ("python bench/bench_edge.py",
+    "bench_edge": ("python bench/bench_edge.py --iters 100",
                    "ONNX Runtime against PyTorch eager and `torch.compile` on the MLP, LeNet and ResNet-20 at batch 1 "
-                   "and 128 with `ubench latency`'s harness (one member, untrained weights, pinned threads)."),
+                   "and 128 with `ubench latency`'s harness (one member, untrained weights, pinned threads); a "
+                   "trained digits deep ensemble (3 MLPs) and MC dropout (10 samples in one graph) with ONNX "
+                   "Runtime, members one after another against one fused graph, with the harness's own costs "
+                   "(timer per call, an empty ORT call); and what fits in 0.03 ms and 4G at batch 1 with its "
+                   "CLL/DEE."),
     "bench_serve": ("python bench/bench_serve.py",
                     "`ubench serve` on loopback: uploads accepted per second with 8 clients while scoring runs, POST "
                     "and GET latency, and the time from an upload to its leaderboard row, with 1 and 2 workers."),

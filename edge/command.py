@@ -26,22 +26,30 @@ __all__ = ["latency"]
 @click.option("--memory-budget", default=None, metavar="SIZE", help="With --latency-budget: what fits (e.g. 4G).")
 @click.option("--latency-budget", "latency_ms", type=click.FloatRange(min=0, min_open=True), default=None,
               metavar="MS", help="Latency budget per batch-1 prediction in milliseconds, for what fits.")
+@click.option("--fused/--no-fused", default=True, show_default=True,
+              help="Also time the members as one call (one ONNX graph with every member, output M x B x C; the "
+                   "torch modules stacked), beside the sequential sum; not for tensorrt.")
+@click.option("--record-into", "record_into", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              default=None, metavar="ARCHIVE",
+              help="Write the numbers into ARCHIVE's /scalability group (SPEC.md 5.2), so that score and compare "
+                   "show accuracy against latency; ARCHIVE must be the one the models were exported with.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 def latency(models_dir, backend, precision, batch_sizes, warmup, iters, threads, memory_budget, latency_ms,
-            as_json):
+            fused, record_into, as_json):
     """Time an exported ensemble: the members one after another per batch, warm-up discarded.
 
     \b
     ubench produce deep_ensemble --dataset digits --members 3 --save-models --out de.h5
     ubench latency de.h5.models --backend onnxruntime --json
     ubench latency de.h5.models --batch-size 1 --batch-size 128 --latency-budget 0.5 --memory-budget 4G
+    ubench latency de.h5.models --record-into de.h5 && ubench score de.h5
     """
     from .latency import LatencyError, load_models, measure, what_fits
 
     try:
         models = load_models(models_dir)
         result = measure(models, backend=backend, batch_sizes=batch_sizes, warmup=warmup, iters=iters,
-                         threads=threads, precision=precision)
+                         threads=threads, precision=precision, fused=fused)
     except LatencyError as exc:
         click.echo(f"error: {exc}", err=True)
         sys.exit(2)
@@ -54,14 +62,30 @@ def latency(models_dir, backend, precision, batch_sizes, warmup, iters, threads,
             raise click.BadParameter(str(exc), param_hint="--memory-budget") from None
         result["what_fits"] = what_fits(result, _cll_curve(models_dir, models.doc), latency_budget_ms=latency_ms,
                                         memory_budget_bytes=budget)
+    if record_into is not None:
+        from .record import record_latency
+
+        try:
+            record_latency(record_into, result, models_dir / "models.json")
+        except (OSError, ValueError) as exc:
+            click.echo(f"error: {exc}", err=True)
+            sys.exit(2)
+        click.echo(f"recorded the latency into {record_into} (/scalability)", err=True)
     if as_json:
         click.echo(json.dumps(result, indent=1, sort_keys=True))
         return
     click.echo(f"{result['method']} ({result['model']}), {result['n_members']} members, {backend} {precision}, "
                f"{threads} thread(s); {result['model_bytes'] / 2**20:.2f} MiB of models")
+    fused_rows = {r["batch_size"]: r for r in result.get("fused", {}).get("batches", [])}
     for r in result["batches"]:
         click.echo(f"  batch {r['batch_size']:>4}: p50 {r['p50_ms']:.3f} ms, p95 {r['p95_ms']:.3f} ms, mean "
                    f"{r['mean_ms']:.3f} ± {r['std_ms']:.3f} ms, {r['throughput_per_s']:.0f} samples/s")
+        if (f := fused_rows.get(r["batch_size"])) is not None:
+            click.echo(f"        fused: p50 {f['p50_ms']:.3f} ms, p95 {f['p95_ms']:.3f} ms, "
+                       f"{f['throughput_per_s']:.0f} samples/s ({f['speedup_p50']:.2f}x the sequential p50)")
+    if result.get("call_overhead_us") is not None:
+        click.echo(f"  one empty call costs {result['call_overhead_us']:.1f} µs (paid {result['n_members']} times "
+                   "sequentially, once fused)")
     if "what_fits" in result:
         w = result["what_fits"]
         click.echo(f"  fits: {w['members']} member(s) ({w['limited_by']}), CLL "

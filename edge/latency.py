@@ -7,7 +7,11 @@ Every timed iteration runs all M members on the same batch (fresh seeded inputs 
 the ensemble latency is that iteration's wall time (``time.perf_counter_ns``). Reported per batch size: p50, p95,
 mean and std in milliseconds, throughput (samples per second at the mean), the timer's own cost per call
 (measured, not subtracted: it is ~0.1 µs against milliseconds), the threads the backend was pinned to, the peak
-RSS of this process and the models' bytes. ``what_fits`` turns the batch-1 numbers and the archive's
+RSS of this process and the models' bytes. ``fused`` times the same members as one call (one ONNX graph holding
+every member's subgraph, output M x B x C; the torch modules stacked in one module), alternating with the
+sequential iterations; ``call_overhead_us`` is what one call of the backend costs when it computes nothing (an
+``Identity`` graph), which the sequential ensemble pays M times per batch and the fused graph once: at batch 1 on
+small networks that difference is most of what fusing saves. ``what_fits`` turns the batch-1 numbers and the archive's
 CLL-against-members curve into the largest ensemble within a latency and a memory budget.
 """
 
@@ -24,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["BACKENDS", "LatencyError", "load_models", "measure", "what_fits"]
+__all__ = ["BACKENDS", "LatencyError", "fused_onnx", "load_models", "measure", "what_fits"]
 
 BACKENDS = ("onnxruntime", "torch", "torch-compile", "tensorrt")
 
@@ -55,8 +59,13 @@ def load_models(directory: str | Path) -> Models:
     except (OSError, ValueError) as exc:
         raise LatencyError(f"{directory}: no readable models.json ({exc}); write one with "
                            "`ubench produce ... --save-models`") from None
+    if not isinstance(doc, dict) or doc.get("models_schema") not in (1, 2):
+        raise LatencyError(f"{directory}/models.json: models_schema "
+                           f"{doc.get('models_schema') if isinstance(doc, dict) else None!r} is not one this ubench "
+                           "reads (1 or 2)")
     if not doc.get("members"):
         raise LatencyError(f"{directory}/models.json lists no members")
+    doc.setdefault("sampling", "none")  # schema 1 exported deterministic members only
     for m in doc["members"]:
         path = directory / m["onnx"]
         if not path.is_file() or hashlib.sha256(path.read_bytes()).hexdigest() != m["onnx_sha256"]:
@@ -85,10 +94,19 @@ def _torch_module(models: Models, member: dict[str, Any]):
     doc = models.doc
     net = build_model(doc["model"], tuple(doc["input_shape"]), doc["n_classes"], mean=doc["normalisation"]["mean"],
                       std=doc["normalisation"]["std"], dropout=doc["dropout"], p=doc["dropout_rate"])
+    if doc.get("dropout_before"):
+        from ..producers.last_layer import insert_dropout
+
+        insert_dropout(net, doc["dropout_before"], doc["dropout_rate"])
     with np.load(models.directory / member["weights"], allow_pickle=False) as w:
         state = {k: torch.from_numpy(np.array(w[k])) for k in w.files}
     net.load_state_dict(state)
-    return nn.Sequential(net, nn.Softmax(dim=-1)).eval()
+    net = nn.Sequential(net, nn.Softmax(dim=-1)).eval()
+    if doc["sampling"].endswith("in_graph"):  # the members sample dropout masks, as the ONNX graph does
+        from ..producers.models import set_mc_dropout
+
+        set_mc_dropout(net, True)
+    return net
 
 
 def _torch_runners(models: Models, threads: int, precision: str, compiled: bool):
@@ -147,6 +165,112 @@ def _tensorrt_runners(models: Models, batch: int, precision: str, cache_dir: Pat
         raise LatencyError(f"tensorrt backend: {exc}") from None
 
 
+def fused_onnx(models: Models) -> bytes:
+    """One ONNX graph running every member on the same input: the members' graphs side by side (names prefixed
+    ``m<i>_``, the input ``x`` shared), each output unsqueezed and concatenated into ``probs`` of shape M x B x C.
+    Random nodes keep their seeds, so the fused graph draws what each member's own graph draws."""
+    import onnx
+    import onnx.compose
+    from onnx import TensorProto, helper
+
+    nodes, inits, outs, x_info, opset, ir = [], [], [], None, None, None
+    axes = helper.make_tensor("fused_axes0", TensorProto.INT64, [1], [0])
+    for i, m in enumerate(models.members):
+        proto = onnx.compose.add_prefix(onnx.load(str(models.directory / m["onnx"])), f"m{i}_",
+                                        rename_inputs=False)
+        x_info, opset, ir = proto.graph.input[0], proto.opset_import, proto.ir_version
+        nodes += list(proto.graph.node)
+        inits += list(proto.graph.initializer)
+        name = proto.graph.output[0].name
+        nodes.append(helper.make_node("Unsqueeze", [name, "fused_axes0"], [f"{name}_1"], name=f"fused_unsqueeze{i}"))
+        outs.append(f"{name}_1")
+    nodes.append(helper.make_node("Concat", outs, ["probs"], axis=0, name="fused_concat"))
+    out_info = helper.make_tensor_value_info("probs", TensorProto.FLOAT,
+                                             [len(models.members), "batch", models.doc["n_classes"]])
+    graph = helper.make_graph(nodes, "fused_ensemble", [x_info], [out_info], initializer=[axes, *inits])
+    fused = helper.make_model(graph, opset_imports=list(opset), producer_name="ubench-fused")
+    fused.ir_version = ir
+    onnx.checker.check_model(fused)
+    return fused.SerializeToString()
+
+
+def _fused_runner(models: Models, backend: str, threads: int):
+    """The members as one call: the fused ONNX graph in one session, or the torch modules stacked in one module
+    (compiled as one graph by ``torch-compile``); ``None`` for TensorRT (engines are per member here)."""
+    if backend == "onnxruntime":
+        import onnxruntime as ort
+
+        opts = ort.SessionOptions()
+        opts.intra_op_num_threads, opts.inter_op_num_threads = threads, 1
+        sess = ort.InferenceSession(fused_onnx(models), opts, providers=["CPUExecutionProvider"])
+        return lambda x: sess.run(None, {"x": x})[0]
+    if backend in ("torch", "torch-compile"):
+        import torch
+        from torch import nn
+
+        class Stacked(nn.Module):
+            def __init__(self, nets):
+                super().__init__()
+                self.nets = nn.ModuleList(nets)
+
+            def forward(self, x):
+                return torch.stack([n(x) for n in self.nets])
+
+        net = Stacked([_torch_module(models, m) for m in models.members]).eval()
+        if backend == "torch-compile":
+            net = torch.compile(net)
+
+        def run(x):
+            with torch.inference_mode():
+                return net(torch.from_numpy(x)).numpy()
+        return run
+    return None
+
+
+def _call_overhead_us(backend: str, threads: int, input_shape: tuple[int, ...], n: int = 2000) -> float | None:
+    """Median cost of one call that does no work, through the same path as a member's call (ONNX Runtime: a
+    session of one ``Identity`` node; torch: inference mode, ``from_numpy``, ``nn.Identity``, ``.numpy()``) at
+    batch 1: what each of the M sequential calls pays and a fused call pays once."""
+    x = np.zeros((1, *input_shape), dtype=np.float32)
+    if backend == "onnxruntime":
+        import onnxruntime as ort
+        from onnx import TensorProto, helper
+
+        info = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, *input_shape])
+        out = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, *input_shape])
+        proto = helper.make_model(helper.make_graph([helper.make_node("Identity", ["x"], ["y"])], "identity",
+                                                    [info], [out]), opset_imports=[helper.make_opsetid("", 17)])
+        proto.ir_version = 8
+        opts = ort.SessionOptions()
+        opts.intra_op_num_threads, opts.inter_op_num_threads = threads, 1
+        sess = ort.InferenceSession(proto.SerializeToString(), opts, providers=["CPUExecutionProvider"])
+        call = lambda: sess.run(None, {"x": x})  # noqa: E731
+    elif backend in ("torch", "torch-compile"):
+        import torch
+
+        ident = torch.nn.Identity()
+
+        def call():
+            with torch.inference_mode():
+                return ident(torch.from_numpy(x)).numpy()
+    else:
+        return None
+    for _ in range(50):
+        call()
+    times = []
+    for _ in range(n):
+        t0 = time.perf_counter_ns()
+        call()
+        times.append(time.perf_counter_ns() - t0)
+    return float(np.median(times)) / 1e3
+
+
+def _stats(times: list[float], b: int) -> dict[str, float]:
+    mean = statistics.fmean(times)
+    return {"batch_size": int(b), "p50_ms": float(np.percentile(times, 50)), "p95_ms": float(np.percentile(times, 95)),
+            "mean_ms": mean, "std_ms": statistics.pstdev(times), "throughput_per_s": int(b) / (mean / 1e3)}
+
+
 def _timer_overhead_us(n: int = 10000) -> float:
     t0 = time.perf_counter_ns()
     for _ in range(n):
@@ -155,15 +279,18 @@ def _timer_overhead_us(n: int = 10000) -> float:
 
 
 def measure(models: Models, *, backend: str = "onnxruntime", batch_sizes=(1,), warmup: int = 10, iters: int = 200,
-            threads: int = 1, precision: str = "fp32", seed: int = 0,
-            cache_dir: Path | None = None) -> dict[str, Any]:
-    """Time the sequential ensemble at each batch size (see the module docstring). TensorRT engines are built
-    (or read from ``cache_dir``, default ``MODELS/trt-cache``) per batch size and add ``device_peak_bytes``."""
+            threads: int = 1, precision: str = "fp32", seed: int = 0, cache_dir: Path | None = None,
+            fused: bool = True) -> dict[str, Any]:
+    """Time the sequential ensemble at each batch size (see the module docstring) and, with ``fused``, the members
+    as one call (:func:`fused_onnx`; the torch modules stacked), the two alternating iteration by iteration so
+    that drifts in the machine's load hit both. TensorRT engines are built (or read from ``cache_dir``, default
+    ``MODELS/trt-cache``) per batch size and add ``device_peak_bytes``; TensorRT has no fused timing here."""
     trt = backend == "tensorrt"
     runners = [] if trt else _runners(models, backend, threads, precision)
+    fused_run = _fused_runner(models, backend, threads) if fused and not trt else None
     device_peak = None
     rng = np.random.default_rng(seed)
-    rows = []
+    rows, fused_rows = [], []
     for b in batch_sizes:
         if trt:
             runners, peak = _tensorrt_runners(models, int(b), precision, cache_dir)
@@ -171,38 +298,57 @@ def measure(models: Models, *, backend: str = "onnxruntime", batch_sizes=(1,), w
         for _ in range(warmup):
             for run in runners:
                 run(x)
-        times = []
+            if fused_run is not None:
+                fused_run(x)
+        times, ftimes = [], []
         for _ in range(iters):
             t0 = time.perf_counter_ns()
             for run in runners:
                 run(x)
             times.append((time.perf_counter_ns() - t0) / 1e6)
-        mean = statistics.fmean(times)
-        rows.append({"batch_size": int(b), "p50_ms": float(np.percentile(times, 50)),
-                     "p95_ms": float(np.percentile(times, 95)), "mean_ms": mean,
-                     "std_ms": statistics.pstdev(times), "throughput_per_s": int(b) / (mean / 1e3),
-                     "per_member_mean_ms": mean / len(runners)})
+            if fused_run is not None:
+                t0 = time.perf_counter_ns()
+                fused_run(x)
+                ftimes.append((time.perf_counter_ns() - t0) / 1e6)
+        row = _stats(times, b)
+        row["per_member_mean_ms"] = row["mean_ms"] / len(runners)
+        rows.append(row)
+        if fused_run is not None:
+            frow = _stats(ftimes, b)
+            frow["speedup_p50"] = row["p50_ms"] / frow["p50_ms"]
+            fused_rows.append(frow)
         if trt:
             device_peak = max(device_peak or 0, int(peak()))
-    return {"backend": backend, "precision": precision, "threads": threads, "warmup": warmup, "iters": iters,
-            "n_members": len(models.members), "model": models.doc["model"], "method": models.doc["method"],
-            "model_bytes": int(sum(m["onnx_bytes"] for m in models.members)),
-            "parameters": int(sum(m["parameters"] for m in models.members)),
-            "timer_overhead_us": _timer_overhead_us(),
-            "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
-            **({"device_peak_bytes": device_peak} if trt else {}), "batches": rows}
+    out = {"backend": backend, "precision": precision, "threads": threads, "warmup": warmup, "iters": iters,
+           "n_members": len(models.members), "model": models.doc["model"], "method": models.doc["method"],
+           "sampling": models.doc["sampling"],
+           "model_bytes": int(sum(m["onnx_bytes"] for m in models.members)),
+           "parameters": int(sum(m["parameters"] for m in models.members)),
+           "timer_overhead_us": _timer_overhead_us(),
+           "call_overhead_us": _call_overhead_us(backend, threads, models.input_shape),
+           "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+           **({"device_peak_bytes": device_peak} if trt else {}), "batches": rows}
+    if fused_run is not None:
+        out["fused"] = {"graph": "onnx: one graph, the members' subgraphs side by side, output M x B x C"
+                        if backend == "onnxruntime" else "torch: the members stacked in one module, one call",
+                        "batches": fused_rows}
+    return out
 
 
 def what_fits(result: dict[str, Any], cll_by_members: list[float] | None, *, latency_budget_ms: float | None,
               memory_budget_bytes: int | None) -> dict[str, Any]:
     """The largest ensemble of this method within the budgets at batch 1: members limited by latency (batch-1
     mean latency per member) and by memory (the members' model bytes, each member held once), and the CLL of
-    that many members from the archive's member curve (``None`` without one)."""
+    that many members from the archive's member curve (``None`` without one). Members sampled inside one graph
+    (``sampling`` ``in_graph``: MC dropout) share their weights, which count once against the memory budget."""
     b1 = next((r for r in result["batches"] if r["batch_size"] == 1), result["batches"][0])
     m = result["n_members"]
     per_ms, per_bytes = b1["per_member_mean_ms"], result["model_bytes"] / m
     by_latency = m if latency_budget_ms is None else int(latency_budget_ms // per_ms)
-    by_memory = m if memory_budget_bytes is None else int(memory_budget_bytes // per_bytes)
+    if result.get("sampling") == "in_graph":  # one network sampled M times: its weights are held once
+        by_memory = m if memory_budget_bytes is None or per_bytes <= memory_budget_bytes else 0
+    else:
+        by_memory = m if memory_budget_bytes is None else int(memory_budget_bytes // per_bytes)
     k = max(0, min(m, by_latency, by_memory))
     return {"members": k, "limited_by": "latency" if k == by_latency and k < m else (
                 "memory" if k == by_memory and k < m else "members available"),

@@ -58,7 +58,8 @@ def produce_archive(
     progress : receives member and epoch events (nothing is printed otherwise).
     threads : torch's CPU thread count (torch's default when None).
     save_models : also write every member as ONNX (and its weights as arrays) into ``<out>.models/``
-        (:mod:`ubench.edge.export`); only for methods whose member is a deterministic network.
+        (:mod:`ubench.edge.export`: deterministic networks, weight draws, or dropout sampled inside the graph;
+        test-time augmentation is refused).
 
     Raises
     ------
@@ -92,16 +93,14 @@ def produce_archive(
     )
     on_member = None
     if save_models:
-        from ..edge.export import exportable, export_member, models_dir_for
+        from ..edge.export import export_member, member_sampling, models_dir_for
 
-        if not exportable(instance):
-            raise ValueError(f"--save-models: {cls.name}'s members are stochastic predictions of a network "
-                             "(dropout masks, weight draws or augmentations), which are not exported yet; "
-                             "deterministic members (sgd, deep_ensemble, sse, fge, swa) are")
+        sampling = member_sampling(instance)  # NotExportable (a ValueError) for test-time augmentation
         models_dir = models_dir_for(out)
 
-        def on_member(index: int, model) -> None:
-            entry = export_member(model, task.input_shape, models_dir, index)
+        def on_member(index: int, network) -> None:
+            entry = export_member(network, task.input_shape, models_dir, index, sampling=sampling,
+                                  seed=settings.seed)
             (models_dir / f"member_{index:04d}.json").write_text(json.dumps(entry))
 
     run_method(instance, task, settings, writer, progress=progress, on_member=on_member)
@@ -113,5 +112,16 @@ def produce_archive(
         write_models_json(models_dir, archive=Path(path), method=method, model=settings.model,
                           input_shape=task.input_shape, n_classes=task.n_classes, mean=task.mean, std=task.std,
                           dropout=instance.dropout, dropout_rate=float(instance.hp.get("dropout_rate", 0.0)),
-                          members=members)
+                          members=members, sampling=sampling, dropout_before=_dropout_before(instance, settings, task))
     return path
+
+
+def _dropout_before(instance, settings: RunSettings, task: Task) -> str | None:
+    """The layer ll_dropout puts its dropout in front of (recorded so that the torch backends rebuild it)."""
+    from .last_layer import LastLayerDropout, last_linear_name
+    from .models import build_model
+
+    if not isinstance(instance, LastLayerDropout):
+        return None
+    return last_linear_name(build_model(settings.model, task.input_shape, task.n_classes, mean=task.mean,
+                                        std=task.std))

@@ -174,7 +174,8 @@ def _load_config(ctx: click.Context, param: click.Parameter, path: Path | None) 
                    "per epoch otherwise (nohup, cluster logs).")
 @click.option("--save-models", is_flag=True, default=False,
               help="Also write every member as ONNX (and its weights as plain arrays) into OUT.models/ for "
-                   "`ubench latency` (deterministic members only: sgd, deep_ensemble, sse, fge, swa).")
+                   "`ubench latency`: deterministic networks, each weight draw (SWAG, Laplace, VI, SG-MCMC) as its "
+                   "own network, MC/Gaussian dropout with seeded sampling inside the graph; --tta is refused.")
 @click.option("--tta", is_flag=True, default=False, show_default=True,
               help="Test-time augmentation on top of METHOD (Pitfalls Table 1): train with random crops and give "
                    "each member its own random crop of every test image (the archive's method is METHOD+tta; "
@@ -255,12 +256,12 @@ def produce(method, out, dataset, model, members, epochs, lr, hparams, seed, dat
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None
     if save_models:
-        from ..edge.export import exportable
+        from ..edge.export import NotExportable, member_sampling
 
-        if not exportable(cls):
-            raise click.UsageError(f"--save-models: {method}'s members are stochastic predictions of a network "
-                                   "(dropout masks, weight draws or augmentations), which are not exported yet; "
-                                   "deterministic members (sgd, deep_ensemble, sse, fge, swa) are")
+        try:
+            member_sampling(cls)
+        except NotExportable as exc:
+            raise click.UsageError(str(exc)) from None
     try:
         path = produce_archive(method, task, out, settings=settings, hyper=hyper, overwrite=overwrite,
                                progress=_training_progress() if progress else None, threads=threads,

@@ -50,7 +50,8 @@ from torch import nn
 from torch.func import functional_call, grad, vmap
 
 from .last_layer import last_linear_name
-from .torch_trainer import BASE_DEFAULTS, Method, TrainContext, derive_seed, pitfalls_schedule, train_epoch
+from .torch_trainer import (BASE_DEFAULTS, Method, TrainContext, derive_seed, pitfalls_schedule, train_epoch,
+                            with_network)
 
 __all__ = ["DiagonalLaplace", "KFACLaplace", "LastLayerLaplace", "kfac_factors", "scale_grid"]
 
@@ -204,7 +205,7 @@ class _Laplace(Method):
     def member_predictor(self, model, state, ctx, seed):
         self._scale = float(state["scale"])
         sampled = self.sample_model(model, state["posterior"], state["scale"], seed)
-        return lambda x, gen: sampled(x)
+        return with_network(lambda x, gen: sampled(x), sampled)
 
     def member_info(self, index, epoch):
         return {"scale": self._scale}

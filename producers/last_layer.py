@@ -19,7 +19,7 @@ from .mc_dropout import MCDropout
 from .torch_trainer import BASE_DEFAULTS
 from .vi import VariationalInference
 
-__all__ = ["LastLayerDropout", "LastLayerSVI", "last_linear_name"]
+__all__ = ["LastLayerDropout", "LastLayerSVI", "insert_dropout", "last_linear_name"]
 
 
 def last_linear_name(model: nn.Module) -> str:
@@ -52,8 +52,13 @@ class LastLayerDropout(MCDropout):
             raise ValueError(f"ll_dropout: dropout_rate must be in (0, 1); got {self.hp['dropout_rate']}")
 
     def prepare_model(self, model):
-        name = last_linear_name(model)
-        parent, _, child = name.rpartition(".")
-        holder = model.get_submodule(parent) if parent else model
-        setattr(holder, child, nn.Sequential(nn.Dropout(float(self.hp["dropout_rate"])), getattr(holder, child)))
-        return model
+        return insert_dropout(model, last_linear_name(model), float(self.hp["dropout_rate"]))
+
+
+def insert_dropout(model: nn.Module, name: str, p: float) -> nn.Module:
+    """Put ``nn.Dropout(p)`` in front of the submodule ``name`` (in place; it becomes ``Sequential(dropout,
+    layer)``); returns ``model``. ``ll_dropout``'s network, also rebuilt by ``ubench latency --backend torch``."""
+    parent, _, child = name.rpartition(".")
+    holder = model.get_submodule(parent) if parent else model
+    setattr(holder, child, nn.Sequential(nn.Dropout(p), getattr(holder, child)))
+    return model

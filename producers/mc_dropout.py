@@ -6,7 +6,7 @@ forward pass with fresh masks. The rate 0.04 after both hidden layers is URSABen
 from __future__ import annotations
 
 from .models import set_mc_dropout
-from .torch_trainer import BASE_DEFAULTS, Method
+from .torch_trainer import BASE_DEFAULTS, Method, with_network
 
 __all__ = ["MCDropout"]
 
@@ -18,6 +18,7 @@ class MCDropout(Method):
     member_kind = "mc_sample"
     shape = "posterior"
     dropout = "bernoulli"
+    test_time_dropout = True
     defaults = {**BASE_DEFAULTS, "dropout_rate": 0.04}
     default_members = 20
     summary = "MC dropout (Bernoulli masks at test time)"
@@ -26,4 +27,4 @@ class MCDropout(Method):
         model.eval()
         set_mc_dropout(model, True)
         # predict_splits reseeds the global generator per member and split, so each member has its own masks.
-        return lambda x, gen: model(x)
+        return with_network(lambda x, gen: model(x), model)

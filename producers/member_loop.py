@@ -114,8 +114,8 @@ def run_method(
     on_member: Callable[[int, nn.Module], None] | None = None,
 ) -> Any:
     """Produce the members ``writer.n_members .. settings.members - 1`` of ``method`` into ``writer`` and record
-    scalability; the caller finalises. ``on_member(index, model)`` is called after each member is written (the
-    edge export of ``--save-models``). Returns the writer."""
+    scalability; the caller finalises. ``on_member(index, network)`` is called after each member is written with
+    the network its predictor ran (``predictor.network``; the edge export of ``--save-models``). Returns the writer."""
     progress = progress or Progress()
     ctx = TrainContext.create(task, settings)
     clock = _Clock(writer.scratch_dir / "seconds.json")
@@ -142,8 +142,8 @@ def run_method(
                       **({"member": member if index is None else index, "augmentation": k,
                           "augmentation_seed": seed} if K > 1 else {})},
             )
-        if on_member is not None:
-            on_member(member if index is None else index, model)
+        if on_member is not None:  # the network the predictor ran (a weight draw), else the trained model
+            on_member(member if index is None else index, getattr(predictor, "network", model))
 
     probe = ctx.new_model(method, 0)
     if method.shape == "independent":

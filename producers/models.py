@@ -65,9 +65,13 @@ class GaussianDropoutLinear(nn.Linear):
         self.p = float(p)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        mu = F.linear(x, self.weight, self.bias)
         if not self.training or self.p == 0.0:
-            return mu
+            return F.linear(x, self.weight, self.bias)
+        return self.sampled(x)
+
+    def sampled(self, x: torch.Tensor) -> torch.Tensor:
+        """One draw of the output, whatever the mode (``--save-models`` exports this)."""
+        mu = F.linear(x, self.weight, self.bias)
         var = F.linear(x * x, self.weight * self.weight) * (self.p / (1.0 - self.p))
         return mu + var.clamp_min(0.0).sqrt() * torch.randn_like(mu)
 
@@ -80,9 +84,13 @@ class GaussianDropoutConv2d(nn.Conv2d):
         self.p = float(p)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        mu = self._conv_forward(x, self.weight, self.bias)
         if not self.training or self.p == 0.0:
-            return mu
+            return self._conv_forward(x, self.weight, self.bias)
+        return self.sampled(x)
+
+    def sampled(self, x: torch.Tensor) -> torch.Tensor:
+        """One draw of the output, whatever the mode (``--save-models`` exports this)."""
+        mu = self._conv_forward(x, self.weight, self.bias)
         var = self._conv_forward(x * x, self.weight * self.weight, None) * (self.p / (1.0 - self.p))
         return mu + var.clamp_min(0.0).sqrt() * torch.randn_like(mu)
 

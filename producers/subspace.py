@@ -48,7 +48,7 @@ from torch.nn.utils import parameters_to_vector, vector_to_parameters
 
 from .ess import elliptical_slice
 from .swag import bn_update
-from .torch_trainer import Method, TrainContext
+from .torch_trainer import Method, TrainContext, with_network
 
 __all__ = ["SubspaceESS", "pca_subspace"]
 
@@ -233,7 +233,7 @@ class SubspaceESS(Method):
         sampled = copy.deepcopy(model)
         bn_update(sampled, ctx.x_train, batch_size=ctx.settings.predict_batch_size)
         sampled.eval()
-        return lambda x, gen: sampled(x)
+        return with_network(lambda x, gen: sampled(x), sampled)
 
     def member_info(self, index: int, epoch: int) -> dict[str, Any]:
         return dict(self._records[index]) if index < len(self._records) else {}

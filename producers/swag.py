@@ -38,7 +38,7 @@ from torch import nn
 from torch.nn.utils import parameters_to_vector, vector_to_parameters
 
 from .models import set_mc_dropout
-from .torch_trainer import BASE_DEFAULTS, Method
+from .torch_trainer import BASE_DEFAULTS, Method, with_network
 
 __all__ = ["SWAGDiagonal", "SWAG", "SWAGDropout", "bn_update"]
 
@@ -135,7 +135,7 @@ class SWAGDiagonal(Method):
 
     def member_predictor(self, model, state, ctx, seed):
         sampled = self.sample_model(model, state, ctx, seed)
-        return lambda x, gen: sampled(x)
+        return with_network(lambda x, gen: sampled(x), sampled)
 
     def member_info(self, index, epoch):
         return {"scale": self.hp["scale"], "rank": self.rank}
@@ -160,6 +160,7 @@ class SWAGDropout(SWAG):
 
     name = "swag_dropout"
     dropout = "bernoulli"
+    test_time_dropout = True
     defaults = {**SWAG.defaults, "dropout_rate": 0.05}
     summary = "SWAG on a dropout network (a weight draw and dropout masks per member)"
 
@@ -168,4 +169,4 @@ class SWAGDropout(SWAG):
         if not set_mc_dropout(sampled, True):
             raise ValueError(f"{self.name}: the {ctx.settings.model} network has no dropout layers")
         # predict_splits reseeds the global generator per member and split, so each member has its own masks.
-        return lambda x, gen: sampled(x)
+        return with_network(lambda x, gen: sampled(x), sampled)

@@ -146,6 +146,9 @@ class Method:
     default_members: ClassVar[int] = 1
     max_members: ClassVar[int | None] = None
     dropout: ClassVar[str] = "none"
+    #: Members sample dropout masks at test time (MC dropout and its kin); ``--save-models`` exports the
+    #: sampling inside the ONNX graph.
+    test_time_dropout: ClassVar[bool] = False
     summary: ClassVar[str] = ""
     #: Fraction of the training set held out for validation when ``--val-fraction`` is not given.
     default_val_fraction: ClassVar[float] = 0.0
@@ -168,6 +171,11 @@ class Method:
         out = dict(cls.defaults)
         for key, value in overrides.items():
             out[key] = _cast_like(cls.defaults[key], value, key)
+        rate = out.get("dropout_rate")
+        if (cls.dropout != "none" or cls.test_time_dropout) and rate is not None and not 0.0 < rate < 1.0:
+            # build_model would refuse it only once training starts (a traceback, not a usage error)
+            raise ValueError(f"{cls.name}: dropout_rate must be in (0, 1) (the kept units are scaled by "
+                             f"1 / (1 - rate)); got {out['dropout_rate']}")
         cls.check_hyperparameters(out)
         return out
 
@@ -227,7 +235,7 @@ class Method:
         """A function from an input batch (and a CPU generator seeded for this member and split) to logits.
         By default: the model itself in evaluation mode."""
         model.eval()
-        return lambda x, gen: model(x)
+        return with_network(lambda x, gen: model(x), model)
 
     def member_info(self, index: int, epoch: int) -> dict[str, Any]:
         """Free metadata stored with a member."""
@@ -237,6 +245,12 @@ class Method:
         """Samplers: the log-posterior (up to its constant) at the current weights, for the chain diagnostics;
         None for methods that are not samplers."""
         return None
+
+
+def with_network(predictor: Callable, network: nn.Module) -> Callable:
+    """Attach to ``predictor`` the network it runs (``predictor.network``), which ``--save-models`` exports."""
+    predictor.network = network
+    return predictor
 
 
 def _cast_like(default: Any, value: Any, key: str) -> Any:

@@ -35,7 +35,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .torch_trainer import BASE_DEFAULTS, Method, TrainContext, derive_seed, pitfalls_schedule, train_epoch
+from .torch_trainer import (BASE_DEFAULTS, Method, TrainContext, derive_seed, pitfalls_schedule, train_epoch,
+                            with_network)
 
 __all__ = ["MeanFieldConv2d", "MeanFieldLinear", "OptimizerPair", "VariationalInference", "kl_divergence",
            "sample_weights", "to_mean_field", "vi_epoch"]
@@ -258,7 +259,7 @@ class VariationalInference(Method):
 
     def member_predictor(self, model, state, ctx, seed):
         sampled = sample_weights(model, torch.Generator().manual_seed(seed))
-        return lambda x, gen: sampled(x)
+        return with_network(lambda x, gen: sampled(x), sampled)
 
     def member_info(self, index, epoch):
         return {"prior_var": self.prior_var}

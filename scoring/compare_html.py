@@ -19,7 +19,7 @@ from typing import Any
 
 from .compare import task_difference
 from .html import _CSS, CELL_LIMIT, _fmt
-from .tables import COMPARE_COLUMNS
+from .tables import COMPARE_COLUMNS, latency_table
 from .text import html_text
 
 __all__ = ["HIGHER_IS_BETTER", "best_rows", "render_compare_html", "write_compare_html"]
@@ -77,6 +77,13 @@ def render_compare_html(reports: Sequence[Mapping[str, Any]], names: Sequence[st
              "Unmarked columns are not comparable.</p>"]
     if ensemble is not None:
         parts.append(f"<p>DEE reference: the deep ensemble <code>{html_text(ensemble, CELL_LIMIT)}</code>.</p>")
+    header, rows = latency_table(reports, names)
+    if rows:
+        head = "".join(f"<th>{html_text(h)}</th>" for h in header)
+        body = "".join("<tr>" + "".join(f"<td>{_fmt(c)}</td>" for c in row) + "</tr>" for row in rows)
+        parts += ["<h2>Accuracy against latency</h2>", f"<table><tr>{head}</tr>{body}</table>",
+                  "<p>URSABench's table: the ensemble's latency per batch with its members run one after another "
+                  "(and as one fused graph), from <code>ubench latency --record-into</code> (SPEC.md 5.2).</p>"]
     parts.append("<h2>Archives</h2>")
     rows = "".join(f"<tr><td>{html_text(n, CELL_LIMIT)}</td><td>{html_text(r['archive']['path'], CELL_LIMIT)}</td>"
                    f"<td>{html_text(r['archive']['sha256'], CELL_LIMIT)}</td><td>{_fmt(r['archive']['n_members'])}"

@@ -66,6 +66,9 @@ def figure_inputs(report: Mapping[str, Any]) -> dict[str, Any]:
                   for name, sec in (report.get("shift") or {}).items()},
         "shift_summary": report.get("shift_summary"),
         "dee": report.get("dee"),
+        "accuracy": report["summary"].get("accuracy"),
+        "latency": {k: v for k, v in (report["archive"].get("latency") or {}).items()
+                    if k in ("latency_p50_ms", "latency_fused_p50_ms", "latency_batch_size", "latency_members")},
     }
 
 

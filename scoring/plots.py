@@ -387,6 +387,50 @@ def _cmp_dee(plt, names, dees, line: str) -> str:
     return _svg(fig)
 
 
+def _latency_point(report) -> tuple[float, float] | None:
+    """(batch latency p50 in ms, accuracy) of a report whose archive carries latency, else None."""
+    lat, acc = report.get("latency") or {}, report.get("accuracy")
+    p50 = lat.get("latency_p50_ms")
+    if not isinstance(p50, (int, float)) or not isinstance(acc, (int, float)) or not p50 > 0:
+        return None
+    return float(p50), float(acc)
+
+
+def pareto_front(points: list[tuple[float, float]]) -> list[int]:
+    """Indices of the points no other point dominates (lower or equal latency and higher or equal accuracy, one
+    of them strictly), by latency."""
+    front = [i for i, (t, a) in enumerate(points)
+             if not any((t2 <= t and a2 >= a) and (t2 < t or a2 > a) for t2, a2 in points)]
+    return sorted(front, key=lambda i: points[i])
+
+
+def _cmp_pareto(plt, names, reports, line: str) -> str:
+    """Accuracy against the ensemble's batch latency (p50, members one after another; hollow marker: fused), one
+    marker per method, the Pareto front as a step line (URSABench, fig. 1)."""
+    fig, (a,) = _new(plt, "Accuracy against latency (URSABench)", line)
+    pts, idx = [], []
+    for i, (name, r) in enumerate(zip(names, reports)):
+        p = _latency_point(r)
+        if p is None:
+            continue
+        pts.append(p)
+        idx.append(i)
+        lat = r["latency"]
+        a.plot([p[0]], [p[1]], marker="o", linestyle="none", color=f"C{i}",
+               label=f"{_label(name)} ({lat.get('latency_members', '?')} members, batch "
+                     f"{lat.get('latency_batch_size', '?')})")
+        fused = lat.get("latency_fused_p50_ms")
+        if isinstance(fused, (int, float)) and fused > 0:
+            a.plot([float(fused)], [p[1]], marker="o", markerfacecolor="none", linestyle="none", color=f"C{i}")
+    front = [pts[k] for k in pareto_front(pts)]
+    a.step([t for t, _ in front], [acc for _, acc in front], where="post", color="0.4", linewidth=0.8,
+           label="Pareto front (sequential)")
+    a.set_xscale("log")
+    a.set(xlabel="ensemble latency per batch, p50 (ms; hollow: fused graph)", ylabel="accuracy")
+    a.legend(fontsize=6)
+    return _svg(fig)
+
+
 def _shared_kinds(reports) -> list[str]:
     kinds: list[str] = []
     for r in reports:
@@ -513,6 +557,9 @@ def _planned_compare(inputs: Mapping[str, Any]) -> list[tuple[str, Callable[[Any
                     lambda plt: _cmp_members(plt, names, reports, line)))
     if any(dees):
         out.append(("Deep Ensemble Equivalent of every method", lambda plt: _cmp_dee(plt, names, dees, line)))
+    if any(_latency_point(r) for r in reports):
+        out.append(("Accuracy against latency, Pareto front (URSABench)",
+                    lambda plt: _cmp_pareto(plt, names, reports, line)))
     kinds = _shared_kinds(reports)
     for start in range(0, min(len(kinds), 2 * MAX_KINDS_DRAWN), 4):
         chunk = kinds[start:start + 4]

@@ -22,7 +22,7 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from .. import __version__
-from ..archive_schema.spec import ReadLimits
+from ..archive_schema.spec import LATENCY_ATTRIBUTES, ReadLimits
 from .protocols import Protocol
 
 __all__ = ["MEMBER_CACHE_BLOCKS", "score_archive", "score_arrays", "run_score", "ProgressFn", "REPORT_SCHEMA_VERSION"]
@@ -186,7 +186,24 @@ def _archive_section(path: str | Path, header, sha256: str,
                      for n, s in header.splits.items()}
     if header.diagnostics is not None:
         out["diagnostics"] = header.diagnostics  # as the producer measured them (SPEC.md 5.1)
+    latency = latency_section(header.scalability)
+    if latency is not None:
+        out["latency"] = latency
     return out
+
+
+def latency_section(scalability: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """The ``/scalability`` latency attributes (SPEC.md 5.2) of the right type (a string where a number belongs,
+    a non-finite number, is left out), or None when there is no ``latency_p50_ms``."""
+    out: dict[str, Any] = {}
+    for key, kind in LATENCY_ATTRIBUTES.items():
+        v = (scalability or {}).get(key)
+        if kind == "str" and isinstance(v, str):
+            out[key] = v
+        elif kind != "str" and isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, bool) \
+                and np.isfinite(v) and (kind == "float" or float(v).is_integer()):
+            out[key] = int(v) if kind == "int" else float(v)
+    return out if "latency_p50_ms" in out else None
 
 
 def run_score(path: str | Path, *, reference: str | Path | None = None,

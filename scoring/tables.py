@@ -22,6 +22,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from ..archive_schema.spec import LATENCY_ATTRIBUTES
 from .text import escape_text, shorten
 
 __all__ = ["format_score", "format_compare", "format_dee", "format_notes", "format_leaderboard", "format_csv",
@@ -171,6 +172,9 @@ def format_score(report: Mapping[str, Any], *, styled: bool = False) -> str:
             lines += ["  " + ln for ln in _table(("intensity", "kinds", "acc q1", "acc median", "acc q3",
                                                    "ECE median"), rows, styled=styled)]
         lines.append("")
+    if report["archive"].get("latency"):
+        lines.append("accuracy against latency (URSABench; ubench latency --record-into)")
+        lines += ["  " + ln for ln in _table(*latency_table([report], [a["method"]]), styled=styled)] + [""]
     if report.get("dee"):
         d = report["dee"]
         last = d["curve"][-1]
@@ -179,6 +183,27 @@ def format_score(report: Mapping[str, Any], *, styled: bool = False) -> str:
                      + (" — beyond the reference" if last["beyond_reference"] else ""))
         lines.append("")
     return "\n".join(lines).rstrip() + "\n"
+
+
+def latency_table(reports: Sequence[Mapping[str, Any]], names: Sequence[str]) -> tuple[list[str], list[list]]:
+    """URSABench's accuracy-against-latency table: (header, rows) of the reports whose archive carries latency
+    (SPEC.md 5.2): accuracy, NLL, the ensemble's per-batch p50 and p95 run member after member, the fused p50,
+    throughput at the largest batch, model MiB and how it was timed."""
+    header = ["method", "acc", "NLL", "members", "batch", "p50 ms", "p95 ms", "fused p50 ms", "samples/s",
+              "at batch", "model MiB", "timed with"]
+    rows = []
+    for name, r in zip(names, reports):
+        lat = r["archive"].get("latency")
+        if not lat:
+            continue
+        rows.append([name, r["summary"].get("accuracy"), r["summary"].get("nll"), lat.get("latency_members"),
+                     lat.get("latency_batch_size"), lat["latency_p50_ms"], lat.get("latency_p95_ms"),
+                     lat.get("latency_fused_p50_ms"), lat.get("latency_throughput_per_s"),
+                     lat.get("latency_throughput_batch_size"),
+                     None if lat.get("latency_model_bytes") is None else lat["latency_model_bytes"] / 2 ** 20,
+                     f"{lat.get('latency_backend', '?')} {lat.get('latency_precision', '')} "
+                     f"{lat.get('latency_threads', '?')} thread(s)"])
+    return header, rows
 
 
 def format_notes(reports: Sequence[Mapping[str, Any]], names: Sequence[str] | None = None) -> str:
@@ -213,6 +238,10 @@ def format_compare(reports: Sequence[Mapping[str, Any]], names: Sequence[str], *
               "(Ashukha et al. 2020)."]
     if reports:
         lines.append(escape_text(reports[0]["protocol"]["description"]))
+    header, rows = latency_table(reports, names)
+    if rows:
+        lines += ["", "accuracy against latency (URSABench; archives with ubench latency --record-into)"]
+        lines += _table(header, rows, styled=styled)
     return "\n".join(lines).rstrip() + "\n"
 
 
@@ -269,7 +298,8 @@ def _as_reports(reports: Any) -> list[Mapping[str, Any]]:
 def report_rows(reports: Any, names: Sequence[str] | None = None) -> tuple[list[str], list[dict[str, Any]]]:
     """One flat row per report: ``method`` (the name given, else the archive's method), ``dataset``, ``model``,
     ``n_members``, ``archive`` (path) and every ``summary`` key, with the columns in order (``compare``'s first,
-    then the rest by name). What ``--csv`` and :func:`report_frame` hold.
+    then the rest by name), then the archives' recorded ``latency_*`` (SPEC.md 5.2) where any report has them.
+    What ``--csv`` and :func:`report_frame` hold.
 
     ``reports`` is one report, a list of them, or the JSON of ``ubench compare --json`` (whose ``methods`` name
     the rows).
@@ -281,13 +311,16 @@ def report_rows(reports: Any, names: Sequence[str] | None = None) -> tuple[list[
         raise ValueError(f"{len(names)} names for {len(reports)} reports")
     keys = {k for r in reports for k in r["summary"]}
     first = [k for k, _ in COMPARE_COLUMNS if k in keys]
-    columns = ["method", "dataset", "model", "n_members", "archive", *first, *sorted(keys - set(first))]
+    # the archive's recorded latency (SPEC.md 5.2), after the metrics, where any report has it
+    seen = {k for r in reports for k in (r["archive"].get("latency") or {})}
+    latency = [k for k in LATENCY_ATTRIBUTES if k in seen]
+    columns = ["method", "dataset", "model", "n_members", "archive", *first, *sorted(keys - set(first)), *latency]
     rows = []
     for i, r in enumerate(reports):
         a = r["archive"]
         rows.append({"method": a.get("method") if names is None else names[i], "dataset": a.get("dataset"),
                      "model": a.get("model"), "n_members": a.get("n_members"), "archive": a.get("path"),
-                     **r["summary"]})
+                     **r["summary"], **{k: (a.get("latency") or {}).get(k) for k in latency}})
     return columns, rows
 
 

@@ -102,6 +102,14 @@ def undocumented(obj, doc: Doc, root: str, path: tuple[str, ...] = ()) -> set[st
 def outputs(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("keys")
     method, _ = build_archive(tmp / "method.h5", m=3, n=80)
+    from ubench.edge.record import record_latency  # /scalability latency (SPEC.md 5.2): the report's archive.latency
+
+    record_latency(method, {"backend": "onnxruntime", "precision": "fp32", "sampling": "none", "threads": 1,
+                            "n_members": 3, "model_bytes": 1000, "peak_rss_bytes": 10**8, "call_overhead_us": 7.0,
+                            "device_peak_bytes": 10**6,
+                            "batches": [{"batch_size": 1, "p50_ms": 0.1, "p95_ms": 0.2, "mean_ms": 0.12,
+                                         "throughput_per_s": 8000.0}],
+                            "fused": {"batches": [{"batch_size": 1, "p50_ms": 0.05}]}})
     ensemble, _ = build_archive(tmp / "de.h5", m=4, n=80, seed=0)
     runner = CliRunner()
     ref = tmp / "ref.h5"
@@ -114,6 +122,7 @@ def outputs(tmp_path_factory):
         res = runner.invoke(cli, args)
         assert res.exit_code == 0, res.output
         out[name] = json.loads(res.stdout)
+    assert out["score"]["archive"]["latency"]["latency_fused_p50_ms"] == 0.05  # walked below
     return out
 
 

@@ -65,13 +65,6 @@ def test_onnx_members_equal_the_archive_and_the_torch_rebuild(exported):
         np.testing.assert_allclose(one, got[:1], atol=1e-6)
 
 
-def test_stochastic_members_are_refused_before_training(tmp_path):
-    res = CliRunner().invoke(cli, ["produce", "mc_dropout", "--members", "2", "--save-models", "--out",
-                                   str(tmp_path / "m.h5"), *PRODUCE])
-    assert res.exit_code == 2 and "not exported yet" in res.output
-    assert not (tmp_path / "m.h5").exists() and not (tmp_path / "m.h5.partial").exists()
-
-
 @pytest.mark.parametrize("backend", ["onnxruntime", "torch"])
 def test_latency_json_and_what_fits(exported, backend):
     out, models_dir = exported
@@ -147,3 +140,59 @@ def test_distill_refuses_a_teacher_that_is_not_the_exported_archive(exported, tm
     res = CliRunner().invoke(cli, ["distill", str(other), "--models", str(models_dir), "--out",
                                    str(tmp_path / "s.h5")])
     assert res.exit_code == 2 and "sha256 differs" in res.output
+
+
+def test_fused_graph_equals_the_members_stacked(exported):
+    """Issue #13 item 3: one ONNX graph runs every member on the same input, output M x B x C."""
+    from ubench.edge.latency import fused_onnx, load_models
+
+    _, models_dir = exported
+    models = load_models(models_dir)
+    x = _test_inputs()
+    fused = ort.InferenceSession(fused_onnx(models), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    each = [ort.InferenceSession(str(models_dir / m["onnx"]), providers=["CPUExecutionProvider"]).run(
+        None, {"x": x})[0] for m in models.members]
+    assert fused.shape == (2, len(x), 10)
+    np.testing.assert_allclose(fused, np.stack(each), atol=1e-6)
+
+
+def test_latency_reports_fused_and_call_overhead_unless_no_fused(exported):
+    _, models_dir = exported
+    res = CliRunner().invoke(cli, ["latency", str(models_dir), "--iters", "10", "--warmup", "1", "--json"])
+    assert res.exit_code == 0, res.output
+    r = json.loads(res.stdout)
+    assert r["call_overhead_us"] > 0 and r["sampling"] == "none"
+    (f,) = r["fused"]["batches"]
+    assert f["batch_size"] == 1 and 0 < f["p50_ms"] <= f["p95_ms"]
+    assert f["speedup_p50"] == pytest.approx(r["batches"][0]["p50_ms"] / f["p50_ms"])
+    res = CliRunner().invoke(cli, ["latency", str(models_dir), "--iters", "5", "--warmup", "0", "--no-fused",
+                                   "--json"])
+    assert res.exit_code == 0 and "fused" not in json.loads(res.stdout)
+    assert "--no-fused" in CliRunner().invoke(cli, ["latency", "--help"]).output
+
+
+def test_record_into_writes_scalability_that_score_reads(exported, tmp_path):
+    """Issue #13 item 3: --record-into puts the numbers in /scalability (SPEC 5.2); the archive still validates
+    and models.json follows its new sha256."""
+    import hashlib
+    import shutil
+
+    from ubench.archive_schema import read_archive
+
+    out, models_dir = exported
+    arch, models = tmp_path / "de.h5", tmp_path / "de.h5.models"
+    shutil.copyfile(out, arch)
+    shutil.copytree(models_dir, models)
+    res = CliRunner().invoke(cli, ["latency", str(models), "--iters", "10", "--warmup", "1", "--json",
+                                   "--record-into", str(arch)])
+    assert res.exit_code == 0, res.output
+    r = json.loads(res.stdout)
+    s = read_archive(arch).scalability
+    assert s["latency_p50_ms"] == r["batches"][0]["p50_ms"] and s["latency_members"] == 2
+    assert s["latency_fused_p50_ms"] == r["fused"]["batches"][0]["p50_ms"] and s["latency_backend"] == "onnxruntime"
+    assert json.loads((models / "models.json").read_text())["archive_sha256"] == \
+        hashlib.sha256(arch.read_bytes()).hexdigest()
+    report = json.loads(CliRunner().invoke(cli, ["score", str(arch), "--json", "--placement", "none"]).stdout)
+    assert report["archive"]["latency"]["latency_p50_ms"] == s["latency_p50_ms"]
+    res = CliRunner().invoke(cli, ["latency", str(models), "--iters", "2", "--record-into", str(out)])
+    assert res.exit_code == 2 and "sha256 differs" in res.output  # not the archive these models came from

@@ -73,3 +73,14 @@ def test_an_unknown_dataset_is_reported_as_the_dataset_not_as_val_fraction(tmp_p
     assert "unknown dataset 'nope'" in result.output
     assert "--val-fraction" not in result.output
 
+
+
+@pytest.mark.parametrize("method, rate", [("mc_dropout", "0"), ("gaussian_dropout", "1"), ("swag_dropout", "-0.1")])
+def test_a_dropout_rate_outside_0_1_is_a_usage_error_not_a_traceback(tmp_path, method, rate):
+    """Issue #13 item 5: build_model's ValueError used to escape from the training loop."""
+    pytest.importorskip("torch")
+    result = CliRunner().invoke(produce, [method, "--dataset", "digits", "--set", f"dropout_rate={rate}", "--out",
+                                          str(tmp_path / "x.h5"), "--no-progress"])
+    assert result.exit_code == 2, result.output
+    assert "dropout_rate must be in (0, 1)" in result.output and result.exception.__class__ is SystemExit
+    assert not (tmp_path / "x.h5.partial").exists()
