@@ -567,6 +567,47 @@ def reference(archive: Path, out: Path, overwrite: bool, primary: str | None) ->
         sys.exit(1)
 
 
+@cli.command()
+@click.option("--data", "data_dirs", multiple=True, type=click.Path(exists=True, file_okay=False, path_type=Path),
+              help="Directory holding dataset files (repeatable; searched like `produce --data-dir`, then "
+                   "$UBENCH_DATA and the default search path).")
+@click.option("--out", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Write the JSON here (the shipped file is scoring/known_splits.json).  [default: print it]")
+@click.option("--check", is_flag=True,
+              help="Compare with the shipped fingerprints instead: exit 1 where a dataset found differs.")
+def fingerprints(data_dirs: tuple[Path, ...], out: Path | None, check: bool) -> None:
+    """Recompute the split fingerprints (SPEC.md section 4.2) of the test sets ubench knows.
+
+    digits always (scikit-learn's bundled data); MNIST, Fashion-MNIST, notMNIST, CIFAR-10/100 and SVHN where their
+    test files are found. `ubench score` notes an archive whose split claims one of these test sets but has another
+    fingerprint.
+
+    \b
+    ubench fingerprints --data ../shared/data --check
+    ubench fingerprints --data ../shared/data --data ~/cifar --out known_splits.json
+    """
+    from .archive_schema.fingerprint import INPUTS_ENCODING
+    from .scoring.known_splits import compute_known_splits, load_known_splits
+
+    found, missing = compute_known_splits(data_dirs)
+    for name, why in missing.items():
+        _echo(f"{name}: not computed ({why})", err=True)
+    if check:
+        shipped, bad = load_known_splits(), []
+        for name, entries in found.items():
+            same = shipped.get(name) == entries
+            bad += [] if same else [name]
+            _echo(f"{name}: {'matches' if same else 'DIFFERS from'} the shipped fingerprint"
+                  f"{'' if same else 's'}")
+        sys.exit(1 if bad else 0)
+    text = _dump_json({"encoding": INPUTS_ENCODING, "datasets": found}) + "\n"
+    if out is None:
+        click.echo(text, nl=False)
+    else:
+        out.write_text(text, encoding="utf-8")
+        _echo(f"wrote {out}", err=True)
+
+
 @cli.command(epilog=EPILOG)
 @click.argument("archives", type=_ARCHIVE, nargs=-1, required=True)
 @click.option("--reference", type=click.Path(path_type=Path), default=None,

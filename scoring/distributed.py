@@ -13,7 +13,7 @@ import contextlib
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
-__all__ = ["map_unordered", "local_cluster"]
+__all__ = ["map_unordered", "local_cluster", "SchedulerClient"]
 
 
 @contextlib.contextmanager
@@ -53,3 +53,29 @@ def map_unordered(fn: Callable[..., Any], items: Sequence[Any], *, workers: int 
         index = {f.key: i for i, f in enumerate(futures)}
         for future in as_completed(futures, loop=client.loop):
             yield index[future.key], future.result()
+
+
+class SchedulerClient:
+    """A long-lived client of the Dask scheduler at ``address`` for callers that hand over one item at a time
+    (``ubench serve --scheduler``: each scoring thread blocks in :meth:`call` while a worker of the cluster runs
+    the item). Thread-safe: Dask's ``Client`` may be used from several threads. The workers must see the same
+    paths as the caller (the same machine or a shared filesystem)."""
+
+    def __init__(self, address: str, *, timeout: float = 30):
+        try:
+            from distributed import Client
+        except ImportError as exc:  # pragma: no cover - depends on the environment
+            raise RuntimeError('--scheduler needs Dask: pip install "ubench[scale]"') from exc
+        self.address = address
+        self.client = Client(address, set_as_default=False, timeout=timeout)
+
+    def n_threads(self) -> int:
+        """Worker threads the cluster has now (at least 1)."""
+        return max(1, sum(self.client.nthreads().values()))
+
+    def call(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """``fn(*args, **kwargs)`` on a worker; its result (its exception is raised here)."""
+        return self.client.submit(fn, *args, pure=False, **kwargs).result()
+
+    def close(self) -> None:
+        self.client.close()

@@ -176,13 +176,16 @@ def _ids_digest(ids: np.ndarray | None) -> str | None:
 
 
 def _archive_section(path: str | Path, header, sha256: str,
-                     sample_ids: dict[str, np.ndarray | None] | None = None) -> dict[str, Any]:
+                     sample_ids: dict[str, np.ndarray | None] | None = None,
+                     known_inputs: dict[str, str] | None = None) -> dict[str, Any]:
     """The report's ``archive``: what was scored."""
     out = _file_info(path, header, sha256)
     ids = sample_ids or {}
+    known = known_inputs or {}
     out["splits"] = {n: {"role": s.role, "dataset": s.dataset, "n_samples": s.n_samples,
                          "shift_kind": s.shift_kind, "shift_intensity": s.shift_intensity,
-                         "sample_ids_sha256": _ids_digest(ids.get(n))}
+                         "sample_ids_sha256": _ids_digest(ids.get(n)), "inputs_sha256": s.inputs_sha256,
+                         "known_inputs": known.get(n)}
                      for n, s in header.splits.items()}
     if header.diagnostics is not None:
         out["diagnostics"] = header.diagnostics  # as the producer measured them (SPEC.md 5.1)
@@ -234,6 +237,12 @@ def run_score(path: str | Path, *, reference: str | Path | None = None,
             h.splits_with_role("in_domain"), {s for s, y in labels.items() if y is not None})
         builder = ReportBuilder(protocol, n_members=h.n_members, n_classes=h.n_classes, dataset=h.dataset,
                                 primary=primary)
+        known_inputs: dict[str, str] = {}
+        if ref is None:  # with a reference, its own fingerprints decide (compare_to_reference)
+            from .known_splits import check_known_splits
+
+            known_inputs, known_notes = check_known_splits(h.dataset, h.splits)
+            notes = notes + known_notes
         builder.notes[:0] = notes
         for name in _scoring_order(h):
             arrays = _stream_split(reader, name, builder, limits, progress)
@@ -246,7 +255,7 @@ def run_score(path: str | Path, *, reference: str | Path | None = None,
                 builder.add_shift(name, arrays, labels[name], kind=info.shift_kind, intensity=info.shift_intensity)
         body = builder.finish()
         archive = _archive_section(path, h, digest.result(),
-                                   {name: reader.sample_ids(name) for name in h.splits})
+                                   {name: reader.sample_ids(name) for name in h.splits}, known_inputs)
     labels_info = {"source": "reference" if ref is not None else "archive",
                    "reference": None if ref is None else {"path": ref.path, "sha256": file_sha256(ref.path)}}
     return _report(archive, labels_info, protocol, _limits_dict(limits), body)
@@ -317,9 +326,11 @@ def score_arrays(member_probs: ArrayLike, labels: ArrayLike, *,
         builder.add_ood(name, split_arrays(arr, smoothing=protocol.smoothing))
     body = builder.finish()
     splits = {split: {"role": "in_domain", "dataset": dataset, "n_samples": n, "shift_kind": None,
-                      "shift_intensity": None, "sample_ids_sha256": None}}
+                      "shift_intensity": None, "sample_ids_sha256": None, "inputs_sha256": None,
+                      "known_inputs": None}}
     splits.update({name: {"role": "ood", "dataset": name, "n_samples": arr.shape[1], "shift_kind": None,
-                          "shift_intensity": None, "sample_ids_sha256": None} for name, arr in ood_probs.items()})
+                          "shift_intensity": None, "sample_ids_sha256": None, "inputs_sha256": None,
+                          "known_inputs": None} for name, arr in ood_probs.items()})
     archive = {"path": None, "sha256": None, "format_version": None, "method": method, "model": model,
                "dataset": dataset, "n_classes": c, "n_members": m, "splits": splits}
     return _report(archive, {"source": "arrays", "reference": None}, protocol, None, body)

@@ -38,6 +38,7 @@ class ServeConfig:
     board: BoardConfig
     db_url: str | None = None
     workers: int = 1
+    scheduler: str | None = None
     max_upload_bytes: int = 512 * 2**20
     max_per_day: int = 50
     max_concurrent: int = 2
@@ -64,7 +65,7 @@ def create_app(cfg: ServeConfig) -> FastAPI:
     for stale in (data_dir / "incoming").glob("*.part"):  # bodies cut off by a previous crash
         stale.unlink(missing_ok=True)
     db = Database.for_data_dir(data_dir, cfg.db_url)
-    scorer = Scorer(db, data_dir, cfg.board, workers=cfg.workers, reports=cfg.reports)
+    scorer = Scorer(db, data_dir, cfg.board, workers=cfg.workers, reports=cfg.reports, scheduler=cfg.scheduler)
     in_flight: dict[int, int] = {}
     lock = asyncio.Lock()
 

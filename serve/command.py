@@ -23,8 +23,11 @@ _DB = click.option("--db", "db_url", default=None, metavar="URL",
 @click.option("--data-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Directory of the database (SQLite default), uploads and reports.")
 @_DB
-@click.option("--workers", type=click.IntRange(min=1), default=1, show_default=True,
-              help="Scoring threads (each runs its archive in a limited child process).")
+@click.option("--workers", type=click.IntRange(min=1), default=None,
+              help="Scoring threads (each runs its archive in a limited child process).  [default: 1]")
+@click.option("--scheduler", default=None, metavar="ADDRESS",
+              help="Score on the workers of this Dask scheduler (tcp://host:8786) instead, one archive per worker "
+                   "thread, each still in the sandbox; the workers must see --data-dir at the same path.")
 @click.option("--host", default="127.0.0.1", show_default=True)
 @click.option("--port", type=click.IntRange(0, 65535), default=8000, show_default=True)
 @click.option("--protocol", "preset", type=click.Choice(("pitfalls", "ursabench", "shift")), default="pitfalls",
@@ -38,8 +41,8 @@ _DB = click.option("--db", "db_url", default=None, metavar="URL",
 @click.option("--hidden-until", default=None, metavar="ISO-8601",
               help="Hide every result (board, reports) until this UTC time.")
 @click.pass_context
-def serve(ctx, reference, data_dir, db_url, workers, host, port, preset, max_upload, max_per_day, max_concurrent,
-          hidden_until):
+def serve(ctx, reference, data_dir, db_url, workers, scheduler, host, port, preset, max_upload, max_per_day,
+          max_concurrent, hidden_until):
     """Run the benchmark host's upload service: uploads over HTTP, a live leaderboard that re-scores every upload.
 
     \b
@@ -51,6 +54,8 @@ def serve(ctx, reference, data_dir, db_url, workers, host, port, preset, max_upl
         return
     if reference is None or data_dir is None:
         raise click.UsageError("ubench serve needs --reference and --data-dir")
+    if workers is not None and scheduler is not None:
+        raise click.UsageError("--workers and --scheduler exclude each other (the cluster's workers score)")
     import uvicorn
 
     from ..scoring.leaderboard import BoardConfig
@@ -72,8 +77,16 @@ def serve(ctx, reference, data_dir, db_url, workers, host, port, preset, max_upl
                                    sandbox=SandboxLimits(max_file_bytes=limit))
     except (ValueError, ReferenceError) as exc:
         raise click.UsageError(str(exc)) from None
-    cfg = ServeConfig(data_dir=data_dir, board=board, db_url=db_url, workers=workers, max_upload_bytes=limit,
+    cfg = ServeConfig(data_dir=data_dir, board=board, db_url=db_url, workers=workers or 1, scheduler=scheduler,
+                      max_upload_bytes=limit,
                       max_per_day=max_per_day, max_concurrent=max_concurrent, hidden_until=until)
+    if scheduler is not None:
+        from ..scoring.distributed import SchedulerClient
+
+        try:  # a wrong address is a usage error here, not a traceback from the server's start-up
+            SchedulerClient(scheduler, timeout=15).close()
+        except (OSError, TimeoutError, ValueError) as exc:
+            raise click.UsageError(f"--scheduler: cannot reach a Dask scheduler at {scheduler!r}: {exc}") from None
     app = create_app(cfg)
     click.echo(f"ubench serve: http://{host}:{port}/ (data in {data_dir})", err=True)
     uvicorn.run(app, host=host, port=port, log_level="warning", timeout_keep_alive=5)

@@ -19,11 +19,11 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import (Boolean, Column, DateTime, ForeignKey, Integer, MetaData, String, Table, Text, create_engine,
-                        event, func, insert, select, update)
+from sqlalchemy import (Boolean, Column, DateTime, ForeignKey, Index, Integer, MetaData, String, Table, Text,
+                        create_engine, event, func, insert, inspect, select, text, update)
 from sqlalchemy.engine import Engine
 
-__all__ = ["Database", "STATUSES"]
+__all__ = ["Database", "STATUSES", "upgrade_to_head", "MIGRATIONS"]
 
 STATUSES = ("queued", "scoring", "scored", "rejected")
 
@@ -41,17 +41,19 @@ teams = Table(
 submissions = Table(
     "submissions", metadata,
     Column("id", String(36), primary_key=True),
-    Column("team_id", Integer, ForeignKey("teams.id"), nullable=False, index=True),
+    Column("team_id", Integer, ForeignKey("teams.id"), nullable=False),
     Column("sha256", String(64), nullable=False, index=True),
     Column("size", Integer, nullable=False),
     Column("method", String(200)),
     Column("notes", Text),
-    Column("status", String(16), nullable=False, index=True),
+    Column("status", String(16), nullable=False),
     Column("created", DateTime(timezone=True), nullable=False),
     Column("started", DateTime(timezone=True)),
     Column("finished", DateTime(timezone=True)),
     Column("attempts", Integer, nullable=False, default=0),
     Column("result_key", String(200)),
+    Index("ix_submissions_status_created", "status", "created"),  # claim_next: the queue in arrival order
+    Index("ix_submissions_team_created", "team_id", "created"),  # count_since: a team's uploads per day
 )
 
 results = Table(
@@ -62,6 +64,43 @@ results = Table(
     Column("record", Text, nullable=False),  # the leaderboard's result record (JSON)
     Column("created", DateTime(timezone=True), nullable=False),
 )
+
+
+#: The Alembic scripts (``env.py``, ``versions/``); the schema above is their head.
+MIGRATIONS = Path(__file__).with_name("migrations")
+#: The revision whose schema ``metadata.create_all`` made before the service had migrations.
+_CREATE_ALL_REVISION = "0001"
+#: Key of the PostgreSQL advisory lock held while a server migrates (any constant unique to ubench serve).
+_MIGRATION_LOCK = 0x75626E6368  # "ubnch"
+
+
+def _alembic_config(connection):
+    from alembic.config import Config
+
+    cfg = Config()
+    cfg.set_main_option("script_location", str(MIGRATIONS))
+    cfg.attributes["connection"] = connection
+    return cfg
+
+
+def upgrade_to_head(engine: Engine) -> None:
+    """Bring the database to the newest schema with Alembic, in one transaction under a lock: PostgreSQL's
+    transaction-level advisory lock, SQLite's write lock (``BEGIN IMMEDIATE``), so that servers starting at once
+    migrate one after the other and the later ones find the database at head. A database made by ``create_all``
+    before migrations existed (the three tables, no ``alembic_version``) is stamped at the initial revision and
+    upgraded from there, its rows untouched."""
+    from alembic import command
+
+    with engine.begin() as conn:
+        if engine.dialect.name == "postgresql":
+            conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": _MIGRATION_LOCK})
+        elif engine.dialect.name == "sqlite":
+            conn.exec_driver_sql("BEGIN IMMEDIATE")
+        cfg = _alembic_config(conn)
+        tables = set(inspect(conn).get_table_names())
+        if "alembic_version" not in tables and {"teams", "submissions", "results"} <= tables:
+            command.stamp(cfg, _CREATE_ALL_REVISION)
+        command.upgrade(cfg, "head")
 
 
 def _now() -> _dt.datetime:
@@ -89,7 +128,7 @@ class Database:
                 cur.execute("PRAGMA synchronous=NORMAL")
                 cur.execute("PRAGMA busy_timeout=30000")
                 cur.close()
-        metadata.create_all(self.engine)
+        upgrade_to_head(self.engine)
 
     @classmethod
     def for_data_dir(cls, data_dir: str | Path, url: str | None = None) -> Database:

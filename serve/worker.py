@@ -4,6 +4,11 @@ the sandboxed scorer (``scoring.leaderboard.score_one``: size check, content has
 process, results cached by content and configuration), then store the outcome and, for a scored archive, its
 HTML report (figures drawn in the limited plotting child). A rejected archive's file is deleted; its findings
 stay in the database.
+
+With ``scheduler`` (``ubench serve --scheduler ADDRESS``) each thread hands its archive to a worker of that Dask
+cluster instead (``scoring.distributed.SchedulerClient``), which runs the same ``score_one``, sandbox included;
+one thread per worker thread of the cluster at start. The cluster's workers must see ``--data-dir`` at the same
+path (same machine or a shared filesystem).
 """
 
 from __future__ import annotations
@@ -25,9 +30,11 @@ class Scorer:
     """``workers`` threads scoring the database's queue under ``config`` until :meth:`stop`."""
 
     def __init__(self, db: Database, data_dir: Path, config: BoardConfig, *, workers: int = 1,
-                 poll_seconds: float = 0.5, reports: bool = True):
+                 poll_seconds: float = 0.5, reports: bool = True, scheduler: str | None = None):
         self.db, self.data_dir, self.config = db, data_dir, config
         self.workers, self.poll, self.reports = workers, poll_seconds, reports
+        self.scheduler = scheduler
+        self._client = None
         self._stop = threading.Event()
         self._wake = threading.Event()
         self._threads: list[threading.Thread] = []
@@ -39,6 +46,11 @@ class Scorer:
         n = self.db.requeue_interrupted()
         if n:
             log.warning("requeued %d submission(s) whose scoring was interrupted", n)
+        if self.scheduler is not None:
+            from ..scoring.distributed import SchedulerClient
+
+            self._client = SchedulerClient(self.scheduler)
+            self.workers = self._client.n_threads()
         for i in range(self.workers):
             t = threading.Thread(target=self._loop, name=f"ubench-scorer-{i}", daemon=True)
             t.start()
@@ -52,6 +64,8 @@ class Scorer:
         self._wake.set()
         for t in self._threads:
             t.join(timeout=5)
+        if self._client is not None:
+            self._client.close()
 
     def _loop(self) -> None:
         while not self._stop.is_set():
@@ -74,7 +88,10 @@ class Scorer:
             record = known["record"]
         else:
             path = upload_path(self.data_dir, sub["sha256"])
-            record = score_one(path, board=self.data_dir / "board", config=self.config)
+            if self._client is not None:
+                record = self._client.call(score_one, path, board=self.data_dir / "board", config=self.config)
+            else:
+                record = score_one(path, board=self.data_dir / "board", config=self.config)
             record = {k: v for k, v in record.items() if k != "archive"}
         status = "scored" if record["outcome"]["status"] == "ok" else "rejected"
         self.db.finish(sub["id"], key, sub["sha256"], record, status)  # the row appears now

@@ -200,3 +200,37 @@ def test_kill_9_loses_nothing_and_scores_nothing_twice(host):
     assert query(data, "select count(*) from results", make.db_url) == [(1,)]
     statuses = [s for (s,) in query(data, "select status from submissions", make.db_url)]
     assert statuses == ["scored", "scored"]
+
+
+def test_scheduler_scores_on_an_existing_dask_cluster(tmp_path):
+    """--scheduler: a real LocalCluster (worker processes on loopback) started here; the upload is scored by
+    score_one on one of its workers (the sandbox inside it), and the row appears as with local threads."""
+    distributed = pytest.importorskip("distributed")
+    ref = tmp_path / "ref.h5"
+    assert _ubench("reference", EXAMPLE, "--out", ref).returncode == 0
+    data = tmp_path / "srv"
+    token = _ubench("serve", "team", "add", "alpha", "--data-dir", data).stdout.strip()
+    clash = _ubench("serve", "--reference", ref, "--data-dir", data, "--workers", "2", "--scheduler", "tcp://x:1")
+    assert clash.returncode == 2 and "exclude each other" in clash.stderr
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
+                                  dashboard_address=None) as cluster:
+        srv = Server(data, ref, "--scheduler", cluster.scheduler_address).start()
+        try:
+            sid = srv.upload(token, EXAMPLE, method="on-dask").json()["id"]
+            done = srv.wait_done(token, sid)
+            assert done["status"] == "scored" and done["summary"]["accuracy"] > 0.9
+            rows = httpx.get(srv.url + "/api/leaderboard").json()["rows"]
+            assert [r["submission"] for r in rows] == [sid]
+        finally:
+            srv.stop()
+        prefixes = cluster.scheduler.task_prefixes  # what the scheduler ran
+        assert "score_one" in prefixes and prefixes["score_one"].max_exec_time > 0  # it ran on a worker
+    assert len(list((data / "board" / "results").glob("*.json"))) == 1  # the cluster's result file
+
+
+def test_scheduler_that_cannot_be_reached_is_a_usage_error(tmp_path):
+    ref = tmp_path / "ref.h5"
+    assert _ubench("reference", EXAMPLE, "--out", ref).returncode == 0
+    r = _ubench("serve", "--reference", ref, "--data-dir", tmp_path / "srv", "--scheduler",
+                f"tcp://127.0.0.1:{_free_port()}")
+    assert r.returncode == 2 and "cannot reach a Dask scheduler" in r.stderr and "Traceback" not in r.stderr
