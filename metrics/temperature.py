@@ -22,6 +22,7 @@ from .temperature_solver import (
     TemperatureFit,
     _fit_per_member,
     _fit_post,
+    _fit_logits_fast,
     _fit_post_fused,
     _label_values,
     _prep_logits,
@@ -184,14 +185,15 @@ def fit_temperature_from_logits(
     >>> round(fit_temperature_from_logits(z, np.array([0, 0, 1, 1])).temperature, 4)
     2.0
     """
-    logits = check_logits(logits)
+    logits = check_logits(logits, finite=False)  # the fast path's passes expose NaN/inf; the scan runs below
     labels = check_labels(labels, logits.shape[1])
     check_n_samples(logits, "logits", labels, "labels")
     bounds = _check_bounds(bounds)
     if logits.shape[0] >= 4 * _WARM_START_ROWS:
-        fit = _fit_post_fused(logits, labels, "logits", 0.0, bounds)
+        fit = _fit_logits_fast(logits, labels, bounds)
         if fit is not None:
             return fit
+    check_logits(logits)
     s, lse1 = _prep_logits(logits)
     return _fit_post(s, _label_values(s, labels), lse1, bounds)
 
