@@ -15,7 +15,9 @@
    and float32 ``exp`` is most of its cost. ``floor_fit_s`` times those two ``np.exp`` passes alone, over row
    blocks that stay in cache, as the fit runs them: no converged fit that reports the NLL at T = 1 can do less
    (one exponential per entry at the optimum to know the gradient there, one at T = 1), so
-   ``ratio_bound = peer_median_s / floor_fit_s`` is the most any such fit could reach against that peer.
+   ``ratio_bound = peer_median_s / floor_fit_s`` is the most any such fit could reach against that peer with
+   numpy's float32 ``exp`` (the metrics core imports numpy and scipy only; torch's float32 ``exp`` is faster
+   than numpy's on an AVX2-only CPU).
 2. Test-time CV TS + CLL, M = 50, N = 10,000, C = 100: ``cross_validated_calibration`` (from the members'
    probabilities) against the Pitfalls repository's own pipeline (from the members' log-probabilities, as its
    networks give them): ``logsumexp`` of the members minus log M (``ens/ens-deepens.py``), then
