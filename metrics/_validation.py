@@ -261,14 +261,16 @@ def check_member_probs_mean(
     return arr, mean
 
 
-def check_logits(logits: ArrayLike, name: str = "logits") -> NDArray[np.floating]:
-    """Validate ``logits`` of shape (n_samples, n_classes): float32/64 and finite."""
+def check_logits(logits: ArrayLike, name: str = "logits", *, finite: bool = True) -> NDArray[np.floating]:
+    """Validate ``logits`` of shape (n_samples, n_classes): float32/64 and (unless ``finite=False``, for a caller
+    whose own pass exposes any non-finite entry and then calls this again) finite."""
     arr = _as_float_array(logits, name)
     if arr.ndim != 2:
         raise ValueError(f"{name} must have shape (n_samples, n_classes); found ndim {arr.ndim}, shape {arr.shape}")
     if arr.shape[0] == 0:
         raise ValueError(f"{name} is empty: it has 0 samples")
-    _check_finite(arr, name)
+    if finite:
+        _check_finite(arr, name)
     return arr
 
 
