@@ -19,7 +19,7 @@ from numpy.typing import ArrayLike, NDArray
 
 from ._validation import _BlockedProbsCheck, _check_probs_shape, check_labels, check_n_samples
 from .classification import _block_rows, _check_probs_labels, _predictions
-from .uncertainty import _normalized_entropy, _row_chunks, _run_chunks
+from .uncertainty import _normalized_entropy, _run_blocks
 
 __all__ = [
     "expected_calibration_error",
@@ -162,10 +162,10 @@ def _top1_checked(probs: NDArray, labels: NDArray, check: _BlockedProbsCheck, co
     conf = np.empty(n, dtype=probs.dtype if conf_dtype is None else conf_dtype)
     step = max(1, _TOP1_BLOCK_ELEMS // c)
 
-    def work(first: int, stop: int) -> None:
-        rows = np.arange(min(step, stop - first))
-        for start in range(first, stop, step):
-            block = probs[start : min(start + step, stop)]
+    def work(blocks) -> None:
+        rows = np.arange(min(step, n))
+        for start, end in blocks:
+            block = probs[start:end]
             k = block.shape[0]
             p = np.argmax(block, axis=1)
             top = block[rows[:k], p]
@@ -176,7 +176,7 @@ def _top1_checked(probs: NDArray, labels: NDArray, check: _BlockedProbsCheck, co
                 # so the check needs no max pass of its own.
                 check.clear(block, hi=top.max())
 
-    _run_chunks(work, _row_chunks(n, step))
+    _run_blocks(work, n, step)
     return conf, (pred == labels).astype(np.float64)
 
 

@@ -13,6 +13,7 @@ time (``bench/bench_metrics.py`` records it as the floor).
 from __future__ import annotations
 
 import os
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
@@ -90,35 +91,55 @@ def _finish_entropy(out: NDArray[np.float64], n_classes: int) -> NDArray[np.floa
     return out
 
 
-#: A block whose rows with exact zeros exceed this share switches its row range to the guarded log (one
+#: A block whose rows with exact zeros exceed this share switches its thread to the guarded log (one
 #: np.maximum pass per block) instead of recomputing those rows.
 _GUARD_SHARE = 1 / 8
 
 
-def _row_chunks(n: int, step: int) -> list[tuple[int, int]]:
-    """Split rows [0, n) into up to one contiguous range per available core, each a whole number of blocks.
-
-    NumPy releases the GIL inside these ufuncs and einsum, so the ranges run in parallel threads. Every row goes
-    through the same block code whichever range or block holds it, so the results do not depend on the split.
-    """
+def _n_threads(n: int, step: int) -> int:
+    """Threads for a kernel over n rows in blocks of ``step``: one per available core, within the limits."""
     try:
         cores = len(os.sched_getaffinity(0))
     except AttributeError:  # not on Linux
         cores = os.cpu_count() or 1
     blocks = -(-n // step)
-    parts = max(1, min(cores, _MAX_THREADS, blocks // _MIN_BLOCKS_PER_THREAD))
-    per = -(-blocks // parts) * step
-    return [(lo, min(lo + per, n)) for lo in range(0, n, per)]
+    return max(1, min(cores, _MAX_THREADS, blocks // _MIN_BLOCKS_PER_THREAD))
 
 
-def _run_chunks(fn, chunks: list[tuple[int, int]]) -> None:
-    """fn(start, stop) for every chunk, in threads when there is more than one (worker errors re-raised)."""
-    if len(chunks) == 1:
-        fn(*chunks[0])
+def _run_blocks(work, n: int, step: int) -> None:
+    """work(blocks) in each of :func:`_n_threads` threads, all drawing (start, stop) row blocks from one queue.
+
+    NumPy releases the GIL inside the ufuncs and einsum, so the threads run in parallel; a thread the OS holds
+    back (other jobs on the machine) leaves the remaining blocks to the others instead of holding up the call.
+    Every row goes through the same block code whichever thread or block holds it, so the results do not depend
+    on the split. A worker's error stops the others at their next block and is re-raised.
+    """
+    starts = iter(range(0, n, step))
+    lock = threading.Lock()
+    failed = []
+
+    def blocks():
+        while not failed:
+            with lock:
+                start = next(starts, None)
+            if start is None:
+                return
+            yield start, min(start + step, n)
+
+    def guarded() -> None:
+        try:
+            work(blocks())
+        except BaseException:
+            failed.append(True)
+            raise
+
+    threads = _n_threads(n, step)
+    if threads == 1:
+        work(blocks())
         return
     # A pool per call: its threads end with the call, so nothing is left spinning for the next kernel.
-    with ThreadPoolExecutor(max_workers=len(chunks)) as pool:
-        futures = [pool.submit(fn, lo, hi) for lo, hi in chunks]
+    with ThreadPoolExecutor(max_workers=threads) as pool:
+        futures = [pool.submit(guarded) for _ in range(threads)]
         for f in futures:
             f.result()
 
@@ -130,22 +151,22 @@ def _entropy_rows(
 
     With ``check``, each block is validated as it is read (the fused single pass of :func:`predictive_entropy`).
     Rows with exact zeros are summed unguarded first (NaN) and recomputed with the guarded log, or, once they
-    are common, every later block of the range is guarded; either way a row's bits depend on the row alone.
+    are common, every later block of the thread is guarded; either way a row's bits depend on the row alone.
     """
     n, c = probs.shape
     dt = np.dtype(log_dtype if log_dtype is not None else probs.dtype)
     out = np.empty(n, dtype=np.float64)
     step = _entropy_step(c)
 
-    def work(first: int, stop: int) -> None:
-        rows = min(step, stop - first)
+    def work(blocks) -> None:
+        rows = min(step, n)
         t = np.empty((rows, c), dtype=dt)
         t64 = t if dt == np.float64 else np.empty((rows, c), dtype=np.float64)
         cast = np.empty((rows, c), dtype=dt) if probs.dtype != dt else None
         guard = False
         with np.errstate(divide="ignore", invalid="ignore"):
-            for start in range(first, stop, step):
-                block = probs[start : min(start + step, stop)]
+            for start, end in blocks:
+                block = probs[start:end]
                 k = block.shape[0]
                 kcheck = check
                 if cast is not None:
@@ -161,7 +182,7 @@ def _entropy_rows(
                     sub = block[bad]
                     o[bad] = _rowsum64(_plogp(sub, t[: len(bad)], None, True), t64[: len(bad)], np.empty(len(bad)))
 
-    _run_chunks(work, _row_chunks(n, step))
+    _run_blocks(work, n, step)
     return _finish_entropy(out, c)
 
 
@@ -209,8 +230,8 @@ def _uncertainty_decomposition(
     data = np.empty(n, dtype=np.float64)
     step = _entropy_step(c)
 
-    def work(first: int, stop: int) -> None:
-        rows = min(step, stop - first)
+    def work(blocks) -> None:
+        rows = min(step, n)
         t = np.empty((rows, c), dtype=dt)
         t64 = t if dt == np.float64 else np.empty((rows, c), dtype=np.float64)
         acc = np.empty((rows, c), dtype=np.float64)
@@ -245,9 +266,9 @@ def _uncertainty_decomposition(
 
         guard = False
         with np.errstate(divide="ignore", invalid="ignore"):
-            for start in range(first, stop, step):
-                k = min(step, stop - start)
-                dat = data[start : start + k]
+            for start, end in blocks:
+                k = end - start
+                dat = data[start:end]
                 block(lambda j: member_probs[j, start : start + k], k, check, guard, total[start : start + k], dat,
                       None if mean_out is None else mean_out[start : start + k])
                 bad = _nan_rows(dat) if not guard else ()
@@ -258,7 +279,7 @@ def _uncertainty_decomposition(
                     block(lambda j: sub[j], len(bad), None, True, tot_b, dat_b, None)
                     total[start + bad], dat[bad] = tot_b, dat_b
 
-    _run_chunks(work, _row_chunks(n, step))
+    _run_blocks(work, n, step)
     _finish_entropy(total, c)
     _finish_entropy(data, c)
     knowledge = total - data
