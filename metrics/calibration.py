@@ -19,7 +19,7 @@ from numpy.typing import ArrayLike, NDArray
 
 from ._validation import _BlockedProbsCheck, _check_probs_shape, check_labels, check_n_samples
 from .classification import _block_rows, _check_probs_labels, _predictions
-from .uncertainty import _normalized_entropy, _row_chunks, _run_chunks
+from .uncertainty import _normalized_entropy, _run_blocks
 
 __all__ = [
     "expected_calibration_error",
@@ -92,18 +92,35 @@ def _equal_width_error(values: NDArray, hits: NDArray, n_bins: int) -> float:
 def _equal_count_abs_gaps(values: NDArray, hits: NDArray, n_bins: int, layout: str = "remainder_last") -> float:
     """sum over equal-count bins of |sum hits - sum values| (Pitfalls layout, ties sorted by (value, hit)).
 
-    Sorting (value, hit) pairs lexicographically would need a lexsort; instead the values are sorted alone
-    (hit order does not change value sums) and the hits in each prefix are counted: inside a run of tied values
-    the non-hits come first, so a prefix ending k elements into a run of E ties with h hits holds
-    ``max(0, k - (E - h))`` of them.
+    The (value, hit) order is one integer sort: for values >= 0 the IEEE bit patterns sort as the values do,
+    so ``bits << 1 | hit`` (unsigned, the sign bit of -0.0 shifted out) sorts exactly as the lexsort would.
     """
     n = values.shape[0]
     if n == 0:
         return 0.0
+    starts = _equal_count_starts(n, n_bins, layout)
     hit_mask = hits.astype(bool)
+    ints = {np.dtype(np.float32): np.uint32, np.dtype(np.float64): np.uint64}.get(values.dtype)
+    if ints is None or not values.min() >= 0:
+        return _equal_count_abs_gaps_counting(values, hit_mask, starts)
+    key = np.ascontiguousarray(values).view(ints) << ints(1)
+    key |= hit_mask
+    key.sort()
+    sorted_hits = (key & ints(1)).astype(np.intp)
+    key >>= ints(1)
+    value_sums = np.add.reduceat(key.view(values.dtype).astype(np.float64), starts)
+    return float(np.abs(np.add.reduceat(sorted_hits, starts) - value_sums).sum())
+
+
+def _equal_count_abs_gaps_counting(values: NDArray, hit_mask: NDArray[np.bool_], starts: NDArray[np.intp]) -> float:
+    """:func:`_equal_count_abs_gaps` for any real values (negative ones included), without a lexsort.
+
+    The values are sorted alone (hit order does not change value sums) and the hits in each prefix are counted:
+    inside a run of tied values the non-hits come first, so a prefix ending k elements into a run of E ties with
+    h hits holds ``max(0, k - (E - h))`` of them.
+    """
     sv = np.sort(values).astype(np.float64, copy=False)
     hv = np.sort(values[hit_mask]).astype(np.float64, copy=False)
-    starts = _equal_count_starts(n, n_bins, layout)
     value_sums = np.add.reduceat(sv, starts)
     ends = starts[1:]  # prefix lengths at the internal bin boundaries
     t = sv[ends - 1]
@@ -145,15 +162,21 @@ def _top1_checked(probs: NDArray, labels: NDArray, check: _BlockedProbsCheck, co
     conf = np.empty(n, dtype=probs.dtype if conf_dtype is None else conf_dtype)
     step = max(1, _TOP1_BLOCK_ELEMS // c)
 
-    def work(first: int, stop: int) -> None:
-        for start in range(first, stop, step):
-            block = probs[start : min(start + step, stop)]
-            check.clear(block)
+    def work(blocks) -> None:
+        rows = np.arange(min(step, n))
+        for start, end in blocks:
+            block = probs[start:end]
+            k = block.shape[0]
             p = np.argmax(block, axis=1)
-            pred[start : start + p.shape[0]] = p
-            conf[start : start + p.shape[0]] = block[np.arange(p.shape[0]), p]
+            top = block[rows[:k], p]
+            pred[start : start + k] = p
+            conf[start : start + k] = top
+            if not check.done:
+                # The block's max is the max of its row maxima (argmax picks a NaN or an inf if the row has one),
+                # so the check needs no max pass of its own.
+                check.clear(block, hi=top.max())
 
-    _run_chunks(work, _row_chunks(n, step))
+    _run_blocks(work, n, step)
     return conf, (pred == labels).astype(np.float64)
 
 

@@ -5,12 +5,15 @@ information (knowledge), normalized entropy and confidence.
 Entropies are in nats and use 0 log 0 = 0. Logarithms are evaluated in the input's precision (float32 input:
 float32 log, relative error ~1e-7 per term) and every sum is accumulated in float64; the input is read in row
 blocks, so no float64 copy of a whole (N, C) array is made. Rounding that would step outside ``[0, log C]`` is
-clipped back into it.
+clipped back into it. The public functions validate inside that same pass (the sign of log p is the range check,
+a row sum in the input's precision the simplex screen); the float32 ``np.log`` itself is about two thirds of the
+time (``bench/bench_metrics.py`` records it as the floor).
 """
 
 from __future__ import annotations
 
 import os
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
@@ -48,36 +51,36 @@ def _entropy_step(n_classes: int) -> int:
     return max(1, _ENTROPY_BLOCK_ELEMS // max(1, n_classes))
 
 
-class _EntropyBuffers:
-    """Scratch space for :func:`_entropy_block`: one block of terms in the log dtype, and a float64 copy."""
+def _plogp(block: NDArray, t: NDArray, check: _BlockedProbsCheck | None, guard: bool) -> NDArray:
+    """t = block * log(block) element-wise, in block's dtype; ``check`` validates the block on the way.
 
-    def __init__(self, rows: int, n_classes: int, log_dtype: np.dtype) -> None:
-        self.dt = np.dtype(log_dtype)
-        self.tiny = self.dt.type(np.finfo(self.dt).tiny)
-        self.terms = np.empty((rows, n_classes), dtype=self.dt)
-        self.terms64 = self.terms if self.dt == np.float64 else np.empty((rows, n_classes), dtype=np.float64)
-
-
-def _entropy_block(block: NDArray, out: NDArray[np.float64], bufs: _EntropyBuffers, lo: float | None = None) -> None:
-    """out = sum_c p log p for a (k, C) block already in the log dtype (not negated, not clipped); ``lo`` its min."""
-    k = block.shape[0]
-    t = bufs.terms[:k]
-    if lo is None:
-        lo = block.min()
-    # p * log(max(p, tiny)) is exactly 0 at p = 0, and differs from p log p by < 1e-36 below tiny; when no entry
-    # is below tiny the max is the identity and is skipped (same bits, so rows agree wherever they sit).
-    if lo >= bufs.tiny:
-        np.log(block, out=t)
-    else:
-        np.maximum(block, bufs.tiny, out=t)
-        np.log(t, out=t)
+    The log doubles as the range check: log p <= 0 exactly for finite p in [0, 1] (-inf at 0 and at -0.0),
+    while p > 1 (log p > 0 from the first ulp above 1), +inf, NaN and negatives (NaN) all break ``max <= 0``,
+    so only the row sums need a pass of their own. 0 log 0 is NaN here unless ``guard``, which raises -inf
+    to the lowest finite float first (0 times it is exactly 0; every other log is left unchanged, so a row
+    without zeros gets the same bits either way). Call under ``np.errstate(divide=..., invalid="ignore")``.
+    """
+    np.log(block, out=t)
+    if guard:
+        np.maximum(t, -np.finfo(t.dtype).max, out=t)
+    if check is not None and not check.done:
+        check.clear_sums(block, bool(t.max() <= 0))
     np.multiply(block, t, out=t)
-    t64 = bufs.terms64[:k]
+    return t
+
+
+def _rowsum64(t: NDArray, t64: NDArray, out: NDArray[np.float64]) -> NDArray[np.float64]:
+    """out = float64 row sums of t (copied into the float64 buffer t64 first unless it is t)."""
     if t64 is not t:
         t64[...] = t
     # einsum sums every row with the same loop (a BLAS dot with ones would round rows differently by
     # position, breaking ties between identical samples); it is faster than add.reduce on short rows.
-    np.einsum("ij->i", t64, out=out)
+    return np.einsum("ij->i", t64, out=out)
+
+
+def _nan_rows(v: NDArray[np.float64]) -> NDArray[np.intp]:
+    """Rows whose unguarded sum met 0 log 0 (after validation, the only source of NaN)."""
+    return np.flatnonzero(np.isnan(v))
 
 
 def _finish_entropy(out: NDArray[np.float64], n_classes: int) -> NDArray[np.float64]:
@@ -88,30 +91,55 @@ def _finish_entropy(out: NDArray[np.float64], n_classes: int) -> NDArray[np.floa
     return out
 
 
-def _row_chunks(n: int, step: int) -> list[tuple[int, int]]:
-    """Split rows [0, n) into up to one contiguous range per available core, each a whole number of blocks.
+#: A block whose rows with exact zeros exceed this share switches its thread to the guarded log (one
+#: np.maximum pass per block) instead of recomputing those rows.
+_GUARD_SHARE = 1 / 8
 
-    NumPy releases the GIL inside these ufuncs and einsum, so the ranges run in parallel threads. Every row goes
-    through the same block code whichever range or block holds it, so the results do not depend on the split.
-    """
+
+def _n_threads(n: int, step: int) -> int:
+    """Threads for a kernel over n rows in blocks of ``step``: one per available core, within the limits."""
     try:
         cores = len(os.sched_getaffinity(0))
     except AttributeError:  # not on Linux
         cores = os.cpu_count() or 1
     blocks = -(-n // step)
-    parts = max(1, min(cores, _MAX_THREADS, blocks // _MIN_BLOCKS_PER_THREAD))
-    per = -(-blocks // parts) * step
-    return [(lo, min(lo + per, n)) for lo in range(0, n, per)]
+    return max(1, min(cores, _MAX_THREADS, blocks // _MIN_BLOCKS_PER_THREAD))
 
 
-def _run_chunks(fn, chunks: list[tuple[int, int]]) -> None:
-    """fn(start, stop) for every chunk, in threads when there is more than one (worker errors re-raised)."""
-    if len(chunks) == 1:
-        fn(*chunks[0])
+def _run_blocks(work, n: int, step: int) -> None:
+    """work(blocks) in each of :func:`_n_threads` threads, all drawing (start, stop) row blocks from one queue.
+
+    NumPy releases the GIL inside the ufuncs and einsum, so the threads run in parallel; a thread the OS holds
+    back (other jobs on the machine) leaves the remaining blocks to the others instead of holding up the call.
+    Every row goes through the same block code whichever thread or block holds it, so the results do not depend
+    on the split. A worker's error stops the others at their next block and is re-raised.
+    """
+    starts = iter(range(0, n, step))
+    lock = threading.Lock()
+    failed = []
+
+    def blocks():
+        while not failed:
+            with lock:
+                start = next(starts, None)
+            if start is None:
+                return
+            yield start, min(start + step, n)
+
+    def guarded() -> None:
+        try:
+            work(blocks())
+        except BaseException:
+            failed.append(True)
+            raise
+
+    threads = _n_threads(n, step)
+    if threads == 1:
+        work(blocks())
         return
     # A pool per call: its threads end with the call, so nothing is left spinning for the next kernel.
-    with ThreadPoolExecutor(max_workers=len(chunks)) as pool:
-        futures = [pool.submit(fn, lo, hi) for lo, hi in chunks]
+    with ThreadPoolExecutor(max_workers=threads) as pool:
+        futures = [pool.submit(guarded) for _ in range(threads)]
         for f in futures:
             f.result()
 
@@ -122,26 +150,39 @@ def _entropy_rows(
     """-sum_c p log p per row (0 log 0 = 0), logs in ``log_dtype`` (default: probs' dtype), sums in float64.
 
     With ``check``, each block is validated as it is read (the fused single pass of :func:`predictive_entropy`).
+    Rows with exact zeros are summed unguarded first (NaN) and recomputed with the guarded log, or, once they
+    are common, every later block of the thread is guarded; either way a row's bits depend on the row alone.
     """
     n, c = probs.shape
     dt = np.dtype(log_dtype if log_dtype is not None else probs.dtype)
     out = np.empty(n, dtype=np.float64)
     step = _entropy_step(c)
 
-    def work(first: int, stop: int) -> None:
-        rows = min(step, stop - first)
-        bufs = _EntropyBuffers(rows, c, dt)
+    def work(blocks) -> None:
+        rows = min(step, n)
+        t = np.empty((rows, c), dtype=dt)
+        t64 = t if dt == np.float64 else np.empty((rows, c), dtype=np.float64)
         cast = np.empty((rows, c), dtype=dt) if probs.dtype != dt else None
-        for start in range(first, stop, step):
-            block = probs[start : min(start + step, stop)]
-            k = block.shape[0]
-            lo = check.clear(block) if check is not None else None
-            if cast is not None:
-                cast[:k] = block
-                block, lo = cast[:k], None
-            _entropy_block(block, out[start : start + k], bufs, lo)
+        guard = False
+        with np.errstate(divide="ignore", invalid="ignore"):
+            for start, end in blocks:
+                block = probs[start:end]
+                k = block.shape[0]
+                kcheck = check
+                if cast is not None:
+                    # A cast can round a value back into [0, 1]: the log cannot check the original here.
+                    if check is not None and not check.done:
+                        check.clear(block)
+                    cast[:k] = block
+                    block, kcheck = cast[:k], None
+                o = _rowsum64(_plogp(block, t[:k], kcheck, guard), t64[:k], out[start : start + k])
+                bad = _nan_rows(o) if not guard else ()
+                if len(bad):
+                    guard = len(bad) > _GUARD_SHARE * k
+                    sub = block[bad]
+                    o[bad] = _rowsum64(_plogp(sub, t[: len(bad)], None, True), t64[: len(bad)], np.empty(len(bad)))
 
-    _run_chunks(work, _row_chunks(n, step))
+    _run_blocks(work, n, step)
     return _finish_entropy(out, c)
 
 
@@ -177,48 +218,70 @@ def _uncertainty_decomposition(
 ) -> UncertaintyDecomposition:
     """Total, data and knowledge uncertainty; assumes validated input unless ``check`` validates each block.
 
-    One pass over blocks of samples: each member block is read from memory once (checked, its entropy taken and
-    added into the float64 mean), and the float64 ensemble mean never exists for more than one block unless
-    ``mean_out`` (N, C) float64 asks for it (the same bits as ``_ensemble_mean``, without a second pass).
+    One pass over blocks of samples: each member block is read from memory once (checked, added into the
+    float64 mean, its p log p terms added element-wise into a float64 block), then the block's data term is
+    one row sum of those terms / M and its total term one row sum of pbar log pbar; the float64 ensemble mean
+    never exists for more than one block unless ``mean_out`` (N, C) float64 asks for it (the same bits as
+    ``_ensemble_mean``, without a second pass). Rows with exact zeros are handled as in :func:`_entropy_rows`.
     """
     m, n, c = member_probs.shape
     dt = member_probs.dtype
     total = np.empty(n, dtype=np.float64)
-    data = np.zeros(n, dtype=np.float64)
+    data = np.empty(n, dtype=np.float64)
     step = _entropy_step(c)
 
-    def work(first: int, stop: int) -> None:
-        rows = min(step, stop - first)
-        bufs = _EntropyBuffers(rows, c, dt)
+    def work(blocks) -> None:
+        rows = min(step, n)
+        t = np.empty((rows, c), dtype=dt)
+        t64 = t if dt == np.float64 else np.empty((rows, c), dtype=np.float64)
+        acc = np.empty((rows, c), dtype=np.float64)
         mean = np.empty((rows, c), dtype=np.float64)
         # The mean's logs are taken in the members' precision so that identical members give zero MI up to the
-        # rounding of their mean.
+        # rounding of their mean (exactly zero for float32 members: their float64 sums are exact).
         mean_dt = mean if dt == np.float64 else np.empty((rows, c), dtype=dt)
-        h = np.empty(rows, dtype=np.float64)
-        for start in range(first, stop, step):
-            k = min(step, stop - start)
-            mb, hk, acc = mean[:k], h[:k], data[start : start + k]
+
+        def block(get, k: int, chk, guard: bool, tot: NDArray, dat: NDArray, keep_mean: NDArray | None) -> None:
+            mb, ab = mean[:k], acc[:k]
             for j in range(m):
-                block = member_probs[j, start : start + k]
-                lo = check.clear(block) if check is not None else None
+                b = get(j)
                 # Member by member, in member order: the same float64 sums as np.add.reduce over axis 0.
                 if j == 0:
-                    mb[...] = block
+                    mb[...] = b
                 else:
-                    np.add(mb, block, out=mb)
-                _entropy_block(block, hk, bufs, lo)
-                acc += _finish_entropy(hk, c)
+                    np.add(mb, b, out=mb)
+                tj = _plogp(b, t[:k], chk, guard)
+                if j == 0:
+                    ab[...] = tj
+                else:
+                    np.add(ab, tj, out=ab)
             mb /= m
-            if mean_out is not None:
-                mean_out[start : start + k] = mb
+            if keep_mean is not None:
+                keep_mean[...] = mb
             md = mean_dt[:k]
             if md is not mb:
                 md[...] = mb
-            _entropy_block(md, total[start : start + k], bufs)
+            _rowsum64(_plogp(md, t[:k], None, guard), t64[:k], tot)
+            ab /= m  # before the row sum: M identical float32 members then give data == total bit for bit
+            np.einsum("ij->i", ab, out=dat)
 
-    _run_chunks(work, _row_chunks(n, step))
+        guard = False
+        with np.errstate(divide="ignore", invalid="ignore"):
+            for start, end in blocks:
+                k = end - start
+                dat = data[start:end]
+                block(lambda j: member_probs[j, start : start + k], k, check, guard, total[start : start + k], dat,
+                      None if mean_out is None else mean_out[start : start + k])
+                bad = _nan_rows(dat) if not guard else ()
+                if len(bad):
+                    guard = len(bad) > _GUARD_SHARE * k
+                    sub = member_probs[:, start + bad]
+                    tot_b, dat_b = np.empty(len(bad)), np.empty(len(bad))
+                    block(lambda j: sub[j], len(bad), None, True, tot_b, dat_b, None)
+                    total[start + bad], dat[bad] = tot_b, dat_b
+
+    _run_blocks(work, n, step)
     _finish_entropy(total, c)
-    data /= m
+    _finish_entropy(data, c)
     knowledge = total - data
     # MI >= 0 (Jensen); a negative value is rounding of two nearly equal entropies.
     np.maximum(knowledge, 0.0, out=knowledge)

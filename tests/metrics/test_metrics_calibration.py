@@ -229,3 +229,48 @@ def test_tace_and_adaptive_ece_with_heavy_ties_match_lexsort_reference(n, n_bins
     bounds = [0, n] if size == 0 else [i * size for i in range(n_bins)] + [n]
     expected = sum(abs(hits[order][a:b].sum() - conf[order][a:b].sum()) for a, b in zip(bounds[:-1], bounds[1:]))
     assert M.adaptive_calibration_error(p, y, n_bins=n_bins) == pytest.approx(expected / n, abs=1e-14)
+
+
+def _equal_mass_reference(conf, hits, n_bins, layout):
+    """Brute force: lexsort by (confidence, hit), cut into equal-count bins (np.array_split for "balanced")."""
+    order = np.lexsort((hits, conf))
+    n = conf.shape[0]
+    if layout == "balanced":
+        parts = [p for p in np.array_split(order, n_bins) if p.size]
+    else:
+        size = n // n_bins
+        bounds = [0, n] if size == 0 else [i * size for i in range(n_bins)] + [n]
+        parts = [order[a:b] for a, b in zip(bounds[:-1], bounds[1:])]
+    return sum(abs(hits[p].sum() - conf[p].astype(np.float64).sum()) for p in parts) / n
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("layout", ["remainder_last", "balanced"])
+@given(seed=st.integers(0, 2**32 - 1), n=st.integers(1, 400), n_bins=st.integers(1, 20),
+       n_templates=st.integers(1, 4))
+def test_adaptive_ece_tie_heavy_matches_lexsort_brute_force(dtype, layout, seed, n, n_bins, n_templates):
+    """Rows repeat a few templates, so long runs of tied confidences straddle the bin cuts, right and wrong
+    mixed; the sorted-key kernel must equal the (value, hit) lexsort definition for both layouts and dtypes."""
+    rng = np.random.default_rng(seed)
+    templates = softmax64(rng.normal(scale=2, size=(n_templates, 4))).astype(dtype)
+    p = templates[rng.integers(0, n_templates, n)]
+    y = rng.integers(0, 4, n)
+    conf = p.max(1)
+    hits = (p.argmax(1) == y).astype(np.float64)
+    got = M.adaptive_calibration_error(p, y, n_bins=n_bins, layout=layout)
+    assert got == pytest.approx(_equal_mass_reference(conf, hits, n_bins, layout), abs=1e-14)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_equal_count_gaps_sign_handling(dtype):
+    """-0.0 ties with +0.0 in the integer-key sort, and negative values take the counting path; both equal the
+    lexsort definition."""
+    from ubench.metrics.calibration import _equal_count_abs_gaps
+
+    rng = np.random.default_rng(5)
+    for values in (np.array([0.0, -0.0, 0.0, -0.0, 0.5, 0.5, 0.25, 0.0], dtype=dtype),
+                   rng.choice(np.array([-0.5, -0.0, 0.0, 0.25, 0.75], dtype=dtype), 300)):
+        hits = rng.integers(0, 2, values.shape[0]).astype(np.float64)
+        for layout in ("remainder_last", "balanced"):
+            got = _equal_count_abs_gaps(values, hits, 4, layout) / values.shape[0]
+            assert got == pytest.approx(_equal_mass_reference(values, hits, 4, layout), abs=1e-14)

@@ -47,6 +47,10 @@ CORRUPTIONS = {
     # A bad sum early and a NaN later: the whole-array order (finite first) decides the message.
     "sum then nan": lambda p: (p.__setitem__((5, 3), p[5, 3] + 0.01), p.__setitem__((180, 1), np.nan)),
     "range then sum": lambda p: (p.__setitem__((10, 3), p[10, 3] + 0.01), p.__setitem__((170, 1), 1.5)),
+    # Within the row-sum tolerance, so only the range check can catch them (the entropy kernels read it off
+    # the sign of log p): one ulp above 1 in a one-hot row, and the smallest negative subnormal.
+    "one ulp above one": lambda p: (p.__setitem__(60, 0), p.__setitem__((60, 2), np.nextafter(p.dtype.type(1), 2))),
+    "negative subnormal": lambda p: p.__setitem__((120, 4), -np.nextafter(p.dtype.type(0), 1)),
 }
 
 
@@ -134,3 +138,38 @@ def test_identical_members_and_rows_over_threads(monkeypatch):
     h = M.predictive_entropy(p)
     assert (h[::3] == h[0]).all()
     assert ((h >= 0) & (h <= np.log(10))).all()
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_zeros_negative_zeros_and_subnormals_over_blockings(monkeypatch, dtype):
+    """Rows with exact zeros (+0.0 and -0.0) and subnormals, in every block or only some: the guarded recompute
+    and the guarded mode give the same bits wherever a row sits, and equal entr (0 log 0 = 0) on the values."""
+    rng = np.random.default_rng(6)
+    p = _probs(rng, 997, 11, dtype)
+    tiny = np.finfo(dtype).tiny
+    p[::2, 0] = 0.0  # half the rows: past the share that switches a range to the guarded log
+    p[1::9, 1] = -0.0
+    p[::5, 2] = tiny / 8  # subnormal
+    p /= p.sum(axis=1, keepdims=True, dtype=np.float64).astype(dtype)
+    p[1::9, 1] = -0.0
+    assert np.signbit(p[1, 1]) and p[5, 2] < tiny
+    members = np.stack([p, np.roll(p, 3, axis=0), _probs(rng, 997, 11, dtype)])
+    members[2, ::3] = np.eye(11, dtype=dtype)[rng.integers(0, 11, 333)]  # one-hot rows: zeros in every class
+    results = []
+    for elems, threads in [(1 << 17, 1), (11, 1), (11 * 40, 3), (11 * 301, 2)]:
+        monkeypatch.setattr(U, "_ENTROPY_BLOCK_ELEMS", elems)
+        monkeypatch.setattr(U, "_MIN_BLOCKS_PER_THREAD", 1)
+        monkeypatch.setattr(U, "_MAX_THREADS", threads)
+        monkeypatch.setattr(U.os, "sched_getaffinity", lambda pid: set(range(4)), raising=False)
+        d = M.uncertainty_decomposition(members)
+        results.append((M.predictive_entropy(p), d.total, d.data, d.knowledge))
+    for r in results[1:]:
+        for a, b in zip(results[0], r):
+            np.testing.assert_array_equal(a, b)
+    m64 = members.astype(np.float64)
+    tol = 2e-6 if dtype == np.float32 else 1e-12
+    h, total, data, knowledge = results[0]
+    np.testing.assert_allclose(h, entr(p.astype(np.float64)).sum(axis=1), rtol=0, atol=tol)
+    np.testing.assert_allclose(total, entr(m64.mean(axis=0)).sum(axis=1), rtol=0, atol=tol)
+    np.testing.assert_allclose(data, entr(m64).sum(axis=2).mean(axis=0), rtol=0, atol=tol)
+    assert np.isfinite(knowledge).all() and (knowledge >= 0).all()
