@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from .tables import shift_rows
+from .tables import latency_table, shift_rows
 from .text import html_text
 
 __all__ = ["render_html", "write_html", "summary_groups", "HEADLINE", "CELL_LIMIT"]
@@ -129,6 +129,12 @@ def render_html(report: Mapping[str, Any], *, figures: Sequence[tuple[str, str]]
     if report.get("shift"):
         parts.append("<h2>Shift</h2>")
         parts.append(_table(("split", "kind", "intensity", "accuracy", "NLL", "Brier", "ECE"), shift_rows(report)))
+    header, rows = latency_table([report], [a["method"]])
+    if rows:  # the archive carries ubench latency --record-into's numbers (SPEC.md 5.2)
+        parts.append("<h2>Accuracy against latency</h2>")
+        parts.append(_table(header, rows))
+        parts.append("<p>URSABench's table: the ensemble's latency per batch with its members run one after another "
+                     "(and as one fused graph), from <code>ubench latency --record-into</code>.</p>")
     parts.append("<h2>Figures</h2>")
     for caption, svg in figures:
         # the protocol line is in the figure's own title, once

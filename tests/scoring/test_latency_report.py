@@ -110,3 +110,20 @@ def test_compare_csv_carries_the_latency_columns(archives):
     assert [float(r["latency_p50_ms"]) for r in rows] == [0.4, 0.2]
     assert rows[0]["latency_fused_p50_ms"] == "0.25" and rows[1]["latency_fused_p50_ms"] == ""
     assert rows[0]["latency_backend"] == "onnxruntime"
+
+
+def test_score_html_shows_the_latency_table_escaped(archives, tmp_path):
+    _, b, evil = archives
+    for path, members, fused in ((evil, "3", "0.2000"), (b, "2", "-")):
+        page_path = tmp_path / f"{path.stem}.html"
+        res = CliRunner().invoke(cli, ["score", str(path), "--html", str(page_path), "--placement", "none"])
+        assert res.exit_code == 0, res.output
+        text = page_path.read_text(encoding="utf-8")
+        assert "<script" not in text
+        table = next(t for t in read_page(text).tables if [h for _, h in t[0]][:3] == ["method", "acc", "NLL"])
+        (row,) = [[c for _, c in r] for r in table[1:]]
+        assert row[3] == members and row[7] == fused
+    plain = build_archive(tmp_path / "plain.h5", m=2, seed=3)[0]
+    page_path = tmp_path / "plain.html"
+    assert CliRunner().invoke(cli, ["score", str(plain), "--html", str(page_path)]).exit_code == 0
+    assert "Accuracy against latency" not in page_path.read_text(encoding="utf-8")
