@@ -90,6 +90,11 @@ def latency(models_dir, backend, precision, batch_sizes, warmup, iters, threads,
         w = result["what_fits"]
         click.echo(f"  fits: {w['members']} member(s) ({w['limited_by']}), CLL "
                    f"{'n/a' if w['cll'] is None else format(w['cll'], '.4f')}")
+        if "fused" in w:
+            f = w["fused"]
+            click.echo(f"  fused, modelled (one call {f['call_overhead_ms'] * 1e3:.1f} µs + "
+                       f"{f['per_member_ms'] * 1e3:.1f} µs per member): {f['members']} member(s), CLL "
+                       f"{'n/a' if f['cll'] is None else format(f['cll'], '.4f')}")
 
 
 def _cll_curve(models_dir: Path, doc: dict) -> list[float] | None:

@@ -350,8 +350,21 @@ def what_fits(result: dict[str, Any], cll_by_members: list[float] | None, *, lat
     else:
         by_memory = m if memory_budget_bytes is None else int(memory_budget_bytes // per_bytes)
     k = max(0, min(m, by_latency, by_memory))
-    return {"members": k, "limited_by": "latency" if k == by_latency and k < m else (
-                "memory" if k == by_memory and k < m else "members available"),
-            "per_member_ms": per_ms, "per_member_bytes": per_bytes,
-            "latency_budget_ms": latency_budget_ms, "memory_budget_bytes": memory_budget_bytes,
-            "cll": None if not cll_by_members or k == 0 else cll_by_members[k - 1]}
+    out = {"members": k, "limited_by": "latency" if k == by_latency and k < m else (
+               "memory" if k == by_memory and k < m else "members available"),
+           "per_member_ms": per_ms, "per_member_bytes": per_bytes,
+           "latency_budget_ms": latency_budget_ms, "memory_budget_bytes": memory_budget_bytes,
+           "cll": None if not cll_by_members or k == 0 else cll_by_members[k - 1]}
+    fused = next((r for r in result.get("fused", {}).get("batches", ()) if r["batch_size"] == 1), None)
+    overhead_us = result.get("call_overhead_us")
+    if fused is not None and overhead_us is not None and latency_budget_ms is not None:
+        # One call of a k-member fused graph, modelled as the empty call plus k times the measured M-member graph's
+        # cost per member beyond it: t(k) = o + k (t_M - o) / M. A model (only k = M is measured), said so.
+        o = overhead_us / 1e3
+        per_fused = max(fused["mean_ms"] - o, 0.0) / m
+        by_fused = m if per_fused == 0.0 else int(max(latency_budget_ms - o, 0.0) // per_fused)
+        kf = max(0, min(m, by_fused, by_memory))
+        out["fused"] = {"members": kf, "per_member_ms": per_fused, "call_overhead_ms": o,
+                        "model": "call overhead + k x (fused M-member mean - overhead) / M",
+                        "cll": None if not cll_by_members or kf == 0 else cll_by_members[kf - 1]}
+    return out

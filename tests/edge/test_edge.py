@@ -92,6 +92,16 @@ def test_what_fits_budgets_by_hand():
     assert (w["members"], w["limited_by"], w["cll"]) == (3, "latency", -0.35)
     w = what_fits(result, [-0.5, -0.4, -0.35, -0.33, -0.32], latency_budget_ms=None, memory_budget_bytes=250)
     assert (w["members"], w["limited_by"], w["cll"]) == (2, "memory", -0.4)
+    assert "fused" not in w  # nothing fused was measured
+    # Fused: one call 1 ms (1000 us) + (6 - 1) / 5 = 1 ms per member; 7 ms fits 6 -> capped at the 5 available;
+    # 3.5 ms fits 2 (1 + 2 x 1 <= 3.5 < 1 + 3 x 1); memory (250 bytes: 2 members) caps it as well.
+    result |= {"call_overhead_us": 1000.0, "fused": {"batches": [{"batch_size": 1, "mean_ms": 6.0}]}}
+    curve = [-0.5, -0.4, -0.35, -0.33, -0.32]
+    f = what_fits(result, curve, latency_budget_ms=7.0, memory_budget_bytes=10**6)["fused"]
+    assert (f["members"], f["per_member_ms"], f["call_overhead_ms"], f["cll"]) == (5, 1.0, 1.0, -0.32)
+    assert what_fits(result, curve, latency_budget_ms=3.5, memory_budget_bytes=None)["fused"]["members"] == 2
+    assert what_fits(result, curve, latency_budget_ms=7.0, memory_budget_bytes=250)["fused"]["members"] == 2
+    assert what_fits(result, curve, latency_budget_ms=0.5, memory_budget_bytes=None)["fused"]["members"] == 0
 
 
 def test_tampered_model_and_missing_backend_are_clear_errors(exported, tmp_path):
