@@ -64,9 +64,12 @@ class FittedCalibrator:
 
 # --- scaling maps on log-probabilities ------------------------------------------------------------------------
 
-def _affine_fit(x: NDArray[np.float64], labels: NDArray, lam: float, mu: float) -> tuple[NDArray, NDArray]:
+def _affine_fit(x: NDArray[np.float64], labels: NDArray, lam: float, mu: float) -> tuple[NDArray, NDArray, bool]:
     """W (C, C), b (C) minimising mean CE(softmax(x W^T + b), y) + λ Σ_{i≠j} W_ij² / (C(C-1)) + μ Σ b² / C
-    (Kull et al.'s ODIR normalisation; λ = μ = 0 is matrix scaling), by L-BFGS from W = I, b = 0."""
+    (Kull et al.'s ODIR normalisation; λ = μ = 0 is matrix scaling), by Newton-CG from W = I, b = 0; and whether
+    it converged before its 200-iteration cap. On (near-)separable data the unpenalised directions (the diagonal of
+    W; all of W and b in matrix scaling) have no finite optimum: the fit stops at the cap, the training loss is
+    flat to ~1e-6 and the held-out numbers depend on where the solver stopped."""
     n, c = x.shape
     onehot = np.zeros((n, c))
     onehot[np.arange(n), labels] = 1.0
@@ -106,13 +109,13 @@ def _affine_fit(x: NDArray[np.float64], labels: NDArray, lam: float, mu: float) 
     # optimum that L-BFGS approaches in hundreds of iterations on these ill-conditioned log-probabilities.
     res = minimize(objective, theta0, jac=True, hessp=hessp, method="Newton-CG",
                    options={"maxiter": 200, "xtol": 1e-10})
-    return res.x[: c * c].reshape(c, c), res.x[c * c :]
+    return res.x[: c * c].reshape(c, c), res.x[c * c :], bool(res.success)
 
 
 def _fit_affine(name: str, probs: NDArray, labels: NDArray, eps: float, lam: float, mu: float) -> FittedCalibrator:
-    w, b = _affine_fit(np.log(probs.astype(np.float64) + eps), labels, lam, mu)
+    w, b, converged = _affine_fit(np.log(probs.astype(np.float64) + eps), labels, lam, mu)
     return FittedCalibrator(name, lambda p: softmax(np.log(p.astype(np.float64) + eps) @ w.T + b, axis=1),
-                            {"weight": w, "bias": b, "lambda": lam, "mu": mu})
+                            {"weight": w, "bias": b, "lambda": lam, "mu": mu, "converged": converged})
 
 
 # --- one-vs-rest binning maps ----------------------------------------------------------------------------------
@@ -273,13 +276,15 @@ def fit_calibrator(name: str, probs: ArrayLike, labels: ArrayLike, *, eps: float
 
 @dataclass(frozen=True)
 class CalibratorScores:
-    """Held-out NLL, Brier and ECE of one calibrator, means over the test-time CV folds (and per fold)."""
+    """Held-out NLL, Brier and ECE of one calibrator, means over the test-time CV folds (and per fold), and
+    the number of folds whose fit did not converge (only the iterative ``matrix`` and ``dirichlet`` can fail to)."""
 
     name: str
     nll: float
     brier: float
     ece: float
     folds: tuple[dict, ...] = field(repr=False, default=())
+    unconverged_folds: int = 0
 
 
 def cross_validated_calibrators(probs: ArrayLike, labels: ArrayLike, names: Sequence[str] = CALIBRATORS, *,
@@ -291,6 +296,7 @@ def cross_validated_calibrators(probs: ArrayLike, labels: ArrayLike, names: Sequ
     Returns ``{name: CalibratorScores}`` with the mean held-out ``nll`` (:math:`-\log(\tilde p_y + \text{eps})`),
     ``brier`` (summed over classes, in [0, 2]) and ``ece`` (``n_bins`` equal-width bins). The ``temperature``
     entry equals the calibrated protocol's ``calibrated_{nll,brier,ece}`` on the same folds.
+    ``unconverged_folds`` counts the folds whose ``matrix``/``dirichlet`` fit stopped at its iteration cap.
     """
     probs, labels = _check_probs_labels(probs, labels)
     for name in names:
@@ -305,7 +311,8 @@ def cross_validated_calibrators(probs: ArrayLike, labels: ArrayLike, names: Sequ
             q = cal.apply(probs[held])
             y = labels[held]
             per_fold.append({"nll": _nll(q, y, eps), "brier": float(_brier_per_sample(q, y).mean()),
-                             "ece": _ece(q, y, n_bins)})
+                             "ece": _ece(q, y, n_bins), "converged": cal.params.get("converged", True)})
         out[name] = CalibratorScores(
-            name, *(float(np.mean([f[k] for f in per_fold])) for k in ("nll", "brier", "ece")), tuple(per_fold))
+            name, *(float(np.mean([f[k] for f in per_fold])) for k in ("nll", "brier", "ece")), tuple(per_fold),
+            sum(not f["converged"] for f in per_fold))
     return out

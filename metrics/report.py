@@ -238,6 +238,12 @@ class ReportBuilder:
             if sec["calibrators"] is None:
                 self.notes.append(f"split {name!r} has {n} sample: the calibrators need at least 2 "
                                   "(test-time cross-validation), so calibrators is null")
+            for cal, scores in (sec["calibrators"] or {}).items():
+                if scores["unconverged_folds"]:
+                    self.notes.append(
+                        f"calibrator {cal!r}: the fit stopped at its iteration cap in {scores['unconverged_folds']} "
+                        f"of {2 * p.repeats} folds (near-separable halves leave unpenalised directions without a "
+                        "finite optimum), so its held-out numbers depend on where the solver stopped")
         if p.member_curves and self.n_members > 1 and name == self.primary:
             if n < 2:
                 self.notes.append(f"split {name!r} has {n} sample: no member curves (each point is a "

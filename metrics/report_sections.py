@@ -606,14 +606,15 @@ def dee_cll(arrays: SplitArrays, labels: NDArray, *, placement: str, orders: int
 
 def calibrators_section(arrays: SplitArrays, labels: NDArray, *, names: Sequence[str], repeats: int, seed: int,
                         bins: int, eps: float, smoothing: float) -> dict[str, Any] | None:
-    """``{name: {nll, brier, ece}}``: each post-hoc calibrator (:mod:`ubench.metrics.calibrators`) fitted on one
-    half of the (smoothed) ensemble mean and scored on the other, means over the same 2 x ``repeats`` folds as
-    ``calibrated`` (``None`` below 2 samples)."""
+    """``{name: {nll, brier, ece, unconverged_folds}}``: each post-hoc calibrator
+    (:mod:`ubench.metrics.calibrators`) fitted on one half of the (smoothed) ensemble mean and scored on the other,
+    means over the same 2 x ``repeats`` folds as ``calibrated`` (``None`` below 2 samples)."""
     if arrays.n_samples < 2:
         return None
     probs = _smooth(arrays.mean_probs, smoothing) if smoothing else arrays.mean_probs
     scores = _cross_validated_calibrators(probs, labels, names, n_repeats=repeats, seed=seed, eps=eps, n_bins=bins)
-    return {name: {"nll": s.nll, "brier": s.brier, "ece": s.ece} for name, s in scores.items()}
+    return {name: {"nll": s.nll, "brier": s.brier, "ece": s.ece, "unconverged_folds": s.unconverged_folds}
+            for name, s in scores.items()}
 
 
 def member_curves_section(member_probs: NDArray, labels: NDArray, *, placement: str, orders: int, repeats: int,
