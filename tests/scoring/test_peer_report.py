@@ -55,7 +55,7 @@ def test_score_calibrators_all_in_json_and_text():
     assert cal["temperature"]["nll"] == pytest.approx(r["in_domain"]["test"]["calibrated"]["calibrated_nll"],
                                                       rel=1e-6)
     # The bundled digits example's halves are near-separable for dirichlet's unpenalised diagonal: some folds stop
-    # at the iteration cap, and the report says so (measured: 4 of 10 folds with scipy 1.17's Newton-CG).
+    # at the iteration cap, and the report says so (measured: 2 of 10 folds with scipy 1.17's Newton-CG).
     assert cal["temperature"]["unconverged_folds"] == 0 and cal["dirichlet"]["unconverged_folds"] > 0
     assert any(n.startswith("calibrator 'dirichlet': the fit stopped at its iteration cap") for n in r["notes"])
     text = CliRunner().invoke(cli, ["score", str(EXAMPLE), "--calibrator", "isotonic"])
