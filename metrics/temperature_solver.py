@@ -451,6 +451,19 @@ def _mean_cumulants(mom: NDArray, rows: int = 1 << 13) -> tuple[NDArray[np.float
     return acc[1:-1], float(acc[0]), float(acc[-1])
 
 
+def _block_moments(s: NDArray, beta, e: NDArray, p: NDArray, ones: NDArray, mom: NDArray, order: int) -> None:
+    """Into ``mom[k] = sum_c exp(beta s) s**k`` (k = 0..order) for one row block ``s``, with ``e``, ``p`` as
+    scratch of ``s``'s shape: one exp per entry, the row sums as BLAS matrix-vector products."""
+    np.multiply(s, beta, out=e)
+    np.exp(e, out=e)
+    np.matmul(e, ones, out=mom[0])
+    np.multiply(e, s, out=p)
+    np.matmul(p, ones, out=mom[1])
+    for k in range(2, order + 1):
+        np.multiply(p, s, out=p)
+        np.matmul(p, ones, out=mom[k])
+
+
 def _shifted_pass(x: NDArray, c, beta: float, order: int, with_t1: bool):
     """One streamed pass over ``x`` (N, C) in its own dtype with ``s = x - c`` (``c`` one scalar for all rows).
 
@@ -475,14 +488,7 @@ def _shifted_pass(x: NDArray, c, beta: float, order: int, with_t1: bool):
         if with_t1:
             np.exp(s, out=e)
             np.matmul(e, ones, out=z1[a:b])
-        np.multiply(s, beta, out=e)
-        np.exp(e, out=e)
-        np.matmul(e, ones, out=mom[0, a:b])
-        np.multiply(e, s, out=p)
-        np.matmul(p, ones, out=mom[1, a:b])
-        for k in range(2, order + 1):
-            np.multiply(p, s, out=p)
-            np.matmul(p, ones, out=mom[k, a:b])
+        _block_moments(s, beta, e, p, ones, mom[:, a:b], order)
     return z1, mom
 
 
@@ -609,14 +615,7 @@ def _row_cumulants(s: NDArray, beta: float, order: int = 5) -> NDArray[np.float6
     for a in range(0, n, step):
         b = min(a + step, n)
         blk, e, pk = s[a:b], e_buf[: b - a], p_buf[: b - a]
-        np.multiply(blk, beta, out=e)
-        np.exp(e, out=e)
-        np.matmul(e, ones, out=mom[0, a:b])
-        np.multiply(e, blk, out=pk)
-        np.matmul(pk, ones, out=mom[1, a:b])
-        for k in range(2, order + 1):
-            np.multiply(pk, blk, out=pk)
-            np.matmul(pk, ones, out=mom[k, a:b])
+        _block_moments(blk, beta, e, pk, ones, mom[:, a:b], order)
     r = mom[1:] / mom[0]
     out = np.empty((order + 1, n))
     out[0] = np.log(mom[0])

@@ -56,3 +56,14 @@ def probs_and_labels(draw, n=st.integers(1, 40), c=st.integers(2, 8), dtype=st.s
     p = draw(prob_matrices(n=n, c=c, dtype=dtype))
     y = draw(labels_for(p.shape[0], p.shape[1]))
     return p, y
+
+
+def peaked_logits(seed: int, scale: float, peak: float, flip: float, n: int, c: int):
+    """(z, y): Gaussian logits (std ``scale``) with ``peak`` added at the label, or, for a share ``flip`` of rows, at a
+    random class: a temperature-fit problem whose optimum moves with scale, peak and flip."""
+    rng = np.random.default_rng(seed)
+    y = rng.integers(0, c, n)
+    z = rng.normal(size=(n, c)) * scale
+    shown = np.where(rng.random(n) < flip, rng.integers(0, c, n), y)
+    z[np.arange(n), shown] += peak
+    return z, y

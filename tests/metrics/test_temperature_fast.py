@@ -8,6 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from scipy import optimize, special
+from strategies import peaked_logits
 
 from ubench.metrics import temperature_solver as S
 from ubench.metrics.temperature import fit_temperature_from_logits
@@ -29,12 +30,7 @@ def _oracle(z: np.ndarray, y: np.ndarray) -> tuple[float, float]:
 
 
 def _problem(seed, scale, peak, flip, n=N, c=C):
-    rng = np.random.default_rng(seed)
-    y = rng.integers(0, c, n)
-    z = rng.normal(size=(n, c)) * scale
-    shown = np.where(rng.random(n) < flip, rng.integers(0, c, n), y)
-    z[np.arange(n), shown] += peak
-    return z, y
+    return peaked_logits(seed, scale, peak, flip, n, c)
 
 
 def _t_large():

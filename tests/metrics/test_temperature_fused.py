@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from scipy import optimize, special
+from strategies import peaked_logits
 
 from ubench.metrics import temperature as T
 from ubench.metrics.temperature import fit_temperature, fit_temperature_from_logits
@@ -28,12 +29,7 @@ def _reference_temperature(s: np.ndarray, labels: np.ndarray) -> float:
 
 
 def _data(scale: float, peak: float, flip: float, seed: int):
-    rng = np.random.default_rng(seed)
-    y = rng.integers(0, C, N)
-    z = rng.normal(size=(N, C)) * scale
-    shown = np.where(rng.random(N) < flip, rng.integers(0, C, N), y)
-    z[np.arange(N), shown] += peak
-    return z, y
+    return peaked_logits(seed, scale, peak, flip, N, C)
 
 
 REGIMES = [(1.0, 4.0, 0.1), (5.0, 8.0, 0.02), (10.0, 20.0, 0.005), (0.3, 1.0, 0.3), (3.0, 12.0, 0.05)]
