@@ -174,8 +174,13 @@ def cost_preset_for_dataset(dataset: str) -> str | None:
     >>> cost_preset_for_dataset("CIFAR-10"), cost_preset_for_dataset("fashion-mnist")
     ('cifar10', None)
     """
-    key = "".join(ch for ch in str(dataset).lower() if ch not in "-_ .")
-    return DATASET_COST_PRESETS.get(key)
+    return DATASET_COST_PRESETS.get(dataset_key(dataset))
+
+
+def dataset_key(dataset: str) -> str:
+    """A dataset name with case, ``-``, ``_``, spaces and dots dropped: the key every dataset-name table is
+    looked up by (``"CIFAR-10"`` -> ``"cifar10"``)."""
+    return "".join(ch for ch in str(dataset).lower() if ch not in "-_ .")
 
 
 def _check_cost(cost: ArrayLike, n_classes: int) -> NDArray[np.float64]:

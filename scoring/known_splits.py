@@ -17,10 +17,11 @@ the data and are not.
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
+
+from ..metrics.decision import dataset_key
 
 __all__ = ["KNOWN_SPLITS_FILE", "DATASETS", "canonical_dataset", "load_known_splits", "compute_known_splits",
            "check_known_splits"]
@@ -31,7 +32,7 @@ KNOWN_SPLITS_FILE = Path(__file__).with_name("known_splits.json")
 #: files are given (CIFAR-10/100, SVHN: not in this project's offline data).
 DATASETS = ("digits", "mnist", "fashion-mnist", "notmnist", "cifar10", "cifar100", "svhn")
 
-#: Spellings seen in archives and papers, after lower-casing and dropping ``-``, ``_``, spaces and dots.
+#: Spellings seen in archives and papers, as ``metrics.decision.dataset_key`` gives them.
 _ALIASES = {
     "digits": "digits", "sklearndigits": "digits", "uciddigits": "digits", "optdigits": "digits",
     "mnist": "mnist",
@@ -47,7 +48,7 @@ def canonical_dataset(name: str | None) -> str | None:
     """The known dataset ``name`` spells (``"Fashion_MNIST"`` -> ``"fashion-mnist"``), or None."""
     if not name:
         return None
-    return _ALIASES.get(re.sub(r"[-_ .]", "", str(name).lower()))
+    return _ALIASES.get(dataset_key(name))
 
 
 def load_known_splits(path: str | Path = KNOWN_SPLITS_FILE) -> dict[str, list[dict[str, Any]]]:
