@@ -79,7 +79,7 @@ LATENCY_ATTRIBUTES = {
     "latency_members": "int", "latency_batch_size": "int", "latency_p50_ms": "float", "latency_p95_ms": "float",
     "latency_mean_ms": "float", "latency_fused_p50_ms": "float", "latency_throughput_per_s": "float",
     "latency_throughput_batch_size": "int", "latency_call_overhead_us": "float", "latency_model_bytes": "int",
-    "latency_peak_rss_bytes": "int", "latency_device_peak_bytes": "int",
+    "latency_peak_rss_bytes": "int", "latency_device_peak_bytes": "int", "latency_device": "str",
 }
 
 MEMBER_KINDS = ("point", "independent", "snapshot", "posterior_sample", "mc_sample", "augmentation")

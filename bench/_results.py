@@ -71,7 +71,9 @@ class Recorder:
         self.date = _dt.datetime.now(_dt.timezone.utc).replace(microsecond=0).isoformat()
 
     def write(self, rows: list[dict], summary: list[dict] | None = None, *, settings: dict | None = None,
-              out_dir: Path | None = None) -> Path:
+              out_dir: Path | None = None, name: str | None = None) -> Path:
+        """Write ``<out_dir>/<name>.json`` (``name``: the script's stem unless a variant, e.g. a GPU run, is
+        kept beside the default run's results)."""
         out_dir = RESULTS_DIR if out_dir is None else Path(out_dir)
         out_dir.mkdir(parents=True, exist_ok=True)
         doc = {
@@ -83,7 +85,7 @@ class Recorder:
             "rows": rows,
             "summary": summary or [],
         }
-        path = out_dir / f"{Path(self.script).stem}.json"
+        path = out_dir / f"{name or Path(self.script).stem}.json"
         tmp = path.with_suffix(".json.tmp")
         tmp.write_text(json.dumps(doc, indent=1) + "\n")
         os.replace(tmp, path)

@@ -17,8 +17,13 @@ sampled inside one graph): how many members fit, and their CLL and DEE (against 
 archives' member curves.
 
     python bench/bench_edge.py [--iters 200] [--threads 1]
+    python bench/bench_edge.py --device cuda     # on a GPU machine
 
-Writes bench/results/bench_edge.json.
+Writes bench/results/bench_edge.json. With ``--device cuda`` (bench/results/bench_edge_cuda.json) the same networks
+run on the GPU with torch eager and ``torch.compile`` in fp32 and fp16 (and ONNX Runtime's CUDA provider where the
+installed onnxruntime has one), host to host (copy in, run, copy back), beside ONNX Runtime on ``--threads`` CPU
+threads of the same machine; the ensembles are timed with torch on the GPU, sequential against stacked in one
+module, and the what-fits answer (an edge-device question) is left to the CPU run.
 """
 
 from __future__ import annotations
@@ -35,11 +40,27 @@ NETWORKS = {"mlp": (1, 8, 8), "lenet": (1, 28, 28), "resnet20": (3, 32, 32)}
 BACKENDS = ("onnxruntime", "torch", "torch-compile")
 
 
+def contenders(device: str) -> list[tuple[str, str, str, str]]:
+    """(label, backend, device, precision) timed per network: the CPU set, or ONNX Runtime on the CPU as the
+    baseline beside the GPU contenders."""
+    if device == "cpu":
+        return [(b, b, "cpu", "fp32") for b in BACKENDS]
+    out = [("onnxruntime", "onnxruntime", "cpu", "fp32")]
+    import onnxruntime as ort
+
+    if "CUDAExecutionProvider" in ort.get_available_providers():
+        out.append(("onnxruntime cuda", "onnxruntime", device, "fp32"))
+    for precision in ("fp32", "fp16"):
+        out += [(f"{b} cuda {precision}", b, device, precision) for b in ("torch", "torch-compile")]
+    return out
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--iters", type=int, default=200)
     ap.add_argument("--warmup", type=int, default=10)
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--device", default="cpu", help="cpu, or cuda to time the torch backends on the GPU")
     args = ap.parse_args(argv)
 
     import torch
@@ -62,22 +83,25 @@ def main(argv=None) -> int:
                               mean=0.5, std=0.25, dropout="none", dropout_rate=0.0, members=[entry])
             models = load_models(d)
             by_backend = {}
-            for backend in BACKENDS:
+            for backend, kind, device, precision in contenders(args.device):
                 try:
-                    r = measure(models, backend=backend, batch_sizes=(1, 128), warmup=args.warmup,
-                                iters=args.iters, threads=args.threads)
+                    r = measure(models, backend=kind, batch_sizes=(1, 128), warmup=args.warmup,
+                                iters=args.iters, threads=args.threads, device=device, precision=precision,
+                                fused=False)
                 except LatencyError as exc:
                     rows.append({"network": name, "backend": backend, "error": str(exc)})
                     print(f"{name:9s} {backend:14s} {exc}", flush=True)
                     continue
                 by_backend[backend] = r
                 for b in r["batches"]:
-                    rows.append({"network": name, "backend": backend, "mode": "one member", "members": 1,
+                    rows.append({"network": name, "backend": backend, "device": r["device_name"],
+                                 "precision": precision, "mode": "one member", "members": 1,
                                  "batch_size": b["batch_size"],
                                  "p50_ms": round(b["p50_ms"], 4), "p95_ms": round(b["p95_ms"], 4),
                                  "mean_ms": round(b["mean_ms"], 4), "throughput_per_s": round(b["throughput_per_s"]),
                                  "threads": args.threads, "timer_overhead_us": round(r["timer_overhead_us"], 3),
-                                 "parameters": r["parameters"], "model_bytes": r["model_bytes"]})
+                                 "parameters": r["parameters"], "model_bytes": r["model_bytes"],
+                                 "device_peak_bytes": r.get("device_peak_bytes")})
                     print(f"{name:9s} {backend:14s} batch {b['batch_size']:4d}: p50 {b['p50_ms']:.4f} ms, "
                           f"{b['throughput_per_s']:.0f}/s", flush=True)
             if "onnxruntime" in by_backend:
@@ -88,12 +112,16 @@ def main(argv=None) -> int:
                         continue
                     for b in r["batches"]:
                         parts.append(f"{backend} b{b['batch_size']}: {b['p50_ms'] / base[b['batch_size']]:.1f}x")
-                summary.append({"what": f"{name}: ONNX Runtime p50 latency vs torch eager / torch.compile",
+                gpu = "" if args.device == "cpu" else " (ORT on the CPU; the others on the GPU, host to host)"
+                summary.append({"what": f"{name}: ONNX Runtime p50 latency vs torch eager / torch.compile{gpu}",
                                 "workload": f"batch 1 and 128, {args.threads} thread(s), {args.iters} iterations",
                                 "result": f"ORT b1 {base[1]:.3f} ms, b128 {base[128]:.3f} ms; others/ORT: "
                                           + ", ".join(parts), "target": "measured side by side", "met": None})
-        ensemble_rows(Path(tmp), args, rows, summary)
-    rec.write(rows, summary, settings=vars(args))
+        if args.device == "cpu":
+            ensemble_rows(Path(tmp), args, rows, summary)
+        else:
+            gpu_ensemble_rows(Path(tmp), args, rows, summary)
+    rec.write(rows, summary, settings=vars(args), name="bench_edge" if args.device == "cpu" else "bench_edge_cuda")
     return 0
 
 
@@ -173,6 +201,46 @@ def ensemble_rows(tmp: Path, args, rows: list, summary: list) -> None:
                     "workload": "digits, members' CLL/DEE from the archives' member curves (DEE against the "
                                 "3-member deep ensemble)",
                     "result": "; ".join(fits), "target": "measured", "met": None})
+
+
+def gpu_ensemble_rows(tmp: Path, args, rows: list, summary: list) -> None:
+    """The digits deep ensemble (3 MLPs, trained on the GPU) with torch and torch.compile on the GPU: the members
+    one after another against the members stacked in one module (one call), batch 1 and 128, fp32."""
+    from ubench.edge.latency import load_models, measure
+    from ubench.producers.archive_run import produce_archive
+    from ubench.producers.task import build_task
+    from ubench.producers.torch_trainer import RunSettings
+
+    task = build_task("digits")
+    out = produce_archive("deep_ensemble", task, tmp / "deep_ensemble.h5", threads=args.threads,
+                          settings=RunSettings(model="mlp", members=3, seed=0, device=args.device), save_models=True)
+    models = load_models(out.with_name(out.name + ".models"))
+    parts = []
+    for backend in ("torch", "torch-compile"):
+        r = measure(models, backend=backend, batch_sizes=(1, 128), warmup=args.warmup, iters=args.iters,
+                    threads=args.threads, fused=True, device=args.device)
+        fused = {b["batch_size"]: b for b in r["fused"]["batches"]}
+        for b in r["batches"]:
+            for mode, row in (("sequential", b), ("fused", fused[b["batch_size"]])):
+                rows.append({"network": "mlp deep_ensemble", "backend": f"{backend} cuda fp32",
+                             "device": r["device_name"], "precision": "fp32", "mode": mode,
+                             "members": r["n_members"], "batch_size": b["batch_size"],
+                             "p50_ms": round(row["p50_ms"], 4), "p95_ms": round(row["p95_ms"], 4),
+                             "mean_ms": round(row["mean_ms"], 4), "throughput_per_s": round(row["throughput_per_s"]),
+                             "threads": args.threads, "timer_overhead_us": round(r["timer_overhead_us"], 3),
+                             "call_overhead_us": round(r["call_overhead_us"], 2),
+                             "parameters": r["parameters"], "model_bytes": r["model_bytes"],
+                             "device_peak_bytes": r.get("device_peak_bytes")})
+                print(f"deep_ensemble {backend:14s} {mode:10s} batch {b['batch_size']:4d}: p50 "
+                      f"{row['p50_ms']:.4f} ms", flush=True)
+        parts.append(f"{backend}: b1 p50 {r['batches'][0]['p50_ms']:.4f} ms sequential, {fused[1]['p50_ms']:.4f} ms "
+                     f"stacked ({r['batches'][0]['p50_ms'] / fused[1]['p50_ms']:.2f}x); b128 "
+                     f"{r['batches'][1]['p50_ms'] / fused[128]['p50_ms']:.2f}x; an empty host-to-host call "
+                     f"{r['call_overhead_us']:.1f} us")
+    summary.append({"what": f"digits deep ensemble (3 MLPs) on {r['device_name']}: members one after "
+                            "another vs stacked in one module",
+                    "workload": f"batch 1 and 128, {args.iters} iterations alternating, host to host",
+                    "result": "; ".join(parts), "target": "measured side by side", "met": None})
 
 
 if __name__ == "__main__":

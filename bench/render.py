@@ -67,6 +67,12 @@ SCRIPTS = {
                    "Runtime, members one after another against one fused graph, with the harness's own costs "
                    "(timer per call, an empty ORT call); and what fits in 0.03 ms and 4G at batch 1 with its "
                    "CLL/DEE."),
+    "bench_edge_cuda": ("python bench/bench_edge.py --device cuda --iters 100",
+                        "The same networks on a lent GPU (the device tool's NVIDIA H100/H200): torch eager and "
+                        "`torch.compile` in fp32 and fp16 on the GPU (ONNX Runtime's CUDA provider where installed), "
+                        "timed host to host (copy in, run, copy back), beside ONNX Runtime on the CPU threads of "
+                        "the same machine; a digits deep ensemble (3 MLPs) trained on the GPU, members one after "
+                        "another against stacked in one module. TensorRT: see the README's edge section."),
     "bench_serve": ("python bench/bench_serve.py",
                     "`ubench serve` on loopback: uploads accepted per second with 8 clients while scoring runs, POST "
                     "and GET latency, and the time from an upload to its leaderboard row, with 1 and 2 workers."),
@@ -132,7 +138,8 @@ def render_performance(results: dict[str, dict]) -> str:
             lines.append(f"| `{stem}.py` | - | no results file: run `{command}` | - | not measured | - |")
             continue
         for s in doc.get("summary") or []:
-            lines.append(f"| {_fmt(s['what'])} (`{stem}.py`) | {_fmt(s['workload'])} | {_fmt(s['result'])} | "
+            script = doc.get("script", f"{stem}.py")
+            lines.append(f"| {_fmt(s['what'])} (`{script}`) | {_fmt(s['workload'])} | {_fmt(s['result'])} | "
                          f"{_fmt(s['target'])} | {_met(s['met'])} | {_stamp(doc)} |")
     lines += ["", PERF[1]]
     return "\n".join(lines)

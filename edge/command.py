@@ -16,7 +16,11 @@ __all__ = ["latency"]
 @click.argument("models_dir", type=click.Path(exists=True, file_okay=False, path_type=Path))
 @click.option("--backend", type=click.Choice(("onnxruntime", "torch", "torch-compile", "tensorrt")),
               default="onnxruntime", show_default=True)
-@click.option("--precision", type=click.Choice(("fp32", "fp16")), default="fp32", show_default=True)
+@click.option("--precision", type=click.Choice(("fp32", "fp16")), default="fp32", show_default=True,
+              help="fp16: torch backends on a GPU, and tensorrt.")
+@click.option("--device", default="cpu", show_default=True, metavar="cpu|cuda|cuda:N",
+              help="Where torch and onnxruntime run (onnxruntime on a GPU needs onnxruntime-gpu); tensorrt always "
+                   "runs on the GPU. On a GPU each call is timed host to host (copy in, run, copy back).")
 @click.option("--batch-size", "batch_sizes", type=click.IntRange(min=1), multiple=True, default=(1,),
               show_default=True, help="Batch size; repeat for several (throughput at larger batches).")
 @click.option("--warmup", type=click.IntRange(min=0), default=10, show_default=True)
@@ -34,7 +38,7 @@ __all__ = ["latency"]
               help="Write the numbers into ARCHIVE's /scalability group (SPEC.md 5.2), so that score and compare "
                    "show accuracy against latency; ARCHIVE must be the one the models were exported with.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
-def latency(models_dir, backend, precision, batch_sizes, warmup, iters, threads, memory_budget, latency_ms,
+def latency(models_dir, backend, precision, device, batch_sizes, warmup, iters, threads, memory_budget, latency_ms,
             fused, record_into, as_json):
     """Time an exported ensemble: the members one after another per batch, warm-up discarded.
 
@@ -43,13 +47,14 @@ def latency(models_dir, backend, precision, batch_sizes, warmup, iters, threads,
     ubench latency de.h5.models --backend onnxruntime --json
     ubench latency de.h5.models --batch-size 1 --batch-size 128 --latency-budget 0.5 --memory-budget 4G
     ubench latency de.h5.models --record-into de.h5 && ubench score de.h5
+    ubench latency de.h5.models --backend torch-compile --device cuda --precision fp16 --batch-size 128
     """
     from .latency import LatencyError, load_models, measure, what_fits
 
     try:
         models = load_models(models_dir)
         result = measure(models, backend=backend, batch_sizes=batch_sizes, warmup=warmup, iters=iters,
-                         threads=threads, precision=precision, fused=fused)
+                         threads=threads, precision=precision, fused=fused, device=device)
     except LatencyError as exc:
         click.echo(f"error: {exc}", err=True)
         sys.exit(2)
@@ -74,8 +79,11 @@ def latency(models_dir, backend, precision, batch_sizes, warmup, iters, threads,
     if as_json:
         click.echo(json.dumps(result, indent=1, sort_keys=True))
         return
-    click.echo(f"{result['method']} ({result['model']}), {result['n_members']} members, {backend} {precision}, "
+    where = "" if result["device"] == "cpu" else f" on {result['device']} ({result['device_name']})"
+    click.echo(f"{result['method']} ({result['model']}), {result['n_members']} members, {backend} {precision}{where}, "
                f"{threads} thread(s); {result['model_bytes'] / 2**20:.2f} MiB of models")
+    if result.get("device_peak_bytes") is not None:
+        click.echo(f"  device memory peak {result['device_peak_bytes'] / 2**20:.2f} MiB")
     fused_rows = {r["batch_size"]: r for r in result.get("fused", {}).get("batches", [])}
     for r in result["batches"]:
         click.echo(f"  batch {r['batch_size']:>4}: p50 {r['p50_ms']:.3f} ms, p95 {r['p95_ms']:.3f} ms, mean "

@@ -1,7 +1,9 @@
 # SPDX-License-Identifier: MIT
 """The latency of an exported ensemble (URSABench's protocol: batch 1 by default, warm-up batches discarded, the
 members run one after another and their times summed per batch), with ONNX Runtime, PyTorch eager or
-``torch.compile``; TensorRT where a GPU and the ``tensorrt`` package exist.
+``torch.compile``; TensorRT where a GPU and the ``tensorrt`` package exist. ``device="cuda"`` runs the torch
+backends (fp32 or fp16) and ONNX Runtime (its CUDA execution provider, where the installed package has one) on the
+GPU.
 
 Every timed iteration runs all M members on the same batch (fresh seeded inputs of the task's shape in [0, 1]);
 the ensemble latency is that iteration's wall time (``time.perf_counter_ns``). Reported per batch size: p50, p95,
@@ -11,7 +13,9 @@ RSS of this process and the models' bytes. ``fused`` times the same members as o
 every member's subgraph, output M x B x C; the torch modules stacked in one module), alternating with the
 sequential iterations; ``call_overhead_us`` is what one call of the backend costs when it computes nothing (an
 ``Identity`` graph), which the sequential ensemble pays M times per batch and the fused graph once: at batch 1 on
-small networks that difference is most of what fusing saves. ``what_fits`` turns the batch-1 numbers and the archive's
+small networks that difference is most of what fusing saves. On a GPU every call is timed host to host: the batch
+is copied in, the members run, the probabilities are copied back (which waits for the device), as an application
+sees it; ``device_peak_bytes`` is torch's CUDA allocator peak (torch backends). ``what_fits`` turns the batch-1 numbers and the archive's
 CLL-against-members curve into the largest ensemble within a latency and a memory budget.
 """
 
@@ -73,19 +77,53 @@ def load_models(directory: str | Path) -> Models:
     return Models(directory, doc)
 
 
-def _onnxruntime_runners(models: Models, threads: int, precision: str):
+def _check_device(device: str) -> None:
+    if device == "cpu":
+        return
+    if device != "cuda" and not (device.startswith("cuda:") and device[5:].isdigit()):
+        raise LatencyError(f"device {device!r}: choose cpu, cuda or cuda:N")
+    try:
+        import torch
+    except ImportError:
+        raise LatencyError(f"device {device}: needs torch with CUDA to see the GPU; torch is not installed") from None
+    if not torch.cuda.is_available():
+        raise LatencyError(f"device {device}: no CUDA device is visible here (torch.cuda.is_available() is False)")
+    if torch.device(device).index is not None and torch.device(device).index >= torch.cuda.device_count():
+        raise LatencyError(f"device {device}: only {torch.cuda.device_count()} CUDA device(s) here")
+
+
+def _ort_providers(device: str) -> list:
+    """ONNX Runtime's providers for ``device``: the CPU one, or the CUDA one (with the CPU one behind it for the
+    nodes CUDA lacks); a package without the CUDA provider (plain ``onnxruntime``) is an error, not a silent CPU
+    run."""
     import onnxruntime as ort
 
-    if precision != "fp32":
-        raise LatencyError("onnxruntime backend: fp32 only on the CPU (fp16 needs the CUDA or TensorRT provider)")
+    if device == "cpu":
+        return ["CPUExecutionProvider"]
+    available = ort.get_available_providers()
+    if "CUDAExecutionProvider" not in available:
+        raise LatencyError(f"onnxruntime backend on {device}: this onnxruntime ({ort.__version__}) has no CUDA "
+                           f"execution provider (it has {', '.join(available)}); install onnxruntime-gpu")
+    index = 0 if device == "cuda" else int(device[5:])
+    return [("CUDAExecutionProvider", {"device_id": index}), "CPUExecutionProvider"]
+
+
+def _ort_session(source, threads: int, device: str):
+    import onnxruntime as ort
+
     opts = ort.SessionOptions()
     opts.intra_op_num_threads, opts.inter_op_num_threads = threads, 1
-    sessions = [ort.InferenceSession(str(models.directory / m["onnx"]), opts, providers=["CPUExecutionProvider"])
-                for m in models.members]
+    return ort.InferenceSession(source, opts, providers=_ort_providers(device))
+
+
+def _onnxruntime_runners(models: Models, threads: int, precision: str, device: str = "cpu"):
+    if precision != "fp32":
+        raise LatencyError("onnxruntime backend: fp32 only (fp16 needs an fp16 graph; use torch or tensorrt)")
+    sessions = [_ort_session(str(models.directory / m["onnx"]), threads, device) for m in models.members]
     return [lambda x, s=s: s.run(None, {"x": x})[0] for s in sessions]
 
 
-def _torch_module(models: Models, member: dict[str, Any]):
+def _torch_module(models: Models, member: dict[str, Any], device: str = "cpu", precision: str = "fp32"):
     import torch
     from torch import nn
 
@@ -106,40 +144,46 @@ def _torch_module(models: Models, member: dict[str, Any]):
         from ..producers.models import set_mc_dropout
 
         set_mc_dropout(net, True)
-    return net
+    return net.to(device=device, dtype=torch.float16 if precision == "fp16" else torch.float32)
 
 
-def _torch_runners(models: Models, threads: int, precision: str, compiled: bool):
+def _torch_call(net, device: str, precision: str):
+    """``x`` (NumPy, float32, host) -> probabilities (NumPy, float32, host) through ``net`` on ``device``: the copy
+    in, the forward pass and the copy back (``.cpu()`` waits for the device), in inference mode."""
     import torch
 
-    if precision != "fp32":
-        raise LatencyError("torch backends: fp32 only on the CPU")
+    dtype = torch.float16 if precision == "fp16" else torch.float32
+
+    def run(x):
+        with torch.inference_mode():
+            return net(torch.from_numpy(x).to(device=device, dtype=dtype)).float().cpu().numpy()
+    return run
+
+
+def _torch_runners(models: Models, threads: int, precision: str, compiled: bool, device: str = "cpu"):
+    import torch
+
+    if precision != "fp32" and device == "cpu":
+        raise LatencyError("torch backends: fp32 only on the CPU (fp16 with --device cuda)")
     torch.set_num_threads(threads)
-    nets = [_torch_module(models, m) for m in models.members]
+    nets = [_torch_module(models, m, device, precision) for m in models.members]
+    runs = [_torch_call(n, device, precision) for n in nets]
     if compiled:
         try:
-            nets = [torch.compile(n) for n in nets]
-            with torch.inference_mode():
-                for n in nets:
-                    n(torch.zeros((1, *models.input_shape)))
-        except Exception as exc:  # torch.compile needs a C++ compiler on the CPU
+            runs = [_torch_call(torch.compile(n), device, precision) for n in nets]
+            for run in runs:
+                run(np.zeros((1, *models.input_shape), dtype=np.float32))
+        except Exception as exc:  # torch.compile needs a C++ compiler on the CPU (Triton on a GPU)
             raise LatencyError(f"torch-compile backend: torch.compile failed ({type(exc).__name__}: "
                                f"{str(exc)[:200]})") from None
-
-    def runner(net):
-        def run(x):
-            with torch.inference_mode():
-                return net(torch.from_numpy(x)).numpy()
-        return run
-
-    return [runner(n) for n in nets]
+    return runs
 
 
-def _runners(models: Models, backend: str, threads: int, precision: str):
+def _runners(models: Models, backend: str, threads: int, precision: str, device: str = "cpu"):
     if backend == "onnxruntime":
-        return _onnxruntime_runners(models, threads, precision)
+        return _onnxruntime_runners(models, threads, precision, device)
     if backend in ("torch", "torch-compile"):
-        return _torch_runners(models, threads, precision, backend == "torch-compile")
+        return _torch_runners(models, threads, precision, backend == "torch-compile", device)
     if backend == "tensorrt":
         try:
             import tensorrt  # noqa: F401
@@ -194,15 +238,11 @@ def fused_onnx(models: Models) -> bytes:
     return fused.SerializeToString()
 
 
-def _fused_runner(models: Models, backend: str, threads: int):
+def _fused_runner(models: Models, backend: str, threads: int, device: str = "cpu", precision: str = "fp32"):
     """The members as one call: the fused ONNX graph in one session, or the torch modules stacked in one module
     (compiled as one graph by ``torch-compile``); ``None`` for TensorRT (engines are per member here)."""
     if backend == "onnxruntime":
-        import onnxruntime as ort
-
-        opts = ort.SessionOptions()
-        opts.intra_op_num_threads, opts.inter_op_num_threads = threads, 1
-        sess = ort.InferenceSession(fused_onnx(models), opts, providers=["CPUExecutionProvider"])
+        sess = _ort_session(fused_onnx(models), threads, device)
         return lambda x: sess.run(None, {"x": x})[0]
     if backend in ("torch", "torch-compile"):
         import torch
@@ -216,24 +256,21 @@ def _fused_runner(models: Models, backend: str, threads: int):
             def forward(self, x):
                 return torch.stack([n(x) for n in self.nets])
 
-        net = Stacked([_torch_module(models, m) for m in models.members]).eval()
+        net = Stacked([_torch_module(models, m, device, precision) for m in models.members]).eval()
         if backend == "torch-compile":
             net = torch.compile(net)
-
-        def run(x):
-            with torch.inference_mode():
-                return net(torch.from_numpy(x)).numpy()
-        return run
+        return _torch_call(net, device, precision)
     return None
 
 
-def _call_overhead_us(backend: str, threads: int, input_shape: tuple[int, ...], n: int = 2000) -> float | None:
+def _call_overhead_us(backend: str, threads: int, input_shape: tuple[int, ...], n: int = 2000,
+                      device: str = "cpu") -> float | None:
     """Median cost of one call that does no work, through the same path as a member's call (ONNX Runtime: a
-    session of one ``Identity`` node; torch: inference mode, ``from_numpy``, ``nn.Identity``, ``.numpy()``) at
-    batch 1: what each of the M sequential calls pays and a fused call pays once."""
+    session of one ``Identity`` node; torch: inference mode, ``from_numpy``, the copy to ``device``,
+    ``nn.Identity``, the copy back, ``.numpy()``) at batch 1: what each of the M sequential calls pays and a fused
+    call pays once."""
     x = np.zeros((1, *input_shape), dtype=np.float32)
     if backend == "onnxruntime":
-        import onnxruntime as ort
         from onnx import TensorProto, helper
 
         info = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, *input_shape])
@@ -241,18 +278,13 @@ def _call_overhead_us(backend: str, threads: int, input_shape: tuple[int, ...], 
         proto = helper.make_model(helper.make_graph([helper.make_node("Identity", ["x"], ["y"])], "identity",
                                                     [info], [out]), opset_imports=[helper.make_opsetid("", 17)])
         proto.ir_version = 8
-        opts = ort.SessionOptions()
-        opts.intra_op_num_threads, opts.inter_op_num_threads = threads, 1
-        sess = ort.InferenceSession(proto.SerializeToString(), opts, providers=["CPUExecutionProvider"])
+        sess = _ort_session(proto.SerializeToString(), threads, device)
         call = lambda: sess.run(None, {"x": x})  # noqa: E731
     elif backend in ("torch", "torch-compile"):
         import torch
 
-        ident = torch.nn.Identity()
-
-        def call():
-            with torch.inference_mode():
-                return ident(torch.from_numpy(x)).numpy()
+        ident = _torch_call(torch.nn.Identity(), device, "fp32")
+        call = lambda: ident(x)  # noqa: E731
     else:
         return None
     for _ in range(50):
@@ -280,14 +312,25 @@ def _timer_overhead_us(n: int = 10000) -> float:
 
 def measure(models: Models, *, backend: str = "onnxruntime", batch_sizes=(1,), warmup: int = 10, iters: int = 200,
             threads: int = 1, precision: str = "fp32", seed: int = 0, cache_dir: Path | None = None,
-            fused: bool = True) -> dict[str, Any]:
+            fused: bool = True, device: str = "cpu") -> dict[str, Any]:
     """Time the sequential ensemble at each batch size (see the module docstring) and, with ``fused``, the members
     as one call (:func:`fused_onnx`; the torch modules stacked), the two alternating iteration by iteration so
     that drifts in the machine's load hit both. TensorRT engines are built (or read from ``cache_dir``, default
-    ``MODELS/trt-cache``) per batch size and add ``device_peak_bytes``; TensorRT has no fused timing here."""
+    ``MODELS/trt-cache``) per batch size and add ``device_peak_bytes``; TensorRT has no fused timing here. With
+    ``device`` ``cuda`` (or ``cuda:N``) the torch backends and ONNX Runtime run on that GPU (TensorRT always
+    does)."""
     trt = backend == "tensorrt"
-    runners = [] if trt else _runners(models, backend, threads, precision)
-    fused_run = _fused_runner(models, backend, threads) if fused and not trt else None
+    if trt:
+        device = "cuda"  # its own errors name what is missing (the package, CUDA)
+    else:
+        _check_device(device)
+    gpu_torch = device != "cpu" and backend in ("torch", "torch-compile")
+    if gpu_torch:
+        import torch
+
+        torch.cuda.reset_peak_memory_stats(device)
+    runners = [] if trt else _runners(models, backend, threads, precision, device)
+    fused_run = _fused_runner(models, backend, threads, device, precision) if fused and not trt else None
     device_peak = None
     rng = np.random.default_rng(seed)
     rows, fused_rows = [], []
@@ -319,20 +362,33 @@ def measure(models: Models, *, backend: str = "onnxruntime", batch_sizes=(1,), w
             fused_rows.append(frow)
         if trt:
             device_peak = max(device_peak or 0, int(peak()))
-    out = {"backend": backend, "precision": precision, "threads": threads, "warmup": warmup, "iters": iters,
+    if gpu_torch:
+        device_peak = int(torch.cuda.max_memory_allocated(device))
+    out = {"backend": backend, "precision": precision, "device": device, "device_name": _device_name(device),
+           "threads": threads, "warmup": warmup, "iters": iters,
            "n_members": len(models.members), "model": models.doc["model"], "method": models.doc["method"],
            "sampling": models.doc["sampling"],
            "model_bytes": int(sum(m["onnx_bytes"] for m in models.members)),
            "parameters": int(sum(m["parameters"] for m in models.members)),
            "timer_overhead_us": _timer_overhead_us(),
-           "call_overhead_us": _call_overhead_us(backend, threads, models.input_shape),
+           "call_overhead_us": _call_overhead_us(backend, threads, models.input_shape, device=device),
            "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
-           **({"device_peak_bytes": device_peak} if trt else {}), "batches": rows}
+           **({"device_peak_bytes": device_peak} if device_peak is not None else {}), "batches": rows}
     if fused_run is not None:
         out["fused"] = {"graph": "onnx: one graph, the members' subgraphs side by side, output M x B x C"
                         if backend == "onnxruntime" else "torch: the members stacked in one module, one call",
                         "batches": fused_rows}
     return out
+
+
+def _device_name(device: str) -> str:
+    if device == "cpu":
+        import platform
+
+        return platform.processor() or platform.machine()
+    import torch
+
+    return torch.cuda.get_device_name(torch.device(device))
 
 
 def what_fits(result: dict[str, Any], cll_by_members: list[float] | None, *, latency_budget_ms: float | None,

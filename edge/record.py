@@ -42,6 +42,8 @@ def latency_attributes(result: dict[str, Any]) -> dict[str, Any]:
         out["latency_fused_p50_ms"] = fused[first["batch_size"]]["p50_ms"]
     if result.get("call_overhead_us") is not None:
         out["latency_call_overhead_us"] = result["call_overhead_us"]
+    if result.get("device", "cpu") != "cpu":
+        out["latency_device"] = f"{result['device']} ({result.get('device_name', '?')})"
     if result.get("device_peak_bytes") is not None:
         out["latency_device_peak_bytes"] = result["device_peak_bytes"]
     assert set(out) <= set(LATENCY_ATTRIBUTES)

@@ -202,7 +202,8 @@ def latency_table(reports: Sequence[Mapping[str, Any]], names: Sequence[str]) ->
                      lat.get("latency_throughput_batch_size"),
                      None if lat.get("latency_model_bytes") is None else lat["latency_model_bytes"] / 2 ** 20,
                      f"{lat.get('latency_backend', '?')} {lat.get('latency_precision', '')} "
-                     f"{lat.get('latency_threads', '?')} thread(s)"])
+                     + (f"on {lat['latency_device']}" if lat.get("latency_device") else
+                        f"{lat.get('latency_threads', '?')} thread(s)")])
     return header, rows
 
 
