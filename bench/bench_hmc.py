@@ -338,16 +338,23 @@ def jax_settings(device: str) -> dict:
     """JAX's backend (None when JAX cannot start). On CUDA also its float32 matmul precision, set to full float32
     like torch's default (``torch.get_float32_matmul_precision() == "highest"``): JAX's GPU default rounds the
     products to TF32 on recent GPUs, which would time a less precise computation."""
+    def reason(exc: Exception) -> str:
+        return f"{type(exc).__name__}: {exc}".splitlines()[0][:300]
+
     try:
         import jax
 
         info = {"jax_backend": jax.default_backend()}
-        if device == "cuda":
-            jax.config.update("jax_default_matmul_precision", "highest")
-            info.update(jax_devices=[str(d) for d in jax.devices()], jax_matmul_precision="highest")
-        return info
     except Exception as exc:  # noqa: BLE001 - JAX missing or its plugin broken: the torch contenders still run
-        return {"jax_backend": None, "jax_error": f"{type(exc).__name__}: {exc}".splitlines()[0][:300]}
+        return {"jax_backend": None, "jax_error": reason(exc)}
+    if device == "cuda":
+        info["jax_devices"] = [str(d) for d in jax.devices()]
+        try:
+            jax.config.update("jax_default_matmul_precision", "highest")
+            info["jax_matmul_precision"] = "highest"
+        except Exception as exc:  # noqa: BLE001 - an older or newer JAX without the option: say so, run on
+            info["jax_matmul_precision"] = f"default (setting highest failed: {reason(exc)})"
+    return info
 
 
 def main() -> None:
