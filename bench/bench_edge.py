@@ -69,7 +69,8 @@ def main(argv=None) -> int:
     from ubench.edge.latency import LatencyError, load_models, measure
     from ubench.producers.models import build_model
 
-    rec = Recorder(__file__, "onnxruntime", "onnx")
+    rec = Recorder(__file__, "onnxruntime", "onnx", name="bench_edge" if args.device == "cpu" else "bench_edge_cuda",
+                   note=None if args.device == "cpu" else "GPU machine, lent for this run; see load")
     rows, summary = [], []
     with tempfile.TemporaryDirectory() as tmp:
         for name, shape in NETWORKS.items():
@@ -121,7 +122,7 @@ def main(argv=None) -> int:
             ensemble_rows(Path(tmp), args, rows, summary)
         else:
             gpu_ensemble_rows(Path(tmp), args, rows, summary)
-    rec.write(rows, summary, settings=vars(args), name="bench_edge" if args.device == "cpu" else "bench_edge_cuda")
+    rec.write(rows, summary, settings=vars(args))
     return 0
 
 

@@ -9,13 +9,23 @@ HMC iterations per second (L leapfrog steps of full-batch potential-and-gradient
   iteration,
 - BlackJAX's ``hmc`` kernel on the same MLP in JAX (jit-compiled, compile time excluded);
 and the training time of one epoch of SGD on the torch and JAX producers. Ratios > 1 mean ubench torch is faster.
-Times are wall and process CPU seconds (best of interleaved repeats); the ratio against the target is taken in CPU
-time, which other jobs on a shared machine disturb least. ``gemm_floor`` times the matrix products of one gradient
-alone: the loop's CPU time over L times that floor bounds any float32 speed-up of the same computation.
+Times are wall and process CPU seconds (best of interleaved repeats); on the CPU the ratio against the target is
+taken in CPU time, which other jobs on a shared machine disturb least. ``gemm_floor`` times the matrix products of
+one gradient alone: the loop's time over L times that floor bounds any float32 speed-up of the same computation.
 
-    python bench/bench_hmc.py [--iterations 30] [--leapfrog 40] [--threads 1]
+``--device cuda`` puts the model, the data and every torch contender on the GPU, and every timed region ends with
+``torch.cuda.synchronize()`` (JAX's with ``block_until_ready``), so wall times are the GPU's. The host process's
+CPU time says little there (it includes the busy-wait of each synchronisation): the ratio against the target is
+taken in wall time, and ``gemm_floor`` times the products on the GPU in wall time, synchronised. JAX stays on its
+default backend (the GPU when its CUDA plugin is installed; ``settings.jax_backend`` records which) with full
+float32 matrix products like torch's default (JAX's GPU default would round them to TF32), and does not pre-allocate
+the GPU's memory. On the CPU JAX is pinned to the CPU and one thread.
 
-Writes bench/results/bench_hmc.json (``bench/_results.py``); ``bench/render.py`` puts it in the README.
+    python bench/bench_hmc.py [--device cpu|cuda] [--iterations 30] [--leapfrog 40] [--threads 1]
+
+Writes bench/results/bench_hmc.json, or bench_hmc_cuda.json with ``--device cuda`` (``bench/_results.py``);
+``bench/render.py`` puts them in the README. A contender that cannot run (BlackJAX not installed, ``torch.compile``
+or JAX failing on the machine) is skipped with its reason in ``settings.skipped``; the run goes on.
 """
 
 from __future__ import annotations
@@ -25,6 +35,7 @@ import math
 import os
 import sys
 import time
+import traceback
 import warnings
 from pathlib import Path
 
@@ -34,30 +45,53 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _results import Recorder  # noqa: E402
 
 
-def _timed(fn, repeats: int) -> float:
-    """Best of ``repeats`` wall times of ``fn()``."""
+def _no_sync() -> None:
+    pass
+
+
+def device_sync(device: str):
+    """What ends a timed region on ``device``: ``torch.cuda.synchronize`` on CUDA (the kernels queued by the region
+    have finished), nothing on the CPU."""
+    if device == "cuda":
+        import torch
+
+        return torch.cuda.synchronize
+    return _no_sync
+
+
+def _timed(fn, repeats: int, sync=_no_sync) -> float:
+    """Best of ``repeats`` wall times of ``fn()``, each ended by ``sync()``."""
     best = math.inf
     for _ in range(repeats):
+        sync()
         t = time.perf_counter()
         fn()
+        sync()
         best = min(best, time.perf_counter() - t)
     return best
 
 
-def _timed_both(fn) -> tuple[float, float]:
-    """Wall and process CPU seconds of one ``fn()`` (CPU time is what other jobs on a shared machine disturb
-    least)."""
+def _timed_both(fn, sync=_no_sync) -> tuple[float, float]:
+    """Wall and process CPU seconds of one ``fn()`` ended by ``sync()`` (CPU time is what other jobs on a shared
+    machine disturb least)."""
+    sync()
     w, c = time.perf_counter(), time.process_time()
     fn()
+    sync()
     return time.perf_counter() - w, time.process_time() - c
 
 
-def gemm_floor(model, x, *, repeats: int) -> float:
-    """CPU seconds of the matrix products alone in one forward and backward pass of the MLP on ``x``: the three
+def gemm_floor(model, x, *, repeats: int, device: str = "cpu") -> float:
+    """Seconds of the matrix products alone in one forward and backward pass of the MLP on ``x``: the three
     ``addmm`` of the forward, and the weight gradients and hidden-layer input gradients of the backward (no input
     gradient for the first layer), on tensors of the same shapes. No implementation of the same computation in
-    float32 can evaluate a gradient faster than this."""
+    float32 can evaluate a gradient faster than this. CPU seconds on the CPU; on CUDA the products run on the GPU
+    (where ``model`` and ``x`` are) and the time is wall, from a synchronisation to a synchronisation."""
     import torch
+
+    cuda = device == "cuda"
+    sync = device_sync(device)
+    clock = time.perf_counter if cuda else time.process_time
 
     linears = [m for m in model.modules() if isinstance(m, torch.nn.Linear)]
     h = [x.reshape(len(x), -1).contiguous()]
@@ -76,23 +110,28 @@ def gemm_floor(model, x, *, repeats: int) -> float:
     products()
     best = math.inf
     for _ in range(repeats):
-        c = time.process_time()
+        sync()
+        c = clock()
         for _ in range(20):
             products()
-        best = min(best, (time.process_time() - c) / 20)
+        sync()
+        best = min(best, (clock() - c) / 20)
     return best
 
 
-def torch_setup(task, seed=0):
+def torch_setup(task, seed=0, device="cpu"):
+    """The MLP (initialised on the CPU from ``seed``, so the same weights on every device) and the full training set,
+    on ``device``."""
     import torch
 
     from ubench.producers.models import build_model
 
     torch.manual_seed(seed)
     model = build_model("mlp", task.input_shape, task.n_classes, mean=task.mean, std=task.std, dropout="none", p=0.0)
-    x = torch.from_numpy(task.train.images)
-    y = torch.from_numpy(task.train.labels)
-    return model, x, y
+    dev = torch.device(device)
+    x = torch.from_numpy(task.train.images).to(dev)
+    y = torch.from_numpy(task.train.labels).to(dev)
+    return model.to(dev), x, y
 
 
 def ubench_hmc(model, x, y, *, iterations, leapfrog, step, compile=False):
@@ -103,9 +142,9 @@ def ubench_hmc(model, x, y, *, iterations, leapfrog, step, compile=False):
 
     target = log_posterior_fn(model, x, y, prior_precision=100.0, compile=compile)
     theta = torch.nn.utils.parameters_to_vector(model.parameters()).detach()
+    # The producer's generator: a CPU one, whose draws hmc_transition moves to theta's device.
     gen = torch.Generator().manual_seed(0)
-    if compile:
-        target(theta)  # compile outside the timed runs, as for BlackJAX's jit
+    target(theta)  # compile (compile=True) or warm up (eager: CUDA's kernels and handles) outside the timed runs
 
     def run():
         state = HMCState.at(theta, target)
@@ -136,8 +175,10 @@ def hamiltorch_style(model, x, y, *, iterations, leapfrog, step):
     shapes = [p.shape for _, p in model.named_parameters()]
     sizes = [p.numel() for _, p in model.named_parameters()]
     buffers = dict(model.named_buffers())
-    priors = [torch.distributions.Normal(torch.zeros(()), torch.tensor(100.0) ** -0.5) for _ in sizes]
     theta0 = torch.nn.utils.parameters_to_vector(model.parameters()).detach().clone()
+    device = theta0.device
+    priors = [torch.distributions.Normal(torch.zeros((), device=device), torch.tensor(100.0, device=device) ** -0.5)
+              for _ in sizes]
     mass = torch.full_like(theta0, 0.19)
     inv_mass = 1.0 / mass
 
@@ -177,18 +218,20 @@ def hamiltorch_style(model, x, y, *, iterations, leapfrog, step):
         ret_momenta[-1] = ret_momenta[-1] - 0.5 * step * p_grad.clone()
         return ret_params, ret_momenta
 
-    gen = torch.Generator().manual_seed(0)
+    # hamiltorch draws momenta and the acceptance uniform on the parameters' device: a generator there.
+    gen = torch.Generator(device=device).manual_seed(0)
+    params_grad(theta0)  # warm up (CUDA's kernels and handles) outside the timed runs, as for the other contenders
 
     def run():
         params = theta0.clone().requires_grad_()
         for _ in range(iterations):
-            momentum = torch.randn(params.shape, generator=gen) * mass ** 0.5
+            momentum = torch.randn(params.shape, generator=gen, device=device) * mass ** 0.5
             ham = hamiltonian(params, momentum)
             lp, lm = leapfrog_(params, momentum)
             proposal = lp[-1].detach().requires_grad_()
             new_ham = hamiltonian(proposal, lm[-1])
             rho = min(0.0, float(-new_ham + ham))
-            if rho >= math.log(float(torch.rand((), generator=gen))):
+            if rho >= math.log(float(torch.rand((), generator=gen, device=device))):
                 params = proposal
 
     return run
@@ -227,103 +270,227 @@ def blackjax_hmc(task, *, iterations, leapfrog, step):
     return run
 
 
-def epoch_times(task, *, repeats):
-    """One SGD epoch of the MLP (batch 128) in the torch trainer and in the JAX trainer."""
-    import tempfile
-
-    import torch
-
-    from ubench.producers.jax.train import train_run
+def torch_epoch_time(task, *, repeats, device="cpu"):
+    """Seconds of one SGD epoch of the MLP (batch 128) in the torch trainer on ``device`` (``RunSettings.device``)."""
     from ubench.producers.sgd import SGDPointEstimate
     from ubench.producers.torch_trainer import RunSettings, TrainContext, train_epoch
 
     method = SGDPointEstimate(dict(SGDPointEstimate.defaults), n_members=1, n_train=len(task.train))
-    ctx = TrainContext.create(task, RunSettings(model="mlp", members=1, seed=0, device="cpu"))
+    ctx = TrainContext.create(task, RunSettings(model="mlp", members=1, seed=0, device=device))
     model = ctx.new_model(method, 0)
     opt = method.make_optimizer(model)
-    t_torch = _timed(lambda: train_epoch(model, opt, method, ctx, epoch=1, seed=0), repeats)
+    sync = device_sync(device)
+    train_epoch(model, opt, method, ctx, epoch=1, seed=0)  # warm up (on CUDA: kernels and handles)
+    sync()
+    return _timed(lambda: train_epoch(model, opt, method, ctx, epoch=1, seed=0), repeats, sync)
+
+
+def jax_epoch_time(task, *, repeats):
+    """One SGD epoch of the MLP (batch 128) in the JAX trainer, on JAX's default device; compile excluded."""
+    import tempfile
+
+    import jax
+
+    from ubench.producers.jax.train import train_run
+    from ubench.producers.sgd import SGDPointEstimate
+
     hp = {**SGDPointEstimate.defaults, "epochs": 1}
     x, y = task.train.images, task.train.labels.astype(np.int32)
 
     def jax_epoch():
         with tempfile.TemporaryDirectory() as d:
-            train_run(hp, x=x, y=y, n_classes=task.n_classes, mean=task.mean, std=task.std, seed=0, batch_size=128,
-                      checkpoint=Path(d) / "c.npz")
+            params, _, _ = train_run(hp, x=x, y=y, n_classes=task.n_classes, mean=task.mean, std=task.std, seed=0,
+                                     batch_size=128, checkpoint=Path(d) / "c.npz")
+            jax.block_until_ready(params)
 
     jax_epoch()  # compile
-    t_jax = _timed(jax_epoch, repeats)
-    return t_torch, t_jax, torch.get_num_threads()
+    return _timed(jax_epoch, repeats)
+
+
+def _say(text: str) -> None:
+    print(text, flush=True)
+
+
+def _soft(name: str, fn, skipped: dict):
+    """``fn()``, or None with the reason in ``skipped[name]`` (and the traceback on stderr) when it raises: a
+    contender that cannot run on this machine must not cost the others' figures."""
+    try:
+        return fn()
+    except Exception as exc:  # noqa: BLE001 - whatever broke, the run goes on without it
+        if not isinstance(exc, ImportError):  # a missing package needs no traceback
+            traceback.print_exc()
+        skipped[name] = f"{type(exc).__name__}: {exc}".splitlines()[0][:300]
+        _say(f"{name} skipped: {skipped[name]}")
+        return None
+
+
+def configure_jax(device: str) -> None:
+    """Before JAX is imported. CPU: JAX on the CPU, one thread (like torch's ``--threads 1``). CUDA: JAX's default
+    backend (its GPU when the CUDA plugin is installed), no pre-allocation of 75% of the GPU's memory beside torch."""
+    if device == "cpu":
+        os.environ.setdefault("JAX_PLATFORMS", "cpu")
+        os.environ.setdefault("XLA_FLAGS", "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1")
+    else:
+        os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+
+
+def jax_settings(device: str) -> dict:
+    """JAX's backend (None when JAX cannot start). On CUDA also its float32 matmul precision, set to full float32
+    like torch's default (``torch.get_float32_matmul_precision() == "highest"``): JAX's GPU default rounds the
+    products to TF32 on recent GPUs, which would time a less precise computation."""
+    def reason(exc: Exception) -> str:
+        return f"{type(exc).__name__}: {exc}".splitlines()[0][:300]
+
+    try:
+        import jax
+
+        info = {"jax_backend": jax.default_backend()}
+    except Exception as exc:  # noqa: BLE001 - JAX missing or its plugin broken: the torch contenders still run
+        return {"jax_backend": None, "jax_error": reason(exc)}
+    if device == "cuda":
+        info["jax_devices"] = [str(d) for d in jax.devices()]
+        try:
+            jax.config.update("jax_default_matmul_precision", "highest")
+            info["jax_matmul_precision"] = "highest"
+        except Exception as exc:  # noqa: BLE001 - an older or newer JAX without the option: say so, run on
+            info["jax_matmul_precision"] = f"default (setting highest failed: {reason(exc)})"
+    return info
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
+    ap.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
+                    help="where the model, the data and the torch contenders run (default cpu); cuda writes "
+                         "bench_hmc_cuda.json")
     ap.add_argument("--iterations", type=int, default=30)
     ap.add_argument("--leapfrog", type=int, default=40)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--threads", type=int, default=1)
     args = ap.parse_args()
+    device = args.device
+    cuda = device == "cuda"
     # hamiltorch's acceptance takes float() of a tensor that requires grad; the warning is not news
     warnings.filterwarnings("ignore", message="Converting a tensor with requires_grad=True")
-    os.environ.setdefault("XLA_FLAGS", "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1")
+    configure_jax(device)
     import torch
 
     from ubench.producers.task import build_task
 
+    if cuda and not torch.cuda.is_available():
+        raise SystemExit("--device cuda: torch sees no CUDA device")
     torch.set_num_threads(args.threads)
+    sync = device_sync(device)
+    gpu = torch.cuda.get_device_name(0) if cuda else None
     task = build_task("digits", shift_kinds=())
-    recorder = Recorder(__file__, "jax", "blackjax", "optax")
-    model, x, y = torch_setup(task)
+    recorder = Recorder(__file__, "jax", "blackjax", "optax", name="bench_hmc_cuda" if cuda else None,
+                        note=None if not cuda else f"GPU machine ({gpu}), lent for this run; see load")
+    jax_info = jax_settings(device)
+    _say(f"device {device}{f' ({gpu})' if gpu else ''}; JAX backend {jax_info['jax_backend']}")
+    model, x, y = torch_setup(task, device=device)
     step = 2e-4
     kw = dict(iterations=args.iterations, leapfrog=args.leapfrog, step=step)
-    runs = {"ubench torch HMC": ubench_hmc(model, x, y, **kw),
-            "ubench torch HMC, compile=True": ubench_hmc(model, x, y, compile=True, **kw),
-            "hamiltorch-style loop": hamiltorch_style(model, x, y, **kw)}
-    try:
-        runs["BlackJAX hmc"] = blackjax_hmc(task, **kw)
-    except ImportError as exc:
-        print(f"BlackJAX skipped: {exc}")
+    skipped: dict[str, str] = {}
+    runs = {}
+    setups = [("ubench torch HMC", lambda: ubench_hmc(model, x, y, **kw)),
+              ("ubench torch HMC, compile=True", lambda: ubench_hmc(model, x, y, compile=True, **kw)),
+              ("hamiltorch-style loop", lambda: hamiltorch_style(model, x, y, **kw)),
+              ("BlackJAX hmc", lambda: blackjax_hmc(task, **kw))]
+    for name, setup in setups:
+        _say(f"setting up {name} ...")
+        t = time.perf_counter()
+        if name in ("ubench torch HMC", "hamiltorch-style loop"):  # the verdict's two: they must run
+            runs[name] = setup()
+        elif (fn := _soft(name, setup, skipped)) is not None:  # may be missing or broken on this machine
+            runs[name] = fn
+        else:
+            continue
+        sync()
+        _say(f"  ready in {time.perf_counter() - t:.1f} s (compile and warm-up, not timed)")
     wall, cpu = {}, {}
-    for _ in range(args.repeats):  # interleaved, so load changes hit every contender alike
+    for r in range(args.repeats):  # interleaved, so load changes hit every contender alike
         for name, fn in runs.items():
-            w, c = _timed_both(fn)
+            w, c = _timed_both(fn, sync)
             wall[name], cpu[name] = min(wall.get(name, math.inf), w), min(cpu.get(name, math.inf), c)
+            _say(f"repeat {r + 1}/{args.repeats}: {name}: {w:.3f} s wall, {c:.3f} s CPU "
+                 f"({args.iterations / w:.3g} iterations/s)")
     rows = []
-    base = "ubench torch HMC, compile=True"
+    base = "ubench torch HMC, compile=True" if "ubench torch HMC, compile=True" in runs else "ubench torch HMC"
+    # the verdict's clock: CPU time on the CPU (least disturbed by other jobs), wall time on the GPU
+    verdict = wall if cuda else cpu
+    clock = "wall" if cuda else "CPU"
     for name in runs:
         rows.append({"what": "HMC iterations per second", "contender": name, "seconds": round(wall[name], 4),
                      "cpu_seconds": round(cpu[name], 4),
                      "iterations_per_second": round(args.iterations / wall[name], 3),
                      "ubench_speedup": round(wall[name] / wall[base], 2),
                      "ubench_speedup_cpu": round(cpu[name] / cpu[base], 2)})
-    floor = gemm_floor(model, x, repeats=max(args.repeats, 5))
+    _say("gemm floor ...")
+    floor = gemm_floor(model, x, repeats=max(args.repeats, 5), device=device)
     grads = {"ubench torch HMC": args.leapfrog, "ubench torch HMC, compile=True": args.leapfrog,
              "hamiltorch-style loop": args.leapfrog + 1}
     for name, n in grads.items():
-        rows.append({"what": "per gradient evaluation (CPU ms)", "contender": name,
-                     "cpu_ms": round(cpu[name] / (args.iterations * n) * 1e3, 3),
-                     "gemm_floor_cpu_ms": round(floor * 1e3, 3), "gradients_per_iteration": n})
-    t_torch, t_jax, threads = epoch_times(task, repeats=args.repeats)
-    rows.append({"what": "SGD epoch, MLP, digits (batch 128)", "contender": "torch producer", "seconds": round(t_torch, 4)})
-    rows.append({"what": "SGD epoch, MLP, digits (batch 128)", "contender": "JAX producer", "seconds": round(t_jax, 4),
-                 "torch_over_jax": round(t_torch / t_jax, 2)})
-    ratio_wall = wall["hamiltorch-style loop"] / wall[base]
-    ratio_cpu = cpu["hamiltorch-style loop"] / cpu[base]
-    ratio_eager = cpu["hamiltorch-style loop"] / cpu["ubench torch HMC"]
-    bound = cpu["hamiltorch-style loop"] / (args.iterations * args.leapfrog * floor)
-    bj = cpu.get("BlackJAX hmc")
-    blackjax_text = f"BlackJAX {cpu[base] / bj:.2f}x ubench torch" if bj else "BlackJAX not installed"
-    summary = [{"what": "torch HMC vs a hamiltorch-style loop", "workload":
-                f"digits MLP 64-200-200-10, full batch N = {len(task.train)}, L = {args.leapfrog}, 1 thread",
-                "result": f"{args.iterations / wall[base]:.3g} iterations/s, {ratio_cpu:.2f}x the loop in CPU time "
-                          f"({ratio_wall:.2f}x wall; eager {ratio_eager:.2f}x); bound by the matrix products: "
-                          f"at most {bound:.2f}x with no time outside them; {blackjax_text}",
-                "target": ">= 2x the loop", "met": bool(ratio_cpu >= 2.0)},
-               {"what": "JAX producer epoch vs torch producer epoch", "workload": "digits MLP, SGD, batch 128",
-                "result": f"torch {t_torch * 1e3:.1f} ms, JAX {t_jax * 1e3:.1f} ms ({t_torch / t_jax:.2f}x)",
-                "target": "reported", "met": None}]
-    recorder.write(rows, summary, settings={"iterations": args.iterations, "leapfrog": args.leapfrog,
-                                            "step_size": step, "n_train": len(task.train), "torch_threads": threads,
-                                            "repeats": args.repeats})
+        if name not in runs:
+            continue
+        key = "wall_ms" if cuda else "cpu_ms"
+        rows.append({"what": f"per gradient evaluation ({clock} ms)", "contender": name,
+                     key: round(verdict[name] / (args.iterations * n) * 1e3, 3),
+                     f"gemm_floor_{key}": round(floor * 1e3, 3), "gradients_per_iteration": n})
+    _say("SGD epoch, torch producer ...")
+    t_torch = _soft("torch producer epoch", lambda: torch_epoch_time(task, repeats=args.repeats, device=device),
+                    skipped)
+    if t_torch is not None:
+        rows.append({"what": "SGD epoch, MLP, digits (batch 128)", "contender": "torch producer",
+                     "seconds": round(t_torch, 4)})
+    _say("SGD epoch, JAX producer ...")
+    t_jax = _soft("JAX producer epoch", lambda: jax_epoch_time(task, repeats=args.repeats), skipped)
+    if t_jax is not None:
+        rows.append({"what": "SGD epoch, MLP, digits (batch 128)", "contender": "JAX producer",
+                     "seconds": round(t_jax, 4),
+                     "torch_over_jax": round(t_torch / t_jax, 2) if t_torch is not None else None})
+    loop = "hamiltorch-style loop"
+    ratio_wall = wall[loop] / wall[base]
+    ratio_cpu = cpu[loop] / cpu[base]
+    ratio = ratio_wall if cuda else ratio_cpu
+    ratio_eager = verdict[loop] / verdict["ubench torch HMC"]
+    bound = verdict[loop] / (args.iterations * args.leapfrog * floor)
+    bj = verdict.get("BlackJAX hmc")
+    blackjax_text = (f"BlackJAX {verdict[base] / bj:.2f}x ubench torch{' in wall time' if cuda else ''}" if bj
+                     else f"BlackJAX skipped ({skipped.get('BlackJAX hmc', 'not run')})")
+    base_text = "" if base.endswith("compile=True") else " (compile=True skipped: eager)"
+    if cuda:
+        workload = (f"digits MLP 64-200-200-10, full batch N = {len(task.train)}, L = {args.leapfrog}, "
+                    f"CUDA on {gpu}")
+        result = (f"{args.iterations / wall[base]:.3g} iterations/s{base_text}, {ratio_wall:.2f}x the loop in wall "
+                  f"time (the verdict's clock on the GPU; CPU time {ratio_cpu:.2f}x, host only; eager "
+                  f"{ratio_eager:.2f}x wall); bound by the matrix products on the GPU (wall, synchronised): at most "
+                  f"{bound:.2f}x with no time outside them; {blackjax_text} (JAX backend {jax_info['jax_backend']})")
+    else:
+        workload = (f"digits MLP 64-200-200-10, full batch N = {len(task.train)}, L = {args.leapfrog}, "
+                    f"{args.threads} thread{'s' if args.threads != 1 else ''}")
+        result = (f"{args.iterations / wall[base]:.3g} iterations/s{base_text}, {ratio_cpu:.2f}x the loop in CPU "
+                  f"time ({ratio_wall:.2f}x wall; eager {ratio_eager:.2f}x); bound by the matrix products: at most "
+                  f"{bound:.2f}x with no time outside them; {blackjax_text}")
+    where = f" on {gpu} (JAX backend {jax_info['jax_backend']})" if cuda else ""
+    if t_torch is not None and t_jax is not None:
+        epoch_result = f"torch {t_torch * 1e3:.1f} ms, JAX {t_jax * 1e3:.1f} ms ({t_torch / t_jax:.2f}x){where}"
+    else:
+        epoch_result = "; ".join(f"{who} {t * 1e3:.1f} ms" if t is not None else
+                                 f"{who} skipped ({skipped[f'{who} producer epoch']})"
+                                 for who, t in (("torch", t_torch), ("JAX", t_jax))) + where
+    summary = [{"what": "torch HMC vs a hamiltorch-style loop" + (" (CUDA)" if cuda else ""), "workload": workload,
+                "result": result, "target": ">= 2x the loop", "met": bool(ratio >= 2.0)},
+               {"what": "JAX producer epoch vs torch producer epoch" + (" (CUDA)" if cuda else ""),
+                "workload": "digits MLP, SGD, batch 128", "result": epoch_result, "target": "reported", "met": None}]
+    settings = {"iterations": args.iterations, "leapfrog": args.leapfrog, "step_size": step,
+                "n_train": len(task.train), "torch_threads": torch.get_num_threads(), "repeats": args.repeats,
+                "device": device,
+                "verdict_clock": clock, **jax_info}
+    if cuda:
+        settings.update({"gpu": gpu, "torch_matmul_precision": torch.get_float32_matmul_precision(),
+                         "gemm_floor": "on the GPU, wall, synchronised"})
+    if skipped:
+        settings["skipped"] = skipped
+    recorder.write(rows, summary, settings=settings)
     for r in rows:
         print(r)
 

@@ -55,6 +55,16 @@ SCRIPTS = {
                   "`compile=True`), hamiltorch's `sample_model` loop re-implemented step for step (L + 1 gradients "
                   "and two forward passes per iteration), BlackJAX's `hmc` (jit, compile excluded); and one "
                   "SGD epoch of the torch and the JAX producer (compile excluded). Interleaved, best of repeats."),
+    "bench_hmc_cuda": ("python bench/bench_hmc.py --device cuda --iterations 10 --repeats 3",
+                       "The same contenders and SGD epochs as `bench_hmc.py` on a CUDA GPU: the model, the data and "
+                       "every torch contender on the GPU (ubench's momenta drawn from its CPU generator and moved "
+                       "there, the loop's from a generator on the GPU, as hamiltorch draws), BlackJAX and the JAX "
+                       "producer on JAX's default backend (`settings.jax_backend`) with full float32 matrix products "
+                       "like torch's; every timed region ends with `torch.cuda.synchronize()` or "
+                       "`block_until_ready`. The verdict is taken in wall time (the host's CPU time includes the "
+                       "busy-wait of each synchronisation); the matrix-product floor is timed on the GPU in wall "
+                       "time, synchronised. A contender that cannot run there is skipped with its reason "
+                       "(`settings.skipped`)."),
     "bench_peers": ("python bench/bench_peers.py",
                     "The newest peers' metrics (issue #17): ubench against torch-uncertainty 0.13 (and relplot for "
                     "smooth ECE) on the same 200,000 x 100 float32 arrays, calls alternating, best of `--repeat`, "
@@ -100,10 +110,15 @@ def _fmt(v) -> str:
     return str(v).replace("|", "\\|").replace("\n", " ")
 
 
+def _gpu(m: dict) -> str:
+    """``; GPU <name>, CUDA <version>`` when the run recorded a GPU, else nothing."""
+    return f"; GPU {m['gpu']}, CUDA {_fmt(m.get('cuda'))}" if m.get("gpu") else ""
+
+
 def _machine(doc: dict) -> str:
     m = doc.get("machine") or {}
     libs = ", ".join(f"{k} {m[k]}" for k in ("numpy", "scipy", "torch") if m.get(k))
-    return (f"{m.get('cpu', 'unknown CPU')}, {_fmt(m.get('cores'))} cores, {_fmt(m.get('memory_gib'))} GiB; "
+    return (f"{m.get('cpu', 'unknown CPU')}, {_fmt(m.get('cores'))} cores, {_fmt(m.get('memory_gib'))} GiB{_gpu(m)}; "
             f"Python {_fmt(m.get('python'))}, {libs}")
 
 
@@ -119,7 +134,15 @@ def _load(doc: dict) -> str:
 
 def _stamp(doc: dict) -> str:
     m = doc.get("machine") or {}
-    return f"{str(doc.get('date', 'undated'))[:10]}; {_load(doc)}; {_fmt(m.get('cores'))}-core {m.get('cpu', '?')}"
+    return (f"{str(doc.get('date', 'undated'))[:10]}; {_load(doc)}; {_fmt(m.get('cores'))}-core {m.get('cpu', '?')}"
+            f"{_gpu(m)}")
+
+
+def _label(stem: str, command: str) -> str:
+    """How a results file is named in the tables: its script, ``<stem>.py``; for a second JSON of one script
+    (``bench_hmc_cuda`` from ``bench_hmc.py --device cuda``) the script and the JSON."""
+    script = next((Path(w).name for w in command.split() if w.endswith(".py")), f"{stem}.py")
+    return f"`{script}`" if script == f"{stem}.py" else f"`{script}`, `{stem}.json`"
 
 
 def _met(v) -> str:
@@ -134,12 +157,12 @@ def render_performance(results: dict[str, dict]) -> str:
              "| what (script) | workload | result | target | status | date; load; machine |", "|---|---|---|---|---|---|"]
     for stem, (command, _) in SCRIPTS.items():
         doc = results.get(stem)
+        label = _label(stem, command)
         if doc is None:
-            lines.append(f"| `{stem}.py` | - | no results file: run `{command}` | - | not measured | - |")
+            lines.append(f"| {label} | - | no results file: run `{command}` | - | not measured | - |")
             continue
         for s in doc.get("summary") or []:
-            script = doc.get("script", f"{stem}.py")
-            lines.append(f"| {_fmt(s['what'])} (`{script}`) | {_fmt(s['workload'])} | {_fmt(s['result'])} | "
+            lines.append(f"| {_fmt(s['what'])} ({label}) | {_fmt(s['workload'])} | {_fmt(s['result'])} | "
                          f"{_fmt(s['target'])} | {_met(s['met'])} | {_stamp(doc)} |")
     lines += ["", PERF[1]]
     return "\n".join(lines)
@@ -164,7 +187,7 @@ def render_results_md(results: dict[str, dict]) -> str:
     stems = list(SCRIPTS) + sorted(set(results) - set(SCRIPTS))
     for stem in stems:
         command, about = SCRIPTS.get(stem, (f"python bench/{stem}.py", ""))
-        out += [f"## `{stem}.py`", ""]
+        out += [f"## {_label(stem, command)}", ""]
         doc = results.get(stem)
         if doc is None:
             out += [f"No results file yet: run `{command}`.", ""]

@@ -17,7 +17,9 @@ Algorithm 5, with their :math:`\gamma = 0.05, t_0 = 10, \kappa = 0.75, \mu = \lo
 mean acceptance probability, then frozen at the averaged value :math:`\bar\varepsilon`. The default target 0.8 is
 Stan's and BlackJAX's ``window_adaptation`` default (Hoffman & Gelman suggest 0.65 for plain HMC).
 
-Randomness comes only from the ``torch.Generator`` passed in, so a seeded chain is bit-identical.
+Randomness comes only from the ``torch.Generator`` passed in, so a seeded chain is bit-identical. The draws are
+made on the generator's device and moved to the chain's: a CPU generator gives a CUDA chain the same momenta as a
+CPU chain, and a CUDA generator works too.
 """
 
 from __future__ import annotations
@@ -101,7 +103,10 @@ def hmc_transition(
 ) -> tuple[HMCState, TransitionInfo]:
     """One HMC transition with a scalar mass ``mass`` (momentum covariance ``mass * I``)."""
     inv_mass = 1.0 / mass
-    z = torch.randn(state.theta.shape, generator=generator, dtype=state.theta.dtype).to(state.theta.device)
+    # Drawn on the generator's device (a CPU generator for the producer: the same stream whatever device the chain
+    # runs on), then moved to the chain's.
+    z = torch.randn(state.theta.shape, generator=generator, dtype=state.theta.dtype,
+                    device=generator.device).to(state.theta.device)
     p0 = math.sqrt(mass) * z
     h0 = state.potential + _kinetic(p0, inv_mass)
     theta, p, u, g = leapfrog(state.theta, p0, state.grad, potential_and_grad, step_size=step_size,
@@ -110,7 +115,7 @@ def hmc_transition(
     energy_error = h1 - h0 if math.isfinite(h1) else math.inf
     accept_prob = math.exp(min(0.0, -energy_error)) if math.isfinite(energy_error) else 0.0
     # One uniform per transition, drawn whatever the outcome, so the stream does not depend on the energy.
-    uniform = float(torch.rand((), generator=generator, dtype=torch.float64))
+    uniform = float(torch.rand((), generator=generator, dtype=torch.float64, device=generator.device))
     if uniform < accept_prob:
         return HMCState(theta, u, g), TransitionInfo(accept_prob, True, energy_error)
     return state, TransitionInfo(accept_prob, False, energy_error)

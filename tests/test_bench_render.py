@@ -87,3 +87,37 @@ def test_fashion_mnist_table_rendered_only_when_its_json_exists(tree):
     table = after[after.index(render.FASHION[0]):after.index(render.FASHION[1])]
     assert "| SGD | 1 | 0.9015 | 0.295 | -0.279 | 1.06 | 0.8169 | 0.7051 | 7.5 |" in table
     assert "load 3.25 before" in table and fashion not in after
+
+
+def _results_module():
+    spec = importlib.util.spec_from_file_location("bench_results", ROOT / "bench" / "_results.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_a_script_names_its_second_json_and_the_gpu_is_rendered(tree):
+    """``bench_hmc.py --device cuda`` writes bench_hmc_cuda.json (script still bench_hmc.py); its rows name the
+    script and the JSON, and a recorded GPU appears beside the machine. Before that JSON exists its row says so."""
+    render = _render()
+    assert "bench_hmc_cuda" in render.SCRIPTS
+    render.main(["--root", str(tree)])
+    readme = (tree / "README.md").read_text()
+    assert ("| `bench_hmc.py`, `bench_hmc_cuda.json` | - | no results file: run "
+            "`python bench/bench_hmc.py --device cuda") in readme
+    rec = _results_module().Recorder("/x/bench/bench_hmc.py", name="bench_hmc_cuda", note="lent GPU machine")
+    path = rec.write([{"what": "HMC", "seconds": 1.5}],
+                     [{"what": "torch HMC (CUDA)", "workload": "digits", "result": "3x", "target": ">= 2x",
+                       "met": True}], out_dir=tree / "bench" / "results")
+    assert path.name == "bench_hmc_cuda.json"
+    doc = json.loads(path.read_text())
+    assert doc["script"] == "bench_hmc.py" and doc["load"]["note"] == "lent GPU machine"
+    doc["machine"].update(gpu="NVIDIA H200", cuda="13.0")
+    path.write_text(json.dumps(doc))
+    render.main(["--root", str(tree)])
+    perf = (tree / "README.md").read_text()
+    row = next(line for line in perf.splitlines() if line.startswith("| torch HMC (CUDA)"))
+    assert "(`bench_hmc.py`, `bench_hmc_cuda.json`)" in row and "GPU NVIDIA H200, CUDA 13.0" in row
+    results_md = (tree / "bench" / "RESULTS.md").read_text()
+    assert "## `bench_hmc.py`, `bench_hmc_cuda.json`" in results_md and "GPU NVIDIA H200, CUDA 13.0" in results_md
+    assert render.main(["--check", "--root", str(tree)]) == 0

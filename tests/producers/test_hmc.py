@@ -131,6 +131,29 @@ def test_divergence_is_rejected():
     assert not info.accepted and info.accept_prob == 0.0 and new is state
 
 
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_chain_on_cuda_with_a_cpu_or_a_cuda_generator():
+    """A chain on CUDA tensors draws from a CPU generator the momenta a CPU chain draws (so the two chains agree to
+    float64 rounding), and runs from a CUDA generator too."""
+    mu, p = MU.cuda(), P.cuda()
+
+    def gaussian_cuda(theta):
+        d = theta - mu
+        return 0.5 * d @ p @ d, p @ d
+
+    cpu, _ = run_chain(gaussian, torch.zeros(3, dtype=torch.float64), 50, step=0.2, n_steps=5, seed=3)
+    gen = torch.Generator().manual_seed(3)
+    state = HMCState.at(torch.zeros(3, dtype=torch.float64, device="cuda"), gaussian_cuda)
+    for i in range(50):
+        state, _ = hmc_transition(state, gaussian_cuda, step_size=0.2, n_steps=5, mass=1.0, generator=gen)
+        assert state.theta.device.type == "cuda"
+        np.testing.assert_allclose(state.theta.cpu().numpy(), cpu[i], atol=1e-8)
+    gen = torch.Generator(device="cuda").manual_seed(3)
+    for _ in range(5):
+        state, info = hmc_transition(state, gaussian_cuda, step_size=0.2, n_steps=5, mass=1.0, generator=gen)
+        assert state.theta.device.type == "cuda" and 0.0 <= info.accept_prob <= 1.0
+
+
 def test_dual_averaging_reaches_the_target_acceptance():
     gen = torch.Generator().manual_seed(4)
     state = HMCState.at(torch.zeros(3, dtype=torch.float64), gaussian)
@@ -178,8 +201,8 @@ def digits_task():
     return build_task("digits", shift_kinds=("rotate",), train_samples=300, test_samples=120, shift_samples=30)
 
 
-def _produce(task, out, **hyper):
-    settings = RunSettings(model="mlp", members=3, seed=5)
+def _produce(task, out, device="auto", **hyper):
+    settings = RunSettings(model="mlp", members=3, seed=5, device=device)
     hp = {"burn_in": 12, "thin": 2, **hyper}
     return produce_archive("hmc", task, out, settings=settings, hyper=hp, threads=1)
 
@@ -203,6 +226,16 @@ def test_hmc_producer_writes_samples_with_their_diagnostics(digits_task, tmp_pat
     test = a.probs["test"]
     assert (test.mean(0).argmax(1) == a.labels["test"]).mean() > 0.2  # ten classes; 18 iterations from init
     assert np.abs(test[0] - test[2]).max() > 1e-4
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_hmc_producer_on_cuda(digits_task, tmp_path):
+    """``ubench produce hmc --device cuda``: the chain, its checkpoints and the predictions run on the GPU."""
+    a = read_archive(_produce(digits_task, tmp_path / "hmc.h5", device="cuda"))
+    assert len(a.members) == 3 and [m.epoch for m in a.members] == [14, 16, 18]
+    assert all(0.0 <= m.info["acceptance_rate"] <= 1.0 for m in a.members)
+    assert all(np.isfinite(p).all() for p in a.probs.values())
+    assert str(a.scalability["device"]).startswith("cuda")
 
 
 def test_hmc_producer_resumes_bit_identically(digits_task, tmp_path, monkeypatch):
