@@ -294,8 +294,14 @@ def _produce_jax(method, out, dataset, model, members, epochs, lr, hparams, seed
     try:
         from .jax.run import JAX_METHODS, JaxRunSettings, produce_archive_jax, resolve_hyperparameters
     except ImportError as exc:
-        raise click.ClickException(f"--framework jax needs JAX, optax and BlackJAX: pip install 'ubench[jax]' "
-                                   f"({exc})") from None
+        raise click.ClickException(f"--framework jax needs JAX and optax (and BlackJAX for hmc): pip install "
+                                   f"'ubench[jax]' ({exc})") from None
+    if method == "hmc":
+        try:
+            import blackjax  # noqa: F401
+        except ImportError as exc:
+            raise click.ClickException(f"--framework jax hmc needs BlackJAX: pip install 'ubench[jax]' "
+                                       f"({exc})") from None
     from ..archive_schema import ArchiveError
 
     if method not in JAX_METHODS:

@@ -61,6 +61,15 @@ class _MeanField(nn.Module):
         var = op(x * x, torch.exp(2.0 * self.log_sigma), None)
         return mu + torch.sqrt(var + 1e-8) * torch.randn_like(mu)
 
+    def _apply(self, fn, *args, **kwargs):
+        # ``fixed`` is a plain attribute (not a buffer, so that checkpoints and exported weights keep the layer's
+        # own names); ``.to()``/``.cpu()``/``.double()`` must move and cast it with the parameters, or a weight draw
+        # made on CUDA stays there when ``--save-models`` exports the network from the CPU.
+        super()._apply(fn, *args, **kwargs)
+        if self.fixed is not None:
+            self.fixed = fn(self.fixed)
+        return self
+
     def kl(self, prior_var: float) -> torch.Tensor:
         """:math:`\\tfrac12 \\sum (\\sigma^2/v_p - 1 - \\log(\\sigma^2/v_p))` (the mean term is weight decay)."""
         ratio_log = 2.0 * self.log_sigma.double() - math.log(prior_var)

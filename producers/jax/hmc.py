@@ -15,7 +15,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import blackjax
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -66,6 +65,13 @@ class HMCChain:
         self._warm_up_or_resume(theta0)
 
     def _warm_up_or_resume(self, theta0) -> None:
+        # Imported here, not with the module: the other JAX methods (sgd, deep_ensemble, sgld, sghmc) need only JAX
+        # and optax, and run where BlackJAX is not installed.
+        try:
+            import blackjax
+        except ImportError as exc:
+            raise ImportError(f"--framework jax hmc needs BlackJAX: pip install blackjax ({exc})") from exc
+
         like = {"position": theta0, "step_size": jnp.zeros(()), "inverse_mass": jnp.zeros_like(theta0),
                 "key": jax.random.key_data(key_from_seed(0)),
                 "divergences": jnp.zeros((), jnp.int32)}

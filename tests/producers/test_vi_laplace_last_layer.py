@@ -2,6 +2,7 @@
 """VI, the last-layer methods and the Laplace approximations: their building blocks against closed forms and
 explicit per-example loops, a property of each method on digits, the validation split, and bit-identical resumption."""
 
+import copy
 import math
 
 import numpy as np
@@ -23,7 +24,7 @@ from ubench.producers.registry import load_method  # noqa: E402
 from ubench.producers.task import build_task  # noqa: E402
 from ubench.producers.torch_trainer import Progress, RunSettings, TrainContext  # noqa: E402
 from ubench.producers.vi import (  # noqa: E402
-    MeanFieldLinear, VariationalInference, kl_divergence, sample_weights, to_mean_field,
+    MeanFieldLinear, VariationalInference, kl_divergence, mean_field_layers, sample_weights, to_mean_field,
 )
 
 pytestmark = pytest.mark.torch
@@ -337,6 +338,21 @@ def test_variational_layers_replace_every_linear_and_convolution():
     assert not any(isinstance(m, (nn.Linear, nn.Conv2d)) for m in model.modules())
     assert kl_divergence(model, 1.0).dtype == torch.float64
     assert issubclass(LastLayerSVI, VariationalInference) and LastLayerDropout.default_members == 20
+
+
+def test_a_weight_draw_moves_and_casts_with_its_network():
+    """A draw's sampled weights (``fixed``, not parameters) follow ``.to()``/``.double()`` with the network:
+    ``--save-models`` moves a draw made on CUDA to the CPU to export it."""
+    model = to_mean_field(build_model("lenet", (1, 8, 8), 10, mean=0.0, std=1.0), lv_init=-3.0, seed=0)
+    sampled = sample_weights(model, torch.Generator().manual_seed(0))
+    x = torch.rand(4, 1, 8, 8)
+    with torch.no_grad():
+        expected = sampled(x).double()
+        on_meta = copy.deepcopy(sampled).to("meta")
+        assert {m.fixed.device.type for m in mean_field_layers(on_meta)} == {"meta"}
+        as_double = sampled.double()
+        assert {m.fixed.dtype for m in mean_field_layers(as_double)} == {torch.float64}
+        torch.testing.assert_close(as_double(x.double()), expected, atol=1e-5, rtol=1e-5)
 
 
 def test_kfac_weight_factors_are_laplace_torch_empirical_fisher_times_n():
