@@ -78,8 +78,8 @@ SCRIPTS = {
                    "(timer per call, an empty ORT call); and what fits in 0.03 ms and 4G at batch 1 with its "
                    "CLL/DEE."),
     "bench_edge_cuda": ("python bench/bench_edge.py --device cuda --iters 100",
-                        "The same networks on a lent GPU (the device tool's NVIDIA H100/H200): torch eager and "
-                        "`torch.compile` in fp32 and fp16 on the GPU (ONNX Runtime's CUDA provider where installed), "
+                        "The same networks on a lent GPU (the device tool's NVIDIA H100/H200): torch eager (fp32, fp16) "
+                        "and `torch.compile` (fp32) on the GPU (ONNX Runtime's CUDA provider where installed), "
                         "timed host to host (copy in, run, copy back), beside ONNX Runtime on the CPU threads of "
                         "the same machine; a digits deep ensemble (3 MLPs) trained on the GPU, members one after "
                         "another against stacked in one module. TensorRT: see the README's edge section."),
