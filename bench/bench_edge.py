@@ -112,7 +112,7 @@ def main(argv=None) -> int:
                     if backend == "onnxruntime":
                         continue
                     for b in r["batches"]:
-                        parts.append(f"{backend} b{b['batch_size']}: {b['p50_ms'] / base[b['batch_size']]:.1f}x")
+                        parts.append(f"{backend} b{b['batch_size']}: {b['p50_ms'] / base[b['batch_size']]:.3g}x")
                 gpu = "" if args.device == "cpu" else " (ORT on the CPU; the others on the GPU, host to host)"
                 summary.append({"what": f"{name}: ONNX Runtime p50 latency vs torch eager / torch.compile{gpu}",
                                 "workload": f"batch 1 and 128, {args.threads} thread(s), {args.iters} iterations",

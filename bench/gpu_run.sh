@@ -12,8 +12,12 @@
 #   pytest.log          the CUDA tests: producers on the GPU, latency --device cuda, HMC on CUDA, TensorRT
 #   bench_edge_cuda.*   bench/bench_edge.py --device cuda
 #   bench_hmc_cuda.*    bench/bench_hmc.py --device cuda
+#   cli.log             the README's edge commands on the GPU: produce --device cuda --save-models, latency --device
+#                       cuda with what fits and --record-into, then score (in a temporary directory)
+#   STEPS="env pytest cli edge hmc" (the default) chooses which of them run.
 set -u
 OUT=${OUT:?set OUT to a directory for the logs and results}
+STEPS=" ${STEPS:-env pytest cli edge hmc} "
 export PYTHONUNBUFFERED=1 XLA_PYTHON_CLIENT_PREALLOCATE=false
 if ls .whl/*.whl >/dev/null 2>&1; then
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl
@@ -21,7 +25,7 @@ fi
 mkdir -p /tmp/pkg && ln -sfn "$PWD" /tmp/pkg/ubench
 export PYTHONPATH=/tmp/pkg:/tmp/site
 
-{
+[[ $STEPS == *" env "* ]] && {
     date -u; nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv
     python3 - <<'EOF'
 import platform, torch, onnxruntime as ort, jax
@@ -38,17 +42,27 @@ EOF
     echo "libnvinfer on this machine:"; find / -xdev -name 'libnvinfer*.so*' 2>/dev/null | head -5; echo "(end)"
 } >"$OUT/env.log" 2>&1
 
-timeout 200 python3 -m pytest -q -p no:cacheprovider -rs --durations=10 tests/producers/test_cuda_producers.py \
+[[ $STEPS == *" pytest "* ]] && { timeout 200 python3 -m pytest -q -p no:cacheprovider -rs --durations=10 tests/producers/test_cuda_producers.py \
     tests/edge/test_latency_device.py tests/edge/test_tensorrt.py \
     tests/producers/test_hmc.py::test_chain_on_cuda_with_a_cpu_or_a_cuda_generator \
     tests/producers/test_hmc.py::test_hmc_producer_on_cuda >"$OUT/pytest.log" 2>&1
-echo "pytest exit $?" >>"$OUT/pytest.log"
+echo "pytest exit $?" >>"$OUT/pytest.log"; }
 
+[[ $STEPS == *" cli "* ]] && {
+work=$(mktemp -d)
+{ timeout 120 python3 -m ubench.cli produce deep_ensemble --dataset digits --members 3 --device cuda --save-models \
+      --out "$work/de.h5" --no-progress &&
+  timeout 60 python3 -m ubench.cli latency "$work/de.h5.models" --backend torch --device cuda --batch-size 1 \
+      --batch-size 128 --latency-budget 0.5 --memory-budget 4G --record-into "$work/de.h5" &&
+  timeout 60 python3 -m ubench.cli score "$work/de.h5"; echo "cli exit $?"; } >"$OUT/cli.log" 2>&1; }
+
+[[ $STEPS == *" edge "* ]] && {
 timeout 170 python3 bench/bench_edge.py --device cuda --iters 100 >"$OUT/bench_edge_cuda.log" 2>&1
 echo "bench_edge exit $?" >>"$OUT/bench_edge_cuda.log"
-cp bench/results/bench_edge_cuda.json "$OUT/" 2>/dev/null
+cp bench/results/bench_edge_cuda.json "$OUT/" 2>/dev/null; }
 
+[[ $STEPS == *" hmc "* ]] && {
 timeout 140 python3 bench/bench_hmc.py --device cuda --iterations 10 --repeats 3 >"$OUT/bench_hmc_cuda.log" 2>&1
 echo "bench_hmc exit $?" >>"$OUT/bench_hmc_cuda.log"
-cp bench/results/bench_hmc_cuda.json "$OUT/" 2>/dev/null
+cp bench/results/bench_hmc_cuda.json "$OUT/" 2>/dev/null; }
 tail -n 3 "$OUT"/*.log

@@ -21,6 +21,7 @@ CLL-against-members curve into the largest ensemble within a latency and a memor
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import resource
@@ -310,6 +311,28 @@ def _timer_overhead_us(n: int = 10000) -> float:
     return (time.perf_counter_ns() - t0) / n / 1e3
 
 
+@contextlib.contextmanager
+def _inference_settings(backend: str):
+    """torch's global flags as inference wants them while the torch backends are timed, restored after:
+    nondeterministic kernels allowed and cuDNN's autotuner on (the shapes are fixed per batch size). A producer run
+    earlier in the same process turns deterministic algorithms on and the autotuner off for reproducible training;
+    on a GPU that more than tripled a 3-MLP ensemble's batch-1 latency (1.42 ms against about 0.4 ms on an H200)."""
+    if backend not in ("torch", "torch-compile"):
+        yield None
+        return
+    import torch
+
+    before = (torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled(),
+              torch.backends.cudnn.benchmark)
+    torch.use_deterministic_algorithms(False)
+    torch.backends.cudnn.benchmark = True
+    try:
+        yield {"deterministic_algorithms": False, "cudnn_benchmark": True}
+    finally:
+        torch.use_deterministic_algorithms(before[0], warn_only=before[1])
+        torch.backends.cudnn.benchmark = before[2]
+
+
 def measure(models: Models, *, backend: str = "onnxruntime", batch_sizes=(1,), warmup: int = 10, iters: int = 200,
             threads: int = 1, precision: str = "fp32", seed: int = 0, cache_dir: Path | None = None,
             fused: bool = True, device: str = "cpu") -> dict[str, Any]:
@@ -318,7 +341,17 @@ def measure(models: Models, *, backend: str = "onnxruntime", batch_sizes=(1,), w
     that drifts in the machine's load hit both. TensorRT engines are built (or read from ``cache_dir``, default
     ``MODELS/trt-cache``) per batch size and add ``device_peak_bytes``; TensorRT has no fused timing here. With
     ``device`` ``cuda`` (or ``cuda:N``) the torch backends and ONNX Runtime run on that GPU (TensorRT always
-    does)."""
+    does). The torch backends run under :func:`_inference_settings` (reported as ``torch_settings``)."""
+    with _inference_settings(backend) as flags:
+        out = _measure(models, backend=backend, batch_sizes=batch_sizes, warmup=warmup, iters=iters, threads=threads,
+                       precision=precision, seed=seed, cache_dir=cache_dir, fused=fused, device=device)
+    if flags is not None:
+        out["torch_settings"] = flags
+    return out
+
+
+def _measure(models: Models, *, backend: str, batch_sizes, warmup: int, iters: int, threads: int, precision: str,
+             seed: int, cache_dir: Path | None, fused: bool, device: str) -> dict[str, Any]:
     trt = backend == "tensorrt"
     if trt:
         device = "cuda"  # its own errors name what is missing (the package, CUDA)

@@ -126,3 +126,25 @@ def test_a_gpu_result_records_its_device_and_the_tables_show_it():
     section = latency_section(attrs)
     _, rows = latency_table([{"archive": {"latency": section}, "summary": {"accuracy": 0.9, "nll": 0.3}}], ["de"])
     assert rows[0][-1] == "torch fp16 on cuda (NVIDIA H200)"
+
+
+def test_torch_is_timed_with_inference_flags_and_the_callers_flags_come_back(exported):
+    """A producer run in the same process leaves deterministic algorithms on and cuDNN's autotuner off; the torch
+    backends are timed without them (reported as torch_settings) and the caller's flags are restored after."""
+    from ubench.edge.latency import load_models, measure
+
+    _, models_dir = exported
+    models = load_models(models_dir)
+    before = (torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled(),
+              torch.backends.cudnn.benchmark)
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    torch.backends.cudnn.benchmark = False
+    try:
+        r = measure(models, backend="torch", iters=3, warmup=1, fused=False)
+        assert r["torch_settings"] == {"deterministic_algorithms": False, "cudnn_benchmark": True}
+        assert torch.are_deterministic_algorithms_enabled() and torch.is_deterministic_algorithms_warn_only_enabled()
+        assert torch.backends.cudnn.benchmark is False
+        assert "torch_settings" not in measure(models, backend="onnxruntime", iters=3, warmup=1, fused=False)
+    finally:
+        torch.use_deterministic_algorithms(before[0], warn_only=before[1])
+        torch.backends.cudnn.benchmark = before[2]
