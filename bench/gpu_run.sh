@@ -54,7 +54,16 @@ work=$(mktemp -d)
       --out "$work/de.h5" --no-progress &&
   timeout 60 python3 -m ubench.cli latency "$work/de.h5.models" --backend torch --device cuda --batch-size 1 \
       --batch-size 128 --latency-budget 0.5 --memory-budget 4G --record-into "$work/de.h5" &&
-  timeout 60 python3 -m ubench.cli score "$work/de.h5"; echo "cli exit $?"; } >"$OUT/cli.log" 2>&1; }
+  timeout 60 python3 -m ubench.cli score "$work/de.h5"; echo "cli exit $?"
+  # what the producers' configure_torch leaves in a process (the cuBLAS workspace, deterministic mode): its effect
+  # on the same timing, as a command with only the workspace setting and in a process that called configure_torch
+  timeout 60 env CUBLAS_WORKSPACE_CONFIG=:4096:8 python3 -m ubench.cli latency "$work/de.h5.models" --backend torch \
+      --device cuda --json | python3 -c "import json, sys; r = json.load(sys.stdin)
+print('command with CUBLAS_WORKSPACE_CONFIG=:4096:8: b1 p50', r['batches'][0]['p50_ms'])"
+  timeout 60 python3 -c "from ubench.producers.torch_trainer import configure_torch; configure_torch(threads=1)
+from ubench.edge.latency import load_models, measure
+r = measure(load_models('$work/de.h5.models'), backend='torch', device='cuda')
+print('in a process after configure_torch: b1 p50', r['batches'][0]['p50_ms'])"; } >"$OUT/cli.log" 2>&1; }
 
 [[ $STEPS == *" edge "* ]] && {
 timeout 170 python3 bench/bench_edge.py --device cuda --iters 100 >"$OUT/bench_edge_cuda.log" 2>&1

@@ -313,10 +313,10 @@ def _timer_overhead_us(n: int = 10000) -> float:
 
 @contextlib.contextmanager
 def _inference_settings(backend: str):
-    """torch's global flags as inference wants them while the torch backends are timed, restored after:
+    """torch's global flags as a deployed model runs while the torch backends are timed, restored after:
     nondeterministic kernels allowed and cuDNN's autotuner on (the shapes are fixed per batch size). A producer run
-    earlier in the same process turns deterministic algorithms on and the autotuner off for reproducible training;
-    on a GPU that more than tripled a 3-MLP ensemble's batch-1 latency (1.42 ms against about 0.4 ms on an H200)."""
+    earlier in the same process (the Python API, bench scripts) leaves deterministic algorithms on and the autotuner
+    off, settings for reproducible training, not for timing inference."""
     if backend not in ("torch", "torch-compile"):
         yield None
         return
