@@ -207,11 +207,12 @@ def ensemble_rows(tmp: Path, args, rows: list, summary: list) -> None:
 def gpu_ensemble_rows(tmp: Path, args, rows: list, summary: list) -> None:
     """The digits deep ensemble (3 MLPs, trained on the GPU) with torch and torch.compile on the GPU: the members
     one after another against the members stacked in one module (one call), batch 1 and 128, fp32. Timed by
-    ``ubench latency --json`` in its own process, as a user runs it: timed in this process after training on the
-    GPU, the same ensemble took 1.52 ms at batch 1 against 0.45 ms from the command (H200, 2026-11-26), even with
-    the training's deterministic-algorithm flags switched off for the timing; the cause was not established (the
-    training also fixes cuBLAS's workspace before CUDA starts)."""
+    ``ubench latency --json`` in its own process, as a user runs it, without the ``CUBLAS_WORKSPACE_CONFIG`` that
+    the training set (``configure_torch``: cuBLAS's deterministic workspace, ``:4096:8``). With it the same command
+    took 1.36 ms at batch 1 against 0.405 ms without (H200, 2026-11-26): timed in the training process, or in a
+    child that inherits the variable, the rows measured the workspace setting, not the ensemble."""
     import json
+    import os
     import subprocess
 
     from ubench.producers.archive_run import produce_archive
@@ -227,7 +228,8 @@ def gpu_ensemble_rows(tmp: Path, args, rows: list, summary: list) -> None:
         cmd = [sys.executable, "-m", "ubench.cli", "latency", str(models_dir), "--backend", backend, "--device",
                args.device, "--batch-size", "1", "--batch-size", "128", "--warmup", str(args.warmup), "--iters",
                str(args.iters), "--threads", str(args.threads), "--json"]
-        done = subprocess.run(cmd, capture_output=True, text=True, check=True)
+        env = {k: v for k, v in os.environ.items() if k != "CUBLAS_WORKSPACE_CONFIG"}
+        done = subprocess.run(cmd, capture_output=True, text=True, check=True, env=env)
         r = json.loads(done.stdout)
         fused = {b["batch_size"]: b for b in r["fused"]["batches"]}
         for b in r["batches"]:

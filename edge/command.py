@@ -76,6 +76,8 @@ def latency(models_dir, backend, precision, device, batch_sizes, warmup, iters, 
             click.echo(f"error: {exc}", err=True)
             sys.exit(2)
         click.echo(f"recorded the latency into {record_into} (/scalability)", err=True)
+    for note in result.get("notes", ()):
+        click.echo(f"note: {note}", err=True)
     if as_json:
         click.echo(json.dumps(result, indent=1, sort_keys=True))
         return

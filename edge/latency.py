@@ -24,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import os
 import resource
 import statistics
 import time
@@ -397,6 +398,11 @@ def _measure(models: Models, *, backend: str, batch_sizes, warmup: int, iters: i
             device_peak = max(device_peak or 0, int(peak()))
     if gpu_torch:
         device_peak = int(torch.cuda.max_memory_allocated(device))
+    notes = []
+    if device != "cpu" and os.environ.get("CUBLAS_WORKSPACE_CONFIG"):
+        notes.append(f"CUBLAS_WORKSPACE_CONFIG={os.environ['CUBLAS_WORKSPACE_CONFIG']} is set (cuBLAS's "
+                     "deterministic workspace, which ubench's trainers set): on an H200 ':4096:8' made a 3-MLP "
+                     "ensemble's batch-1 latency 3.3x slower (1.36 against 0.405 ms); unset it to time deployment")
     out = {"backend": backend, "precision": precision, "device": device, "device_name": _device_name(device),
            "threads": threads, "warmup": warmup, "iters": iters,
            "n_members": len(models.members), "model": models.doc["model"], "method": models.doc["method"],
@@ -406,7 +412,8 @@ def _measure(models: Models, *, backend: str, batch_sizes, warmup: int, iters: i
            "timer_overhead_us": _timer_overhead_us(),
            "call_overhead_us": _call_overhead_us(backend, threads, models.input_shape, device=device),
            "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
-           **({"device_peak_bytes": device_peak} if device_peak is not None else {}), "batches": rows}
+           **({"device_peak_bytes": device_peak} if device_peak is not None else {}), "notes": notes,
+           "batches": rows}
     if fused_run is not None:
         out["fused"] = {"graph": "onnx: one graph, the members' subgraphs side by side, output M x B x C"
                         if backend == "onnxruntime" else "torch: the members stacked in one module, one call",

@@ -148,3 +148,17 @@ def test_torch_is_timed_with_inference_flags_and_the_callers_flags_come_back(exp
     finally:
         torch.use_deterministic_algorithms(before[0], warn_only=before[1])
         torch.backends.cudnn.benchmark = before[2]
+
+
+@needs_cuda
+def test_a_set_cublas_workspace_is_noted(exported, monkeypatch):
+    """CUBLAS_WORKSPACE_CONFIG (set by ubench's trainers for deterministic cuBLAS) slows small GPU GEMMs several
+    times: a GPU timing made with it set says so."""
+    from ubench.edge.latency import load_models, measure
+
+    _, models_dir = exported
+    monkeypatch.setenv("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    r = measure(load_models(models_dir), backend="torch", device="cuda", iters=3, warmup=1, fused=False)
+    assert any("CUBLAS_WORKSPACE_CONFIG=:4096:8 is set" in n for n in r["notes"])
+    monkeypatch.delenv("CUBLAS_WORKSPACE_CONFIG")
+    assert measure(load_models(models_dir), backend="torch", device="cuda", iters=3, warmup=1, fused=False)["notes"] == []
