@@ -15,7 +15,8 @@ sequential iterations; ``call_overhead_us`` is what one call of the backend cost
 ``Identity`` graph), which the sequential ensemble pays M times per batch and the fused graph once: at batch 1 on
 small networks that difference is most of what fusing saves. On a GPU every call is timed host to host: the batch
 is copied in, the members run, the probabilities are copied back (which waits for the device), as an application
-sees it; ``device_peak_bytes`` is torch's CUDA allocator peak (torch backends). ``what_fits`` turns the batch-1 numbers and the archive's
+sees it; ``device_peak_bytes`` is torch's CUDA allocator peak (torch backends; it includes the cuBLAS workspace
+torch allocates through it, about 32 MiB on an H200, so a 3-MLP ensemble shows 35 MiB). ``what_fits`` turns the batch-1 numbers and the archive's
 CLL-against-members curve into the largest ensemble within a latency and a memory budget.
 """
 
