@@ -15,6 +15,7 @@ import datetime as _dt
 import hashlib
 import json
 import secrets
+import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -103,6 +104,23 @@ def upgrade_to_head(engine: Engine) -> None:
         command.upgrade(cfg, "head")
 
 
+def _set_wal(cur, wait_s: float = 30.0) -> None:
+    """``PRAGMA journal_mode=WAL``, retried while the database is locked. Switching a new database to WAL needs it
+    to itself, and SQLite answers "database is locked" at once, without its busy handler, when another connection
+    holds a lock: with four servers starting on one new database, about 1 start in 250 failed so under load."""
+    import sqlite3
+
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            cur.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.02)
+
+
 def _now() -> _dt.datetime:
     return _dt.datetime.now(_dt.timezone.utc)
 
@@ -124,9 +142,9 @@ class Database:
             @event.listens_for(self.engine, "connect")
             def _sqlite_pragmas(dbapi_conn, _record):  # WAL: readers never wait for the scoring writer
                 cur = dbapi_conn.cursor()
-                cur.execute("PRAGMA journal_mode=WAL")
-                cur.execute("PRAGMA synchronous=NORMAL")
                 cur.execute("PRAGMA busy_timeout=30000")
+                _set_wal(cur)
+                cur.execute("PRAGMA synchronous=NORMAL")
                 cur.close()
         upgrade_to_head(self.engine)
 

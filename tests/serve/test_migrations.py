@@ -124,3 +124,21 @@ def test_servers_starting_at_once_migrate_one_after_the_other(url):
     for t in threads:
         t.join()
     assert errors == [] and _state(url) == (HEAD, [])
+
+
+def test_a_new_sqlite_database_another_start_holds_is_waited_for(tmp_path):
+    """Switching a new SQLite database to WAL needs it alone, and SQLite says "database is locked" at once (no busy
+    wait) while another connection holds a write lock: the start waits for it instead of failing (CI saw one of
+    four simultaneous starts fail so)."""
+    import sqlite3
+
+    path = tmp_path / "s.db"
+    holder = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
+    holder.execute("BEGIN IMMEDIATE")
+    holder.execute("CREATE TABLE other_start (a)")
+    threading.Timer(0.5, lambda: holder.execute("COMMIT")).start()
+    db = Database(f"sqlite:///{path}")
+    with db.engine.connect() as conn:
+        assert conn.exec_driver_sql("PRAGMA journal_mode").scalar() == "wal"
+    db.engine.dispose()
+    holder.close()
