@@ -8,7 +8,7 @@ never calls ``ubench``: a test that pins ubench to one of these fails when ubenc
 from __future__ import annotations
 
 import numpy as np
-from scipy.special import entr, rel_entr
+from scipy.special import entr, log_softmax, rel_entr
 from sklearn import metrics as skm
 
 
@@ -103,3 +103,18 @@ def detection(scores, positive, tpr=0.95):
     fpr, tprs, _ = skm.roc_curve(positive, scores, drop_intermediate=False)
     return (skm.roc_auc_score(positive, scores), skm.average_precision_score(positive, scores),
             fpr[np.searchsorted(tprs, tpr - 1e-12)])
+
+
+def temperature_nll(log_probs, labels, t):
+    """The NLL of ``softmax(log_probs / t)`` on ``labels``, in float64 with scipy's log_softmax."""
+    z = np.asarray(log_probs, dtype=np.float64) / t
+    return -np.mean(log_softmax(z, axis=1)[np.arange(len(labels)), labels])
+
+
+def assert_same_temperature_optimum(log_probs, labels, t1, t2):
+    """Two fits of one temperature objective agree: T to 1e-6 relative, or, where the NLL is flat to rounding at
+    the optimum (the argmin is determined only as far as the NLL resolves it), both T give the same float64 NLL to
+    1e-13."""
+    if not np.isclose(t1, t2, rtol=1e-6, atol=0.0):
+        a, b = temperature_nll(log_probs, labels, t1), temperature_nll(log_probs, labels, t2)
+        assert abs(a - b) <= 1e-13, f"T {t1!r} vs {t2!r}: NLL {a!r} vs {b!r}"
