@@ -353,6 +353,10 @@ def _protocol_options(f):
                           "isotonic, bbq); repeatable."),
         click.option("--calibrators", "calibrators", default=None, metavar="all|NAME,...",
                      help="The same for several calibrators at once ('all': every one)."),
+        click.option("--odir", "odir", default=None, metavar="fixed|cv",
+                     help="ODIR strengths of the dirichlet calibrator: 'fixed' (lambda = mu = 1e-3) or 'cv' (chosen "
+                          "per fold by an inner 5-fold cross-validation over Kull et al.'s grid, then refitted; "
+                          "the report's calibrators.dirichlet.selected). [default: fixed]"),
         click.option("--shift-temperature/--no-shift-temperature", "shift_temperature", default=None,
                      help="The shift paper's Temp Scaling: a temperature fitted on in-domain data (a validation "
                           "split if the archive has one) applied to every shifted split. [default: off]"),
@@ -373,7 +377,7 @@ def _calibrator_names(calibrator=(), calibrators=None) -> tuple[str, ...] | None
 
 def _protocol_from(preset, placement, folds, repeats, seed, bins, smoothing, orders, cost_preset, cost_matrix,
                    member_curves=None, conformal_method=None, conformal_alpha=None, calibrator=(),
-                   calibrators=None, shift_temperature=None):
+                   calibrators=None, shift_temperature=None, odir=None):
     from .scoring.protocols import Protocol, load_cost_matrix
 
     try:
@@ -382,7 +386,8 @@ def _protocol_from(preset, placement, folds, repeats, seed, bins, smoothing, ord
             placement=placement, folds=folds, repeats=repeats, seed=seed, bins=bins, smoothing=smoothing,
             orders=orders, cost_preset=cost_preset, cost_matrix=matrix, cost_source=cost_matrix,
             member_curves=member_curves, conformal_method=conformal_method, conformal_alpha=conformal_alpha,
-            calibrators=_calibrator_names(calibrator, calibrators), shift_temperature=shift_temperature)
+            calibrators=_calibrator_names(calibrator, calibrators), shift_temperature=shift_temperature,
+            odir=odir)
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None
 

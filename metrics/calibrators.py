@@ -15,6 +15,13 @@ binning, Zadrozny & Elkan 2001), ``isotonic`` (one-vs-rest isotonic regression, 
 ``bbq`` (one-vs-rest Bayesian binning into quantiles, Naeini et al. 2015); the one-vs-rest ones renormalise each
 row. Their conventions follow torch-uncertainty 0.13's post-processing modules (the maintained implementations
 of all seven) except where a docstring says otherwise.
+
+``dirichlet``'s ODIR strengths are fixed (:data:`ODIR_LAMBDA`, :data:`ODIR_MU`) unless ``odir_lambda="cv"``
+(opt-in): then λ and μ are chosen in each fitting half by an inner 5-fold cross-validation over Kull et al.'s grid
+and refitted on the whole half (:func:`select_odir`, which says what the reference code does and where ubench
+differs). ``matrix`` stays unregularised and has no such option: Kull et al.'s tuned matrix scaling (MS-ODIR,
+experiments_dnn ``tune_cal_odir.py --comp_l2 --use_logits``) is the ODIR objective on logits, and on the
+log-probabilities ubench has it is the same map and objective as ``dirichlet`` with ``odir_lambda="cv"``.
 """
 
 from __future__ import annotations
@@ -34,14 +41,20 @@ from .temperature import DEFAULT_EPS, apply_temperature, fit_temperature
 from .vector_scaling import apply_vector_scaling, fit_vector_scaling
 
 __all__ = ["CALIBRATORS", "FittedCalibrator", "fit_calibrator", "cross_validated_calibrators",
-           "CalibratorScores"]
+           "CalibratorScores", "select_odir", "odir_inner_folds", "ODIR_GRID", "ODIR_FOLDS"]
 
 CALIBRATORS = ("temperature", "vector", "matrix", "dirichlet", "histogram", "isotonic", "bbq")
 
 #: Default ODIR strengths of ``dirichlet`` (λ off-diagonal, μ intercept). Kull et al. pick them per data set by an
-#: inner cross-validation over 10^-k grids; a scorer of fixed predictions fixes them (override with options).
+#: inner cross-validation over 10^-k grids; a scorer of fixed predictions fixes them (override with options, or
+#: ``odir_lambda="cv"`` for the inner cross-validation: :func:`select_odir`).
 ODIR_LAMBDA = 1e-3
 ODIR_MU = 1e-3
+#: The λ and μ grid of ``odir_lambda="cv"``: Kull et al.'s ``l2_odir`` (experiments_neurips, for the same
+#: normalised objective as ubench's), largest first; ties go to the first grid point.
+ODIR_GRID = (1e3, 1e1, 1e-1, 1e-3, 1e-5, 1e-7)
+#: Inner folds of ``odir_lambda="cv"`` (Kull et al.'s neural-network experiments: 5-fold ``KFold``).
+ODIR_FOLDS = 5
 #: Histogram binning: equal-width bins (torch-uncertainty's default 15; bins are ``(lo, hi]`` as ubench's ECE).
 HISTOGRAM_BINS = 15
 #: BBQ: largest number of equal-frequency bins, Dirichlet prior equivalent sample size N' (Naeini et al.: 2) and
@@ -232,6 +245,113 @@ def _fit_bbq(probs: NDArray, labels: NDArray, max_bins: int, prior: float, prune
 
 # --- the public entry points ----------------------------------------------------------------------------------
 
+def _odir_value(options: dict, key: str, default: float) -> float | str:
+    v = options.get(key, default)
+    if isinstance(v, str):
+        if v == "cv":
+            return v
+        try:
+            v = float(v)
+        except ValueError:
+            raise ValueError(f"{key} must be a non-negative number or 'cv'; got {v!r}") from None
+    if isinstance(v, bool) or not isinstance(v, (int, float, np.integer, np.floating)) or not np.isfinite(v) \
+            or v < 0:
+        raise ValueError(f"{key} must be a non-negative number or 'cv'; got {v!r}")
+    return float(v)
+
+
+def _odir_settings(options: dict) -> tuple[float | str, float | str, tuple[float, ...], int, int]:
+    """(λ, μ, grid, folds, seed) of ``dirichlet`` from the options, each checked. ``odir_lambda="cv"`` selects μ
+    too unless ``odir_mu`` is given (as Kull et al., who tune both)."""
+    lam = _odir_value(options, "odir_lambda", ODIR_LAMBDA)
+    mu = _odir_value(options, "odir_mu", "cv" if lam == "cv" and "odir_mu" not in options else ODIR_MU)
+    grid = options.get("odir_grid", ODIR_GRID)
+    try:
+        grid = tuple(float(g) for g in grid)
+    except (TypeError, ValueError):
+        raise ValueError(f"odir_grid must be a sequence of non-negative numbers; got {grid!r}") from None
+    if not grid or not all(np.isfinite(g) and g >= 0 for g in grid):
+        raise ValueError(f"odir_grid must be a non-empty sequence of non-negative numbers; got {grid!r}")
+    folds, seed = options.get("odir_folds", ODIR_FOLDS), options.get("odir_seed", 0)
+    for key, v, lo in (("odir_folds", folds, 2), ("odir_seed", seed, 0)):
+        if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < lo:
+            raise ValueError(f"{key} must be an integer >= {lo}; got {v!r}")
+    return lam, mu, grid, int(folds), int(seed)
+
+
+def odir_inner_folds(n_samples: int, n_folds: int = ODIR_FOLDS, seed: int = 0) -> list[tuple[NDArray, NDArray]]:
+    """The (fit, held-out) index pairs of ``odir_lambda="cv"``'s inner cross-validation of ``n_samples`` rows:
+    ``np.random.default_rng(seed).permutation(n_samples)`` cut into ``n_folds`` consecutive parts whose sizes
+    differ by at most one, the larger first (``np.array_split``; scikit-learn's ``KFold`` of the permuted rows);
+    fold k holds out part k. Each index array is sorted. Not stratified, as Kull et al.'s ``KFold``."""
+    if n_samples < n_folds:
+        raise ValueError(f"odir_lambda='cv' needs at least odir_folds={n_folds} samples; got {n_samples}")
+    parts = np.array_split(np.random.default_rng(seed).permutation(n_samples), n_folds)
+    return [(np.sort(np.concatenate(parts[:k] + parts[k + 1:])), np.sort(parts[k])) for k in range(n_folds)]
+
+
+def select_odir(probs: ArrayLike, labels: ArrayLike, *, eps: float = DEFAULT_EPS, lambdas: Sequence[float] = ODIR_GRID,
+                mus: Sequence[float] | None = None, n_folds: int = ODIR_FOLDS, seed: int = 0) -> dict:
+    """ODIR strengths of ``dirichlet`` chosen by inner K-fold cross-validation, as Kull et al. (2019) choose them.
+
+    Every (λ, μ) of ``lambdas`` x ``mus`` (``mus=None``: ``lambdas``) is fitted on K-1 parts of
+    :func:`odir_inner_folds` (``n_folds``, ``seed``) and scored by the held-out NLL (``-log(p_y + eps)``) of the
+    remaining part; the pair with the lowest mean over the K parts wins (the first in grid order, λ outer, on ties).
+    Returns ``{"lambda", "mu", "inner_nll", "grid"}``: the choice, its mean inner NLL, and every pair's
+    ``(λ, μ, mean inner NLL, folds that stopped at the iteration cap)``.
+
+    What the reference does, and where ubench differs:
+
+    * Kull et al.'s neural-network experiments (github.com/dirichletcal/experiments_dnn, ``scripts/
+      tune_cal_odir.py`` with ``--comp_l2``, ``scripts/tune_dirichlet_nn_slim.py``) cross every λ of
+      ``{1, 0.25, 0.5} x 10^k``, k = -5..6 (from -2 with 100 classes), with every μ of ``10^k``, fit a Keras
+      Dirichlet layer (Adam, early stopping) on each of 5 ``KFold(shuffle=True, random_state=15)`` parts of the
+      validation set (not stratified), and pick the pair with the lowest mean held-out log-loss
+      (``notebooks/Final Results...ipynb``, ``get_best_validation(param="Loss")``); their penalty there is not
+      divided by C(C-1) or C. The test predictions are the average of the 5 fold models: no refit.
+    * Their non-neural experiments (github.com/dirichletcal/experiments_neurips, ``calib/models/calibration.py``
+      ``dirichlet_odir_l2``) use the grid ``l2_odir`` = 1e3, 1e1, ..., 1e-7 for both λ and μ with ``reg_norm=True``
+      (λ / (C(C-1)), μ / C: ubench's objective), via the ``dirichlet`` submodule's ``FullDirichletCalibrator``
+      (dirichlet_python commit 6c750d9, ``calib/fulldirichlet.py``): each pair fitted on the calibration part and
+      the log-loss read on a separate set (``calib/utils/calibration.py``: the classifier's training part of a
+      3-fold ``StratifiedKFold``), again averaging the inner models rather than refitting.
+    * ubench uses the ``l2_odir`` grid, since its objective is the normalised one, and the neural experiments'
+      5 unstratified inner folds of the data it is given (one half of a test-time CV split), scores by its own
+      NLL (eps as everywhere in ubench; scikit-learn's ``log_loss`` clips at 1e-15), fits by Newton-CG, and then
+      refits the chosen pair on the whole half (:func:`fit_calibrator` with ``odir_lambda="cv"``), so that one map
+      is applied to the held-out half as with every other calibrator.
+    """
+    probs, labels = _check_probs_labels(probs, labels)
+    lambdas = _odir_settings({"odir_grid": lambdas, "odir_folds": n_folds, "odir_seed": seed})[2]
+    mus = lambdas if mus is None else _odir_settings({"odir_grid": mus})[2]
+    x = np.log(probs.astype(np.float64) + eps)
+    folds = odir_inner_folds(labels.shape[0], n_folds, seed)
+    table = []
+    for lam in lambdas:
+        for mu in mus:
+            nlls, capped = [], 0
+            for fit_idx, held in folds:
+                w, b, converged = _affine_fit(x[fit_idx], labels[fit_idx], lam, mu)
+                q = softmax(x[held] @ w.T + b, axis=1)
+                nlls.append(_nll(q, labels[held], eps))
+                capped += not converged
+            table.append((lam, mu, float(np.mean(nlls)), capped))
+    best = min(range(len(table)), key=lambda i: (table[i][2], i))
+    return {"lambda": table[best][0], "mu": table[best][1], "inner_nll": table[best][2], "grid": table}
+
+
+def _fit_dirichlet(probs: NDArray, labels: NDArray, eps: float, options: dict) -> FittedCalibrator:
+    lam, mu, grid, folds, seed = _odir_settings(options)
+    if lam != "cv" and mu != "cv":
+        return _fit_affine("dirichlet", probs, labels, eps, lam, mu)
+    sel = select_odir(probs, labels, eps=eps, lambdas=grid if lam == "cv" else (lam,),
+                      mus=grid if mu == "cv" else (mu,), n_folds=folds, seed=seed)
+    cal = _fit_affine("dirichlet", probs, labels, eps, sel["lambda"], sel["mu"])
+    cal.params["selected"] = {"lambda": sel["lambda"], "mu": sel["mu"], "inner_nll": sel["inner_nll"]}
+    cal.params["odir_grid"] = sel["grid"]
+    return cal
+
+
 def _fit(name: str, probs: NDArray, labels: NDArray, eps: float, options: dict) -> FittedCalibrator:
     if name == "temperature":
         t = fit_temperature(probs, labels, eps=eps).temperature
@@ -242,8 +362,7 @@ def _fit(name: str, probs: NDArray, labels: NDArray, eps: float, options: dict) 
     if name == "matrix":
         return _fit_affine(name, probs, labels, eps, 0.0, 0.0)
     if name == "dirichlet":
-        return _fit_affine(name, probs, labels, eps, float(options.get("odir_lambda", ODIR_LAMBDA)),
-                           float(options.get("odir_mu", ODIR_MU)))
+        return _fit_dirichlet(probs, labels, eps, options)
     if name == "histogram":
         return _fit_histogram(probs, labels, int(options.get("histogram_bins", HISTOGRAM_BINS)))
     if name == "isotonic":
@@ -259,8 +378,11 @@ def fit_calibrator(name: str, probs: ArrayLike, labels: ArrayLike, *, eps: float
                    **options) -> FittedCalibrator:
     """Fit calibrator ``name`` (:data:`CALIBRATORS`) to ``probs`` (N, C) and ``labels``.
 
-    Options: ``odir_lambda``, ``odir_mu`` (dirichlet), ``histogram_bins``, ``bbq_max_bins``, ``bbq_prior_weight``,
-    ``bbq_prune``, ``bbq_estimate`` (``"posterior"`` or ``"frequency"``). See the module docstring.
+    Options: ``odir_lambda``, ``odir_mu`` (dirichlet: a number >= 0, or ``"cv"`` to choose it by the inner
+    cross-validation of :func:`select_odir` and refit the chosen pair on all of ``probs``; ``odir_lambda="cv"``
+    chooses μ too unless ``odir_mu`` is given; the choice is ``params["selected"]``), ``odir_grid``, ``odir_folds``,
+    ``odir_seed`` (that cross-validation's grid, folds and seed), ``histogram_bins``, ``bbq_max_bins``,
+    ``bbq_prior_weight``, ``bbq_prune``, ``bbq_estimate`` (``"posterior"`` or ``"frequency"``). See the module docstring.
 
     Examples
     --------
@@ -285,6 +407,9 @@ class CalibratorScores:
     ece: float
     folds: tuple[dict, ...] = field(repr=False, default=())
     unconverged_folds: int = 0
+    #: ``dirichlet`` with ``odir_lambda``/``odir_mu="cv"``: the (λ, μ) chosen in each fold, ``{"lambda", "mu",
+    #: "inner_nll"}``; empty otherwise.
+    selected: tuple[dict, ...] = field(repr=False, default=())
 
 
 def cross_validated_calibrators(probs: ArrayLike, labels: ArrayLike, names: Sequence[str] = CALIBRATORS, *,
@@ -296,12 +421,18 @@ def cross_validated_calibrators(probs: ArrayLike, labels: ArrayLike, names: Sequ
     Returns ``{name: CalibratorScores}`` with the mean held-out ``nll`` (:math:`-\log(\tilde p_y + \text{eps})`),
     ``brier`` (summed over classes, in [0, 2]) and ``ece`` (``n_bins`` equal-width bins). The ``temperature``
     entry equals the calibrated protocol's ``calibrated_{nll,brier,ece}`` on the same folds.
-    ``unconverged_folds`` counts the folds whose ``matrix``/``dirichlet`` fit stopped at its iteration cap.
+    ``unconverged_folds`` counts the folds whose ``matrix``/``dirichlet`` fit stopped at its iteration cap (the
+    refit on the whole half, with ``odir_lambda="cv"``); ``selected`` holds the (λ, μ) that option chose per fold,
+    its inner folds drawn from ``odir_seed`` (default: ``seed``) within each half, and each fold's dict in ``folds``
+    also holds the whole ``odir_grid`` table of :func:`select_odir`.
     """
     probs, labels = _check_probs_labels(probs, labels)
     for name in names:
         if name not in CALIBRATORS:
             raise ValueError(f"unknown calibrator {name!r}; known: {', '.join(CALIBRATORS)}")
+    options.setdefault("odir_seed", seed)
+    if "dirichlet" in names:
+        _odir_settings(options)  # bad values fail before any fit
     folds = cv_splits(labels.shape[0], n_repeats=n_repeats, seed=seed)
     out = {}
     for name in names:
@@ -312,7 +443,9 @@ def cross_validated_calibrators(probs: ArrayLike, labels: ArrayLike, names: Sequ
             y = labels[held]
             per_fold.append({"nll": _nll(q, y, eps), "brier": float(_brier_per_sample(q, y).mean()),
                              "ece": _ece(q, y, n_bins), "converged": cal.params.get("converged", True)})
+            if "selected" in cal.params:
+                per_fold[-1].update(selected=cal.params["selected"], odir_grid=cal.params["odir_grid"])
         out[name] = CalibratorScores(
             name, *(float(np.mean([f[k] for f in per_fold])) for k in ("nll", "brier", "ece")), tuple(per_fold),
-            sum(not f["converged"] for f in per_fold))
+            sum(not f["converged"] for f in per_fold), tuple(f["selected"] for f in per_fold if "selected" in f))
     return out

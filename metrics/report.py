@@ -234,7 +234,8 @@ class ReportBuilder:
                                   "so cll and the calibrated metrics are null")
         if p.calibrators and name == self.primary:
             sec["calibrators"] = calibrators_section(arrays, labels, names=p.calibrators, repeats=p.repeats,
-                                                     seed=p.seed, bins=p.bins, eps=p.eps, smoothing=p.smoothing)
+                                                     seed=p.seed, bins=p.bins, eps=p.eps, smoothing=p.smoothing,
+                                                     odir=p.odir)
             if sec["calibrators"] is None:
                 self.notes.append(f"split {name!r} has {n} sample: the calibrators need at least 2 "
                                   "(test-time cross-validation), so calibrators is null")

@@ -605,16 +605,24 @@ def dee_cll(arrays: SplitArrays, labels: NDArray, *, placement: str, orders: int
 
 
 def calibrators_section(arrays: SplitArrays, labels: NDArray, *, names: Sequence[str], repeats: int, seed: int,
-                        bins: int, eps: float, smoothing: float) -> dict[str, Any] | None:
+                        bins: int, eps: float, smoothing: float, odir: str = "fixed") -> dict[str, Any] | None:
     """``{name: {nll, brier, ece, unconverged_folds}}``: each post-hoc calibrator
     (:mod:`ubench.metrics.calibrators`) fitted on one half of the (smoothed) ensemble mean and scored on the other,
-    means over the same 2 x ``repeats`` folds as ``calibrated`` (``None`` below 2 samples)."""
+    means over the same 2 x ``repeats`` folds as ``calibrated`` (``None`` below 2 samples). With ``odir="cv"``
+    ``dirichlet`` chooses its ODIR λ and μ by inner cross-validation in each fold and also reports ``selected``:
+    ``[{lambda, mu, inner_nll}]``, one per fold."""
     if arrays.n_samples < 2:
         return None
     probs = _smooth(arrays.mean_probs, smoothing) if smoothing else arrays.mean_probs
-    scores = _cross_validated_calibrators(probs, labels, names, n_repeats=repeats, seed=seed, eps=eps, n_bins=bins)
-    return {name: {"nll": s.nll, "brier": s.brier, "ece": s.ece, "unconverged_folds": s.unconverged_folds}
-            for name, s in scores.items()}
+    options = {"odir_lambda": "cv"} if odir == "cv" else {}
+    scores = _cross_validated_calibrators(probs, labels, names, n_repeats=repeats, seed=seed, eps=eps, n_bins=bins,
+                                          **options)
+    out = {name: {"nll": s.nll, "brier": s.brier, "ece": s.ece, "unconverged_folds": s.unconverged_folds}
+           for name, s in scores.items()}
+    for name, s in scores.items():
+        if s.selected:
+            out[name]["selected"] = [dict(d) for d in s.selected]
+    return out
 
 
 def member_curves_section(member_probs: NDArray, labels: NDArray, *, placement: str, orders: int, repeats: int,

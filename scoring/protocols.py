@@ -35,6 +35,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..metrics.calibrators import CALIBRATORS
+
+#: How ``dirichlet`` sets its ODIR strengths (``Protocol.odir``).
+ODIR_MODES = ("fixed", "cv")
 from ..metrics.conformal import CONFORMAL_METHODS
 
 __all__ = ["Protocol", "PRESETS", "PLACEMENTS", "COST_PRESETS", "COST_REDUCTIONS"]
@@ -83,6 +86,10 @@ class Protocol:
     calibrators : post-hoc calibrators (``ubench.metrics.calibrators``) also fitted on the primary in-domain split
         under the same test-time CV as temperature scaling; the report's ``calibrators`` gives their held-out NLL,
         Brier and ECE. Empty: none.
+    odir : how ``dirichlet`` among ``calibrators`` sets its ODIR strengths: ``"fixed"`` (λ = μ = 1e-3) or ``"cv"``
+        (λ and μ chosen in each fold by an inner 5-fold cross-validation of the fitting half over Kull et al.'s grid,
+        then refitted on the whole half: ``ubench.metrics.calibrators.select_odir``; the report's
+        ``calibrators.dirichlet.selected`` gives the choices).
     shift_temperature : the shift paper's "Temp Scaling" method: one temperature fitted on the in-domain data (a
         validation-named in-domain split when the archive has one, else the primary test split, said in a note)
         and applied to every shifted split, whose ``temperature_scaled`` section then holds accuracy, NLL, Brier
@@ -109,6 +116,7 @@ class Protocol:
     conformal_method: str = "aps"
     conformal_alpha: float = 0.1
     calibrators: tuple[str, ...] = ()
+    odir: str = "fixed"
     shift_temperature: bool = False
     overrides: tuple[str, ...] = ()
 
@@ -120,6 +128,8 @@ class Protocol:
         unknown = [c for c in self.calibrators if c not in CALIBRATORS]
         if unknown:
             raise ValueError(f"unknown calibrator {unknown[0]!r}; known: {', '.join(CALIBRATORS)}")
+        if self.odir not in ODIR_MODES:
+            raise ValueError(f"odir must be one of {ODIR_MODES}; found {self.odir!r}")
         if self.conformal_method not in CONFORMAL_METHODS:
             raise ValueError(f"conformal_method must be one of {CONFORMAL_METHODS}; found {self.conformal_method!r}")
         if not 0.0 < self.conformal_alpha < 1.0:

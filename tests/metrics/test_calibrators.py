@@ -163,3 +163,97 @@ def test_affine_fits_say_when_they_stop_at_the_cap():
     drawn = np.array([rng.choice(3, p=row) for row in q])
     fine = cross_validated_calibrators(q, drawn, names=("matrix", "dirichlet"), n_repeats=1)
     assert fine["matrix"].unconverged_folds == 0 and fine["dirichlet"].unconverged_folds == 0
+
+
+# --- ODIR strengths chosen by inner cross-validation (odir_lambda="cv") ------------------------------------------
+
+def _overconfident(n, c, seed):
+    rng = np.random.default_rng(seed)
+    q = np.exp(log_softmax(rng.normal(size=(n, c)) * 1.5, axis=1))
+    y = np.array([rng.choice(c, p=row) for row in q])
+    return np.exp(log_softmax(np.log(q) * 2.5, axis=1)), y
+
+
+def test_odir_cv_equals_a_brute_force_inner_cross_validation():
+    """Oracle: the inner folds rebuilt with scikit-learn's ``KFold`` (unshuffled) over the seeded permutation, every
+    (λ, μ) of the grid fitted with fixed strengths by plain loops, the held-out NLL written out, the first minimum
+    taken; then the chosen pair refitted on the whole half. Selection and held-out NLL equal the implementation's
+    in every outer fold of ``cross_validated_calibrators``."""
+    from sklearn.model_selection import KFold
+
+    p, y = _overconfident(160, 3, 4)
+    grid, eps = (1e1, 1e-1, 1e-3), 1e-12
+    res = cross_validated_calibrators(p, y, names=("dirichlet",), n_repeats=1, seed=3, odir_lambda="cv",
+                                      odir_grid=grid)["dirichlet"]
+    assert len(res.selected) == 2
+    for (fit_idx, held), fold, sel in zip(m.cv_splits(160, n_repeats=1, seed=3), res.folds, res.selected):
+        pf, yf = p[fit_idx], y[fit_idx]
+        perm = np.random.default_rng(3).permutation(len(yf))  # odir_seed defaults to the outer seed
+        best, table = None, []
+        for lam in grid:
+            for mu in grid:
+                losses = []
+                for tr, te in KFold(n_splits=5).split(perm):
+                    tr, te = np.sort(perm[tr]), np.sort(perm[te])  # the documented folds are sorted
+                    q = fit_calibrator("dirichlet", pf[tr], yf[tr], odir_lambda=lam, odir_mu=mu).apply(pf[te])
+                    losses.append(-np.mean(np.log(q[np.arange(len(te)), yf[te]] + eps)))
+                table.append(np.mean(losses))
+                if best is None or table[-1] < best[0]:
+                    best = (table[-1], lam, mu)
+        assert len(set(np.round(table, 9))) > 1  # the grid matters here
+        assert (sel["lambda"], sel["mu"]) == best[1:]
+        assert sel["inner_nll"] == pytest.approx(best[0], rel=1e-12)
+        q = fit_calibrator("dirichlet", pf, yf, odir_lambda=best[1], odir_mu=best[2]).apply(p[held])
+        assert fold["nll"] == pytest.approx(-np.mean(np.log(q[np.arange(len(held)), y[held]] + eps)), rel=1e-12)
+
+
+def test_odir_cv_is_opt_in_and_deterministic():
+    p, y = _overconfident(120, 3, 5)
+    default = cross_validated_calibrators(p, y, names=("dirichlet",), n_repeats=1)["dirichlet"]
+    fixed = cross_validated_calibrators(p, y, names=("dirichlet",), n_repeats=1, odir_lambda=1e-3,
+                                        odir_mu=1e-3)["dirichlet"]
+    assert default.nll == fixed.nll and default.selected == ()
+    a = fit_calibrator("dirichlet", p, y, odir_lambda="cv", odir_grid=(1e-1, 1e-3), odir_seed=7)
+    b = fit_calibrator("dirichlet", p, y, odir_lambda="cv", odir_grid=(1e-1, 1e-3), odir_seed=7)
+    assert a.params["selected"] == b.params["selected"]
+    np.testing.assert_array_equal(a.params["weight"], b.params["weight"])
+    # odir_mu given: only λ is chosen
+    c = fit_calibrator("dirichlet", p, y, odir_lambda="cv", odir_mu=0.5, odir_grid=(1e-1, 1e-3))
+    assert c.params["selected"]["mu"] == 0.5 and len(c.params["odir_grid"]) == 2
+
+
+@pytest.mark.parametrize("options", [
+    {"odir_lambda": "cross"}, {"odir_lambda": -1.0}, {"odir_mu": "CV"}, {"odir_lambda": float("nan")},
+    {"odir_lambda": "cv", "odir_grid": ()}, {"odir_lambda": "cv", "odir_grid": (1.0, -1.0)},
+    {"odir_lambda": "cv", "odir_folds": 1}, {"odir_lambda": "cv", "odir_seed": -2},
+    {"odir_lambda": "cv", "odir_folds": 2.5},
+])
+def test_bad_odir_options_are_refused_before_any_fit(options):
+    p, y = _overconfident(40, 3, 6)
+    with pytest.raises(ValueError, match="odir_"):
+        fit_calibrator("dirichlet", p, y, **options)
+    with pytest.raises(ValueError, match="odir_"):
+        cross_validated_calibrators(p, y, names=("temperature", "dirichlet"), n_repeats=1, **options)
+
+
+def test_odir_cv_on_the_digits_example():
+    """The bundled digits example (599 x 10, halves of 300), one pair of outer folds and two grid points to stay
+    fast (Newton-CG is slow at λ >= 10 there). The selected pair is the grid point of lowest mean inner NLL in each
+    fold, and neither refit stops at the cap. Measured separately over all 10 folds and the full grid (395 s on
+    2 busy cores): λ = 1e3 (the grid's largest) chosen in every fold, μ 0.1 to 1e3; held-out NLL 0.319 against
+    0.796 at the default λ = μ = 1e-3; but 3 of the 10 refits at λ = 1e3 stop at the iteration cap (default: 2),
+    since the diagonal stays unpenalised."""
+    import h5py
+
+    with h5py.File(Path(__file__).resolve().parents[2] / "examples" / "digits_deep_ensemble.h5") as f:
+        p = f["splits/test/probs"][()].astype(np.float64).mean(0)
+        y = f["splits/test/labels"][()]
+    res = cross_validated_calibrators(p, y, names=("dirichlet",), n_repeats=1, odir_lambda="cv",
+                                      odir_grid=(1e-3, 1e-5))["dirichlet"]
+    assert len(res.selected) == 2
+    for fold, sel in zip(res.folds, res.selected):
+        table = fold["odir_grid"]
+        assert len(table) == 4
+        best = table[int(np.argmin([row[2] for row in table]))]
+        assert (sel["lambda"], sel["mu"], sel["inner_nll"]) == best[:3]
+    assert res.unconverged_folds == 0

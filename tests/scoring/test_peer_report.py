@@ -65,3 +65,24 @@ def test_score_calibrators_all_in_json_and_text():
 def test_unknown_calibrator_is_a_usage_error():
     res = CliRunner().invoke(cli, ["score", str(EXAMPLE), "--calibrator", "platt"])
     assert res.exit_code == 2 and "unknown calibrator 'platt'" in res.output
+
+
+def test_bad_odir_is_a_usage_error_and_cv_is_recorded_in_the_protocol():
+    res = CliRunner().invoke(cli, ["score", str(EXAMPLE), "--calibrator", "dirichlet", "--odir", "grid"])
+    assert res.exit_code == 2 and "odir must be one of ('fixed', 'cv'); found 'grid'" in res.output
+    r = _score("--calibrator", "temperature", "--odir", "cv", "--repeats", "1")
+    assert r["protocol"]["odir"] == "cv" and "odir" in r["protocol"]["overrides"]
+    assert "selected" not in r["in_domain"]["test"]["calibrators"]["temperature"]
+    assert _score("--calibrator", "temperature", "--repeats", "1")["protocol"]["odir"] == "fixed"
+
+
+def test_score_odir_cv_reports_the_selected_strengths():
+    """``--odir cv``: dirichlet's λ and μ chosen per fold over the full grid (36 pairs x 5 inner folds per outer
+    fold, hence slow), each choice a grid pair, in the JSON; the default run has no ``selected``."""
+    from ubench.metrics.calibrators import ODIR_GRID
+
+    r = _score("--calibrator", "dirichlet", "--odir", "cv", "--repeats", "1")
+    sel = r["in_domain"]["test"]["calibrators"]["dirichlet"]["selected"]
+    assert len(sel) == 2
+    for s in sel:
+        assert s["lambda"] in ODIR_GRID and s["mu"] in ODIR_GRID and s["inner_nll"] > 0
