@@ -166,9 +166,10 @@ EXPORT = {"deep_ensemble": TINY["deep_ensemble"], "vi": TINY["vi"], "swag": TINY
 def test_save_models_exports_what_the_device_computed(method, device, tmp_path):
     """ONNX Runtime on the CPU, run on the exported graph of a member trained (and predicted) on ``device``, gives
     the archive's probabilities within 1e-4; the torch rebuild from the plain weights gives ONNX Runtime's."""
-    ort = pytest.importorskip("onnxruntime")
+    pytest.importorskip("onnxruntime")
     pytest.importorskip("onnx")
-    from ubench.edge.latency import _torch_module, load_models
+    from export_checks import assert_members_reproduce_the_archive
+
     from ubench.producers.task import build_task
 
     members, hyper = EXPORT[method]
@@ -183,14 +184,7 @@ def test_save_models_exports_what_the_device_computed(method, device, tmp_path):
     x = np.ascontiguousarray(task.splits["test"].images, dtype=np.float32)
     with h5py.File(out, "r") as f:
         stored = f["splits/test/probs"][:]
-    models = load_models(models_dir)
-    for m, member in enumerate(doc["members"]):
-        session = ort.InferenceSession(str(models_dir / member["onnx"]), providers=["CPUExecutionProvider"])
-        got = session.run(None, {"x": x})[0]
-        np.testing.assert_allclose(got, stored[m], atol=1e-4)
-        with torch.inference_mode():
-            rebuilt = _torch_module(models, member)(torch.from_numpy(x)).numpy()
-        np.testing.assert_allclose(rebuilt, got, atol=1e-5)
+    assert_members_reproduce_the_archive(models_dir, x, stored, archive_atol=1e-4)
 
 
 #: ``ubench`` with BlackJAX unimportable (as on a machine without it), in a process of its own.
