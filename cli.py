@@ -661,12 +661,16 @@ def compare(archives: tuple[Path, ...], reference: Path | None, ensemble: Path |
     if ensemble is not None and not protocol.member_curves:  # DEE at the point the reference curve averages
         protocol = protocol.replace(dee_point=True)
     _check_reference_or_exit(reference)
+    sandboxed = sandbox if sandbox is not None else reference is not None
+    # the task of every archive from its metadata first, so that one on another task is refused before any
+    # archive is scored (uploads scored in the sandbox are not opened here: the reference checks their task)
+    mismatch = {} if sandboxed else _task_mismatches(archives, reference, allow_mismatch)
     progress = _progress(not (as_json or as_csv))
     score = _scorer(sandbox, reference, _sandbox_limits(memory_limit, cpu_limit, timeout), progress,
                     len(archives) + (ensemble is not None))
     reports = [score(a, protocol) for a in archives]
     names = [f"{r['archive']['method']} ({Path(r['archive']['path']).name})" for r in reports]
-    _check_same_task(reports, names, allow_mismatch)
+    _check_same_task(reports, names, allow_mismatch, mismatch)
     if ensemble is not None:
         from .scoring.dee import attach_dee
 
@@ -698,19 +702,50 @@ def compare(archives: tuple[Path, ...], reference: Path | None, ensemble: Path |
     _echo_text(format_notes(reports, names), err=True, nl=False)
 
 
-def _check_same_task(reports: list[dict], names: list[str], allow_mismatch: bool) -> None:
+def _refuse_other_task(name: str, first: str, diff: str) -> None:
+    _echo(f"error: {name} is on another task than {first}: {diff}; its numbers are not comparable "
+          "(--allow-mismatch shows them anyway, marked)", err=True)
+    sys.exit(1)
+
+
+def _task_mismatches(archives: tuple[Path, ...], reference: Path | None, allow_mismatch: bool) -> dict[int, str]:
+    """The task of every archive read from its metadata, labels and sample ids (nothing scored): refuse (exit 1)
+    an archive on another task than the first, or, with ``--allow-mismatch``, return ``{index: difference}``."""
+    from .scoring.compare import archive_task, difference
+
+    primary = None
+    if reference is not None:
+        from .scoring.reference import read_reference
+
+        primary = read_reference(reference).primary
+    tasks = []
+    for a in archives:
+        with _archive_errors_exit(a):
+            tasks.append(archive_task(a, primary=primary))
+    out = {}
+    for i, task in enumerate(tasks[1:], start=1):
+        diff = difference(task, tasks[0])
+        if diff is not None:
+            if not allow_mismatch:
+                _refuse_other_task(f"{task['method']} ({archives[i].name})",
+                                   f"{tasks[0]['method']} ({archives[0].name})", diff)
+            out[i] = diff
+    return out
+
+
+def _check_same_task(reports: list[dict], names: list[str], allow_mismatch: bool,
+                     known: dict[int, str] | None = None) -> None:
     """Refuse (exit 1, naming the first difference) archives on another task than the first one; with
-    ``--allow-mismatch`` mark them in their name and notes instead (issue #10 item 1)."""
+    ``--allow-mismatch`` mark them in their name and notes instead (issue #10 item 1). ``known``: the differences
+    found before scoring (:func:`_task_mismatches`)."""
     from .scoring.compare import task_difference
 
     for i, r in enumerate(reports[1:], start=1):
-        diff = task_difference(r, reports[0])
+        diff = (known or {}).get(i) or task_difference(r, reports[0])
         if diff is None:
             continue
         if not allow_mismatch:
-            _echo(f"error: {names[i]} is on another task than {names[0]}: {diff}; its numbers are not comparable "
-                  "(--allow-mismatch shows them anyway, marked)", err=True)
-            sys.exit(1)
+            _refuse_other_task(names[i], names[0], diff)
         names[i] += " [other task]"
         r["notes"].append(f"on another task than {names[0]}: {diff}; no column of this row is comparable with it")
 
@@ -822,7 +857,8 @@ def dee(method: Path, ensemble: Path, reference: Path | None, as_json: bool, plo
         from .scoring.tables import format_dee, format_notes
 
         _echo_table(format_dee(result, styled=_styled()))
-        _echo_text(format_notes([method_report, ens_report], ["method", "ensemble"]), err=True, nl=False)
+        _echo_text(format_notes([result, method_report, ens_report], ["DEE", "method", "ensemble"]), err=True,
+                   nl=False)
 
 
 def _register_produce() -> None:

@@ -19,16 +19,10 @@ from typing import Any
 
 from .compare import task_difference
 from .html import _CSS, CELL_LIMIT, _fmt
-from .tables import COMPARE_COLUMNS, latency_table
+from .tables import HIGHER_IS_BETTER, compare_cell, compare_columns, latency_table
 from .text import html_text
 
 __all__ = ["HIGHER_IS_BETTER", "best_rows", "render_compare_html", "write_compare_html"]
-
-#: Comparable columns where a larger value is better; every other comparable column is better when smaller.
-HIGHER_IS_BETTER = frozenset({
-    "accuracy", "cll", "dee", "ood_auroc_total", "ood_auroc_knowledge", "ood_auroc_confidence", "ood_aupr_total",
-    "shift_accuracy_median", "posterior_agreement",
-})
 
 
 def best_rows(reports: Sequence[Mapping[str, Any]], key: str) -> set[int]:
@@ -47,14 +41,14 @@ def best_rows(reports: Sequence[Mapping[str, Any]], key: str) -> set[int]:
 
 
 def _table(reports: Sequence[Mapping[str, Any]], names: Sequence[str]) -> str:
-    cols = [(k, h) for k, h in COMPARE_COLUMNS if any(r["summary"].get(k) is not None for r in reports)]
+    cols = compare_columns(reports)
     comparable = set().union(*(r["comparability"]["comparable"] for r in reports))
     best = {k: best_rows(reports, k) for k, _ in cols}
     head = "".join(f"<th>{html_text(h)}{' *' if k in comparable else ''}</th>" for k, h in cols)
     rows = []
     for i, (name, r) in enumerate(zip(names, reports)):
-        cells = "".join(f"<td class='best'>{_fmt(r['summary'].get(k))} ▲</td>" if i in best[k]
-                        else f"<td>{_fmt(r['summary'].get(k))}</td>" for k, _ in cols)
+        cells = "".join(f"<td class='best'>{_fmt(compare_cell(r['summary'], k))} ▲</td>" if i in best[k]
+                        else f"<td>{_fmt(compare_cell(r['summary'], k))}</td>" for k, _ in cols)
         dataset = html_text(r["archive"].get("dataset"), CELL_LIMIT)
         rows.append(f"<tr><td>{html_text(name, CELL_LIMIT)}</td><td>{dataset}</td>{cells}</tr>")
     return f"<table><tr><th>method</th><th>dataset</th>{head}</tr>{''.join(rows)}</table>"

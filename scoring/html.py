@@ -80,6 +80,8 @@ def _headline(summary: Mapping[str, Any], comparable: set[str], report: Mapping[
         dee = report.get("dee")
         if key == "dee" and dee and dee["curve"] and dee["curve"][-1].get("beyond_reference"):
             value = "≥ " + value  # beyond the reference's largest ensemble: a lower bound
+        if key == "dee" and summary[key] is None and summary.get("dee_below_one"):
+            value = html_text("< 1")  # below one deep-ensemble member (null in the report, never 1)
         cells.append(f"<div class='hl'><div class='hv'>{value}</div>"
                      f"<div class='hk'>{html_text(label)}{mark}</div></div>")
     return ("<h2>Headline</h2><div class='headline'>" + "".join(cells) + "</div>"

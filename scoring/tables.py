@@ -26,7 +26,53 @@ from ..archive_schema.spec import LATENCY_ATTRIBUTES
 from .text import escape_text, shorten
 
 __all__ = ["format_score", "format_compare", "format_dee", "format_notes", "format_leaderboard", "format_csv",
-           "leaderboard_csv", "report_rows", "report_frame", "compact", "natural_key", "COMPARE_COLUMNS"]
+           "leaderboard_csv", "report_rows", "report_frame", "compact", "natural_key", "COMPARE_COLUMNS",
+           "DISPLAY_NAMES", "HIGHER_IS_BETTER", "LOWER_IS_BETTER", "display_name", "direction",
+           "compare_cell", "compare_columns"]
+
+#: How a report key is named for people: the labels of the HTML report, the comparison page and the leaderboard
+#: (``scoring/html.py``, ``scoring/leaderboard_html.py``), one place for the terminal tables too.
+DISPLAY_NAMES = {
+    "accuracy": "accuracy", "nll": "NLL", "brier": "Brier", "ece": "ECE", "tace": "TACE", "uce": "UCE",
+    "misclassification_auroc_total": "misclassification AUROC (total)",
+    "misclassification_auroc_confidence": "misclassification AUROC (confidence)",
+    "misclassification_auroc_knowledge": "misclassification AUROC (knowledge)",
+    "aurc_confidence": "AURC (confidence)", "decision_cost": "decision cost",
+    "cll": "CLL (calibrated log-likelihood)", "temperature": "temperature T", "temperature_std": "std of T over folds",
+    "calibrated_accuracy": "calibrated accuracy", "calibrated_brier": "calibrated Brier",
+    "calibrated_ece": "calibrated ECE", "dee": "DEE (deep-ensemble equivalent)",
+    "ood_auroc_total": "OOD AUROC (total)", "ood_auroc_knowledge": "OOD AUROC (knowledge)",
+    "ood_auroc_confidence": "OOD AUROC (confidence)", "ood_aupr_total": "OOD AUPR (total)",
+    "ood_fpr95_total": "OOD FPR at 95% TPR (total)", "shift_accuracy_median": "shift accuracy (median)",
+    "posterior_agreement": "agreement with HMC", "posterior_total_variation": "total variation from HMC",
+}
+#: Keys where a larger value is better (↑ in the tables; the best value of a comparison is the largest).
+HIGHER_IS_BETTER = frozenset({
+    "accuracy", "cll", "dee", "ood_auroc_total", "ood_auroc_knowledge", "ood_auroc_confidence", "ood_aupr_total",
+    "shift_accuracy_median", "posterior_agreement", "calibrated_accuracy", "misclassification_auroc_total",
+    "misclassification_auroc_confidence", "misclassification_auroc_knowledge",
+})
+#: Keys where a smaller value is better (↓). A key in neither (the temperature) has no better direction.
+LOWER_IS_BETTER = frozenset({
+    "nll", "brier", "ece", "tace", "uce", "aurc_confidence", "decision_cost", "calibrated_brier", "calibrated_ece",
+    "calibrated_nll", "ood_fpr95_total", "posterior_total_variation",
+})
+
+
+def direction(key: str) -> str:
+    """``↑`` when a larger value of ``key`` is better, ``↓`` when a smaller one is, else ``""``."""
+    return "↑" if key in HIGHER_IS_BETTER else "↓" if key in LOWER_IS_BETTER else ""
+
+
+def display_name(key: str, *, arrow: bool = True) -> str:
+    """The name a table shows for report key ``key`` (:data:`DISPLAY_NAMES`, else the key), with its
+    :func:`direction` after it: ``display_name("nll") == "NLL ↓"``."""
+    name = DISPLAY_NAMES.get(key, key)
+    return f"{name} {direction(key)}" if arrow and direction(key) else name
+
+
+#: The line under a table whose names carry arrows.
+_ARROWS = "↑ higher is better, ↓ lower is better"
 
 #: Columns of ``ubench compare``: (summary key, header). Comparability comes from the report's own lists.
 COMPARE_COLUMNS = (
@@ -130,8 +176,15 @@ def _split_items(section: Mapping[str, Any]) -> list[tuple[str, Any]]:
 
 _IN_DOMAIN_KEYS = ("accuracy", "nll", "brier", "ece", "tace", "uce", "misclassification_auroc_total",
                    "misclassification_auroc_confidence", "aurc_confidence", "decision_cost")
-_CAL_KEYS = ("cll", "temperature", "temperature_std", "calibrated_accuracy", "calibrated_nll", "calibrated_brier",
-             "calibrated_ece")
+#: The calibrated rows: CLL and not calibrated_nll, which is -CLL (the same number twice, with opposite signs).
+_CAL_KEYS = ("cll", "temperature", "temperature_std", "calibrated_accuracy", "calibrated_brier", "calibrated_ece")
+
+
+def _dee_text(value: Any, below: Any, beyond: Any = False) -> str:
+    """A DEE (or bound) cell: ``< 1`` below one deep-ensemble member, ``≥ K`` beyond the reference, else the number."""
+    if value is None:
+        return "< 1" if below else "-"
+    return ("≥ " if beyond else "") + compact(value)
 
 
 def format_score(report: Mapping[str, Any], *, styled: bool = False) -> str:
@@ -143,34 +196,34 @@ def format_score(report: Mapping[str, Any], *, styled: bool = False) -> str:
              + (f" {escape_text(report['labels']['reference']['path'])}" if report["labels"]["reference"] else ""),
              escape_text(report["protocol"]["description"]), ""]
     for name, sec in _split_items(report["in_domain"]):
-        lines.append(f"in-domain split {_fmt(name)} (N = {sec['n_samples']})")
-        rows = [(k, sec[k]) for k in _IN_DOMAIN_KEYS if k in sec]
+        lines.append(f"in-domain split {_fmt(name)} (N = {sec['n_samples']}; {_ARROWS})")
+        rows = [(display_name(k), sec[k]) for k in _IN_DOMAIN_KEYS if k in sec]
         cal = sec.get("calibrated") or {}
-        rows += [(k, cal[k]) for k in _CAL_KEYS if k in cal]
+        rows += [(display_name(k), cal[k]) for k in _CAL_KEYS if k in cal]
         lines += ["  " + ln for ln in _table(("metric", "value"), rows, styled=styled)] + [""]
         if sec.get("calibrators"):
             lines.append(f"  post-hoc calibrators, held-out under test-time CV ({_fmt(name)})")
-            lines += ["  " + ln for ln in _table(("calibrator", "NLL", "Brier", "ECE"),
+            lines += ["  " + ln for ln in _table(("calibrator", "NLL ↓", "Brier ↓", "ECE ↓"),
                                                  [(c, v["nll"], v["brier"], v["ece"])
                                                   for c, v in sec["calibrators"].items()], styled=styled)] + [""]
     if report["ood"]:
         lines.append("OOD detection (positive = OOD)")
         rows = [(name, s["against"], s["ood_auroc_total"], s["ood_auroc_knowledge"], s["ood_auroc_confidence"],
                  s["ood_aupr_total"], s["ood_fpr95_total"]) for name, s in _split_items(report["ood"])]
-        lines += ["  " + ln for ln in _table(("split", "against", "AUROC tot", "AUROC kn", "AUROC conf",
-                                               "AUPR tot", "FPR95 tot"), rows, styled=styled)] + [""]
+        lines += ["  " + ln for ln in _table(("split", "against", "AUROC tot ↑", "AUROC kn ↑", "AUROC conf ↑",
+                                               "AUPR tot ↑", "FPR95 tot ↓"), rows, styled=styled)] + [""]
     if report["shift"]:
         lines.append("shift")
-        lines += ["  " + ln for ln in _table(("split", "kind", "intensity", "acc", "NLL", "Brier", "ECE"),
-                                               shift_rows(report), styled=styled)]
+        lines += ["  " + ln for ln in _table(("split", "kind", "intensity", "accuracy ↑", "NLL ↓", "Brier ↓",
+                                               "ECE ↓"), shift_rows(report), styled=styled)]
         for group in report["shift_summary"]["groups"]:
             if len(group["kinds"]) < 2:
                 continue
             rows = [(k, v["n_splits"], v["accuracy"]["q1"], v["accuracy"]["median"], v["accuracy"]["q3"],
                      v["ece"]["median"]) for k, v in group["by_intensity"].items()]
             lines += ["", f"  quartiles over shift kinds per intensity ({', '.join(map(_fmt, group['kinds']))})"]
-            lines += ["  " + ln for ln in _table(("intensity", "kinds", "acc q1", "acc median", "acc q3",
-                                                   "ECE median"), rows, styled=styled)]
+            lines += ["  " + ln for ln in _table(("intensity", "kinds", "accuracy q1 ↑", "accuracy median ↑",
+                                                   "accuracy q3 ↑", "ECE median ↓"), rows, styled=styled)]
         lines.append("")
     if report["archive"].get("latency"):
         lines.append("accuracy against latency (URSABench; ubench latency --record-into)")
@@ -178,9 +231,12 @@ def format_score(report: Mapping[str, Any], *, styled: bool = False) -> str:
     if report.get("dee"):
         d = report["dee"]
         last = d["curve"][-1]
+        below = last.get("below_reference")
         lines.append(f"DEE against {escape_text(d['ensemble']['path'])} ({d['ensemble']['n_members']} members): "
-                     f"{last['dee']:.2f} (bounds {last['dee_lower']:.2f}-{last['dee_upper']:.2f})"
-                     + (" — beyond the reference" if last["beyond_reference"] else ""))
+                     f"{_dee_text(last['dee'], below, last['beyond_reference'])} (bounds "
+                     f"{_dee_text(last['dee_lower'], True)} to {_dee_text(last['dee_upper'], True)})"
+                     + (" — beyond the reference" if last["beyond_reference"] else "")
+                     + (" — below one deep-ensemble member" if below else ""))
         lines.append("")
     return "\n".join(lines).rstrip() + "\n"
 
@@ -230,13 +286,14 @@ def format_compare(reports: Sequence[Mapping[str, Any]], names: Sequence[str], *
     """One table, methods as rows; ``*`` marks columns comparable across models (Ashukha et al. 2020)."""
     # a key is comparable when any report says so (a report leaves out the keys undefined on its own data)
     comparable = set().union(*(r["comparability"]["comparable"] for r in reports))
-    cols = [(k, h) for k, h in COMPARE_COLUMNS if any(r["summary"].get(k) is not None for r in reports)]
-    header = ["method", "dataset"] + [h + ("*" if k in comparable else "") for k, h in cols]
-    rows = [[n, r["archive"].get("dataset")] + [r["summary"].get(k) for k, _ in cols] for n, r in zip(names, reports)]
+    cols = compare_columns(reports)
+    header = ["method", "dataset"] + [h + direction(k) + ("*" if k in comparable else "") for k, h in cols]
+    rows = [[n, r["archive"].get("dataset")] + [compare_cell(r["summary"], k) for k, _ in cols]
+            for n, r in zip(names, reports)]
     lines = _table(header, rows, styled=styled)
     lines += ["", "* comparable across models (calibrated metrics, DEE, accuracy, OOD/shift scores); unmarked "
               "columns (uncalibrated NLL/Brier/ECE/TACE/UCE, misclassification AUROC) are not "
-              "(Ashukha et al. 2020)."]
+              f"(Ashukha et al. 2020). {_ARROWS}."]
     if reports:
         lines.append(escape_text(reports[0]["protocol"]["description"]))
     header, rows = latency_table(reports, names)
@@ -246,18 +303,34 @@ def format_compare(reports: Sequence[Mapping[str, Any]], names: Sequence[str], *
     return "\n".join(lines).rstrip() + "\n"
 
 
+def compare_columns(reports: Sequence[Mapping[str, Any]]) -> list[tuple[str, str]]:
+    """The ``(key, header)`` of :data:`COMPARE_COLUMNS` that some report has a cell for."""
+    return [(k, h) for k, h in COMPARE_COLUMNS if any(compare_cell(r["summary"], k) is not None for r in reports)]
+
+
+def compare_cell(summary: Mapping[str, Any], key: str) -> Any:
+    """A compare cell: the summary value; a DEE below one deep-ensemble member (``null``) reads ``< 1``."""
+    if key == "dee" and summary.get("dee") is None and summary.get("dee_below_one"):
+        return "< 1"
+    return summary.get(key)
+
+
 def format_dee(result: Mapping[str, Any], *, styled: bool = False) -> str:
-    """The terminal view of ``ubench dee``: the method's DEE per number of members, with bounds."""
-    rows = [(p["n_members"], p["cll"], p["dee"], p["dee_lower"], p["dee_upper"]) for p in result["curve"]]
+    """The terminal view of ``ubench dee``: the method's DEE per number of members, with bounds (``< 1`` where
+    the CLL is below one deep-ensemble member's, ``≥ K`` beyond the reference's largest ensemble)."""
+    rows = [(p["n_members"], p["cll"], _dee_text(p["dee"], p.get("below_reference"), p["beyond_reference"]),
+             _dee_text(p["dee_lower"], True), _dee_text(p["dee_upper"], True)) for p in result["curve"]]
     lines = [f"DEE of {escape_text(result['method']['path'])} against deep ensemble "
              f"{escape_text(result['ensemble']['path'])}", ""]
-    lines += _table(("members", "CLL", "DEE", "DEE lower", "DEE upper"), rows, styled=styled)
+    lines += _table(("members", "CLL ↑", "DEE ↑", "DEE lower", "DEE upper"), rows, styled=styled)
     lines += ["", escape_text(result["protocol"]["description"])]
     return "\n".join(lines).rstrip() + "\n"
 
 
 #: Leaderboard columns shown in the terminal table (all of them go to ``--csv`` and the JSON).
 LEADERBOARD_TABLE_KEYS = ("cll", "dee", "accuracy", "ood_auroc_total")
+#: Their headers, as the leaderboard page names them (``scoring/leaderboard_html.py``).
+_LEADERBOARD_NAMES = {"cll": "CLL", "dee": "DEE", "accuracy": "accuracy", "ood_auroc_total": "OOD AUROC"}
 
 
 def format_leaderboard(board: Mapping[str, Any], *, styled: bool = False) -> str:
@@ -265,7 +338,8 @@ def format_leaderboard(board: Mapping[str, Any], *, styled: bool = False) -> str
     keys = [c["key"] for c in board["columns"] if c["key"] in LEADERBOARD_TABLE_KEYS]
     rows = [[row["rank"] or "", row["archive"] or "", row["status"], *(row["metrics"].get(k) for k in keys)]
             for row in board["rows"]]
-    return "\n".join(_table(["#", "upload", "status", *keys], rows, styled=styled)) + "\n"
+    return "\n".join(_table(["#", "upload", "status", *(_LEADERBOARD_NAMES.get(k, k) + " " + direction(k)
+                                                         for k in keys)], rows, styled=styled)) + "\n"
 
 
 def _csv_cell(v: Any) -> Any:

@@ -371,7 +371,7 @@ def test_compare_shows_no_knowledge_score_for_a_single_model(tmp_path):
         names = ["sgd" if r is single else "de" for r in reports]
         lines = format_compare(reports, names).splitlines()
         header = lines[0].split()
-        col = header.index("OOD-AUROC(kn)*")
+        col = header.index("OOD-AUROC(kn)↑*")
         row = {ln.split()[0]: ln.split() for ln in lines[2:4]}
         assert row["sgd"][col] == "-" and row["de"][col] != "-"
 
