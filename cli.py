@@ -1,8 +1,8 @@
 # SPDX-License-Identifier: MIT
 """The ``ubench`` command line: parse, call the library, format. No metric code lives here.
 
-Exit codes: 0 success (archive valid); 1 archive invalid or rejected (findings printed); 2 usage error or a file
-that cannot be read as an archive at all.
+Exit codes: 0 success (archive valid); 1 archive invalid or rejected (findings printed), or a missing extra (its
+``pip install`` line printed, ``ubench/extras.py``); 2 usage error or a file that cannot be read as an archive at all.
 """
 
 from __future__ import annotations
@@ -17,8 +17,9 @@ import click
 from . import __version__
 
 EPILOG = (
-    "Exit codes: 0 success (archive valid); 1 archive invalid or rejected (findings printed); "
-    "2 usage error or a file that cannot be read as an archive at all."
+    "Exit codes: 0 success (archive valid); 1 archive invalid or rejected (findings printed), or an extra the "
+    "command needs not installed (its pip install line printed); 2 usage error or a file that cannot be read as "
+    "an archive at all."
 )
 
 _ARCHIVE = click.Path(exists=False, path_type=Path)
@@ -68,12 +69,45 @@ def _echo_table(text: str) -> None:
         _echo_text(text, nl=False)
 
 
-def _echo_findings(findings, *, err: bool = False) -> None:
+def _echo_findings(findings, *, archive: Path | str | None = None, err: bool = False) -> None:
+    """One line per finding; a finding about the file as a whole (HDF5 path ``<file>`` in the JSON) names the
+    file ``archive`` instead of printing ``<file>``."""
+    import dataclasses
+
     for f in findings:
-        _echo(str(f), err=err)
+        _echo(str(dataclasses.replace(f, path=str(archive)) if archive is not None and f.path == "<file>" else f),
+              err=err)
 
 
-@click.group(epilog=EPILOG)
+#: Checks of a sandboxed score that compare an upload with the reference (``scoring/sandbox.py``): ``ubench
+#: validate`` checks the archive alone, so it is not the command to list them.
+_REFERENCE_CHECKS = frozenset({"reference", "reference-file"})
+
+
+def _rejected_line(archive: Path, status: str, errors) -> str:
+    """The last line of a sandboxed rejection: the status once, and the command that lists the findings only
+    where that command checks what failed (issue #28 item 9)."""
+    if errors and all(f.check in _REFERENCE_CHECKS for f in errors):
+        return f"{archive}: rejected: it does not match the reference (every difference is listed above)"
+    if status in ("rejected", "unreadable"):
+        return f"{archive}: {status}; `ubench validate {archive} --sandbox` lists every finding of the archive"
+    return f"{archive}: rejected ({status})"
+
+
+class _Cli(click.Group):
+    """The ``ubench`` group: a missing extra (``ubench/extras.py``), wherever a command meets it, is one line
+    with its ``pip install`` and exit code 1, the same for every command."""
+
+    def invoke(self, ctx: click.Context):
+        from .extras import MissingExtraError
+
+        try:
+            return super().invoke(ctx)
+        except MissingExtraError as exc:
+            raise click.ClickException(str(exc)) from None
+
+
+@click.group(cls=_Cli, epilog=EPILOG)
 @click.version_option(__version__, prog_name="ubench")
 def cli() -> None:
     """ubench: score uncertainty estimates the way the papers say they must be scored."""
@@ -91,8 +125,8 @@ def _archive_errors_exit(archive: Path):
         if errors and all(f.check == "not-found" for f in errors):  # nothing to validate: say why plainly
             _echo(f"error: {errors[0].message}", err=True)
             sys.exit(2)
-        _echo_findings(errors, err=True)
-        _echo(f"{archive}: rejected (run `ubench validate {archive}` for every finding)", err=True)
+        _echo_findings(errors, archive=archive, err=True)
+        _echo(f"{archive}: rejected (`ubench validate {archive}` lists every finding)", err=True)
         sys.exit(_exit_code(exc.findings) or 1)
     except ArchiveError as exc:  # unsupported version, partial runs, …
         _echo(f"error: {exc}", err=True)
@@ -188,8 +222,9 @@ def _sandboxed_or_exit(kind: str, archive: Path, *, reference=None, protocol=Non
     outcome = run_sandboxed(task, limits)
     if outcome.status == "ok":
         return outcome.report
-    _echo_findings([Finding(**f) for f in outcome.findings if f["severity"] == "error"], err=True)
-    _echo(f"{archive}: rejected ({outcome.status}; run `ubench validate {archive}` for every finding)", err=True)
+    errors = [Finding(**f) for f in outcome.findings if f["severity"] == "error"]
+    _echo_findings(errors, archive=archive, err=True)
+    _echo(_rejected_line(archive, outcome.status, errors), err=True)
     sys.exit(outcome.exit_code or 1)
 
 
@@ -470,7 +505,7 @@ def validate(archive: Path, as_json: bool, sandbox: bool, memory_limit: int, cpu
         _echo_text(_dump_json({"archive": str(archive), "valid": code == 0, "exit_code": code,
                                "findings": [f.to_dict() for f in findings]}))
     else:
-        _echo_findings(findings)
+        _echo_findings(findings, archive=archive)
         _echo(f"{archive}: {'valid' if code == 0 else 'INVALID' if code == 1 else 'UNREADABLE'}"
                    f" ({sum(f.severity == 'error' for f in findings)} error(s))")
     sys.exit(code)
@@ -506,6 +541,10 @@ def score(archive: Path, reference: Path | None, as_json: bool, html_path: Path 
     if (html_path is not None or ensemble is not None) and options.get("member_curves") is None:
         options["member_curves"] = True
     protocol = _protocol_from(**options)
+    if mlflow_log or mlflow_uri is not None:  # before scoring, not after it
+        from .extras import require
+
+        require("mlflow", what="--mlflow")
     _check_reference_or_exit(reference)
     progress = _progress(not as_json)
     if sandbox if sandbox is not None else reference is not None:
@@ -572,7 +611,8 @@ def reference(archive: Path, out: Path, overwrite: bool, primary: str | None) ->
         sys.exit(1)
 
 
-@cli.command()
+@cli.command(epilog="Exit codes: 0 fingerprints written or printed (--check: every dataset found matches); 1 "
+                    "--check found a dataset whose files differ from the shipped fingerprints; 2 usage error.")
 @click.option("--data", "data_dirs", multiple=True, type=click.Path(exists=True, file_okay=False, path_type=Path),
               help="Directory holding dataset files (repeatable; searched like `produce --data-dir`, then "
                    "$UBENCH_DATA and the default search path).")
@@ -931,6 +971,10 @@ def leaderboard(directory: Path, reference: Path, out: Path, ensemble: Path | No
     protocol = _protocol_from(**options)
     if ensemble is not None:  # each row's DEE at the point the reference curve averages (scoring/dee.py)
         protocol = protocol.replace(dee_point=True)
+    if workers > 1 or scheduler is not None:
+        from .extras import require
+
+        require("scale", what="--scheduler" if scheduler is not None else "--workers above 1")
     _check_reference_or_exit(reference)
     config = BoardConfig.create(reference=reference, protocol=protocol,
                                 sandbox=_sandbox_limits(memory_limit, cpu_limit, timeout))

@@ -19,7 +19,9 @@ def _echo(line: str) -> None:
     click.echo(line, err=True)
 
 
-@click.command("import")
+@click.command("import", epilog="Exit codes: 0 archive(s) written; 1 the torch extra is not installed (torch: "
+                                "its pip install line printed); 2 usage error, or a source that is not what it "
+                                "claims (the file, key and first bad row printed; nothing written at --out).")
 @click.argument("fmt", metavar="FORMAT", type=click.Choice(FORMATS))
 @click.argument("sources", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @click.option("--out", type=click.Path(path_type=Path), required=True,
@@ -30,7 +32,9 @@ def _echo(line: str) -> None:
               help="Labels file: .npy, .npz, .pt or text (one integer per line).")
 @click.option("--labels-key", default=None, help="Array of the --labels .npz holding the labels.")
 @click.option("--key", default=None, help="Array / dict key holding the predictions when there are several.")
-@click.option("--dataset", default=None, help="Benchmark id of the in-domain data (e.g. cifar10).")
+@click.option("--dataset", default=None, show_default="required for npz, npy, torch and ovadia; pitfalls reads it from "
+                                                    "the file name",
+              help="Benchmark id of the in-domain data (e.g. cifar10).")
 @click.option("--method", default=None, help="Method name (ovadia: the METHOD group to import).")
 @click.option("--model", default=None, help="Architecture name.")
 @click.option("--member-kind", default=None, help="Kind of every member (SPEC.md §3); inferred when omitted.")
@@ -50,6 +54,11 @@ def import_cmd(fmt, sources, out, kind, labels, labels_key, key, dataset, method
     """
     from ..archive_schema.errors import ArchiveError  # h5py and numpy only when the command runs
     from .plan import write_plan
+
+    if fmt == "torch":
+        from ..extras import require
+
+        require("torch", what="ubench import torch", modules=("torch",))
 
     try:
         for plan, target in _plans(fmt, list(sources), out, kind, labels, labels_key, key, dataset, method, model,

@@ -69,8 +69,9 @@ def _training_progress():
 #: ``produce``'s exit codes (its help's epilog; the README's Producers section).
 PRODUCE_EXIT_CODES = (
     "Exit codes: 0 archive written (its path printed); 1 the run failed (training diverged, the output exists, "
-    "PyTorch or JAX missing, an archive error); 2 usage error (an unknown option value or hyperparameter, data not "
-    "found). A run killed or failed part-way keeps its finished members: run the same command again to resume."
+    "an archive error) or an extra it needs is not installed (its pip install line printed); 2 usage error (an "
+    "unknown option value or hyperparameter, data not found). A run killed or failed part-way keeps its finished "
+    "members: run the same command again to resume."
 )
 
 
@@ -198,7 +199,11 @@ def produce(method, out, dataset, model, members, epochs, lr, hparams, seed, dat
       ubench produce csgld --dataset digits --set cycle_epochs=6 --set exploration_epochs=3 --members 8 --out c.h5
       ubench produce sgd --config best.json --out tuned.h5
     """
+    from ..extras import require
+
     hparams = _config_hparams(method) + tuple(hparams)
+    if save_models:
+        require("edge", what="--save-models")
     if tta:
         if framework == "jax" or method == "tta":
             raise click.UsageError("--tta augments a torch method's members; " + (
@@ -209,10 +214,7 @@ def produce(method, out, dataset, model, members, epochs, lr, hparams, seed, dat
                             ood, shifts, train_samples, test_samples, shift_samples, ood_samples, data_seed,
                             batch_size, predict_batch_size, overwrite, val_fraction=val_fraction or 0.0,
                             chains=chains, progress=_training_progress() if progress else None)
-    try:
-        import torch  # noqa: F401
-    except ImportError:
-        raise click.ClickException("ubench produce needs PyTorch: pip install 'ubench[torch]'") from None
+    require("torch", what="ubench produce")
     from ..archive_schema import ArchiveError
     from .archive_run import check_members, produce_archive
     from .datasets import DataNotFoundError
@@ -291,17 +293,12 @@ def _produce_jax(method, out, dataset, model, members, epochs, lr, hparams, seed
                  train_samples, test_samples, shift_samples, ood_samples, data_seed, batch_size, predict_batch_size,
                  overwrite, *, val_fraction=0.0, chains=1, progress=None):
     """The --framework jax branch of ``produce``."""
-    try:
-        from .jax.run import JAX_METHODS, JaxRunSettings, produce_archive_jax, resolve_hyperparameters
-    except ImportError as exc:
-        raise click.ClickException(f"--framework jax needs JAX and optax (and BlackJAX for hmc): pip install "
-                                   f"'ubench[jax]' ({exc})") from None
+    from ..extras import require
+
+    require("jax", what="--framework jax")
     if method == "hmc":
-        try:
-            import blackjax  # noqa: F401
-        except ImportError as exc:
-            raise click.ClickException(f"--framework jax hmc needs BlackJAX: pip install 'ubench[jax]' "
-                                       f"({exc})") from None
+        require("jax", what="--framework jax hmc", modules=("blackjax",))
+    from .jax.run import JAX_METHODS, JaxRunSettings, produce_archive_jax, resolve_hyperparameters
     from ..archive_schema import ArchiveError
 
     if method not in JAX_METHODS:

@@ -417,15 +417,16 @@ def report_frame(reports: Any, names: Sequence[str] | None = None):
     """A pandas DataFrame of :func:`report_rows`: one row per report, one column per summary key (``None`` as
     NaN), for your own plots.
 
-    Needs pandas (``pip install 'ubench[frame]'``); raises ``ImportError`` saying so when it is missing.
+    Needs pandas (``pip install 'ubench[frame]'``); raises ``MissingExtraError`` (an ``ImportError``) saying so when
+    it is missing.
 
     Examples
     --------
     ``report_frame([score_archive("de.h5"), score_archive("swag.h5")])[["method", "cll", "accuracy"]]``
     """
-    try:
-        import pandas as pd
-    except ImportError:
-        raise ImportError("report_frame needs pandas: pip install 'ubench[frame]' (or pip install pandas)") from None
+    from ..extras import require
+
+    require("frame", what="report_frame")
+    import pandas as pd
     columns, rows = report_rows(reports, names)
     return pd.DataFrame.from_records(rows, columns=columns)
