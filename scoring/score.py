@@ -268,22 +268,45 @@ def _report(archive: dict, labels: dict, protocol: Protocol, limits: dict | None
             "labels": labels, "protocol": protocol.to_dict(), "limits": limits, **body, "notes": notes}
 
 
+def _as_member_probs(x: ArrayLike, name: str, kind: str) -> np.ndarray:
+    """``x`` as an (M, N, C) stack of probabilities: one model's (N, C) array is M = 1; logits (``kind``) are
+    checked (float, finite; the member and row named) and turned into probabilities by a float64 softmax."""
+    from scipy.special import softmax
+
+    from ..metrics._validation import check_logits, check_member_probs
+
+    arr = np.asarray(x)
+    if arr.ndim not in (2, 3):
+        raise ValueError(f"{name} must have shape (n_members, n_samples, n_classes) or, for one model, "
+                         f"(n_samples, n_classes); found ndim {arr.ndim}, shape {arr.shape}")
+    arr = arr[None] if arr.ndim == 2 else arr
+    if kind == "logits":
+        for m in range(arr.shape[0]):
+            check_logits(arr[m], f"{name}[{m}] (logits)")
+        arr = softmax(arr.astype(np.float64), axis=-1)
+    return check_member_probs(arr, name)
+
+
 def score_arrays(member_probs: ArrayLike, labels: ArrayLike, *,
                  ood: ArrayLike | Mapping[str, ArrayLike] | None = None, protocol: Protocol | str = "pitfalls",
                  split: str = "test", method: str = "arrays", model: str = "unknown",
-                 dataset: str = "unknown") -> dict:
+                 dataset: str = "unknown", kind: str = "probs") -> dict:
     """Score in-memory predictions as ``ubench score`` scores an archive holding them; no file is read or written.
 
     Parameters
     ----------
-    member_probs : ndarray of shape (n_members, n_samples, n_classes), float32 or float64, rows on the simplex
-        The in-domain split's softmax outputs, one row per member and sample.
+    member_probs : ndarray of shape (n_members, n_samples, n_classes), or (n_samples, n_classes) for one model
+        The in-domain split's predictions, one row per member and sample: float32 or float64 softmax outputs
+        (rows on the simplex), or logits with ``kind="logits"``.
     labels : ndarray of shape (n_samples,), integers in ``[0, n_classes)``
-    ood : ndarray of shape (n_members, n_ood, n_classes), or a mapping of split name to such arrays, optional
-        Out-of-distribution predictions (one array is named ``"ood"``), scored against ``split``.
+    ood : ndarray of shape (n_members, n_ood, n_classes) or (n_ood, n_classes), or a mapping of split name to such
+        arrays, optional
+        Out-of-distribution predictions of the same kind (one array is named ``"ood"``), scored against ``split``.
     protocol : a preset name (``"pitfalls"``, ``"ursabench"``, ``"shift"``) or a :class:`Protocol`.
     split, method, model, dataset : the names the report gives the in-domain split and the predictions
         (``dataset`` also picks the decision-cost matrix under ``cost_preset="auto"``).
+    kind : ``"probs"`` (default) or ``"logits"``: logits become probabilities by a softmax in float64 (noted in
+        the report); never guessed from the values.
 
     Returns
     -------
@@ -297,12 +320,14 @@ def score_arrays(member_probs: ArrayLike, labels: ArrayLike, *,
         An array has the wrong dtype, shape or values; the message names it (``ood['far']``) and the first bad
         index.
     """
-    from ..metrics._validation import check_labels, check_member_probs, check_n_samples
+    from ..metrics._validation import check_labels, check_n_samples
     from ..metrics.report import ReportBuilder
     from ..metrics.report_sections import split_arrays
 
     protocol = _as_protocol(protocol)
-    probs = check_member_probs(member_probs, "member_probs")
+    if kind not in ("probs", "logits"):
+        raise ValueError(f"kind must be 'probs' or 'logits'; found {kind!r}")
+    probs = _as_member_probs(member_probs, "member_probs", kind)
     m, n, c = probs.shape
     y = check_labels(labels, c, "labels")
     check_n_samples(probs, "member_probs", y, "labels", a_axis=1)
@@ -315,11 +340,13 @@ def score_arrays(member_probs: ArrayLike, labels: ArrayLike, *,
     ood_probs = {}
     for name, arr in ood.items():
         what = f"ood[{name!r}]"
-        arr = check_member_probs(arr, what)
+        arr = _as_member_probs(arr, what, kind)
         if arr.shape[0] != m or arr.shape[2] != c:
             raise ValueError(f"{what} must have shape ({m}, n_ood, {c}) like member_probs; found {arr.shape}")
         ood_probs[str(name)] = arr
     builder = ReportBuilder(protocol, n_members=m, n_classes=c, dataset=dataset, primary=split)
+    if kind == "logits":
+        builder.note("predictions given as logits (kind='logits'): scored as their softmax, taken in float64")
     builder.add_in_domain(split, split_arrays(probs, smoothing=protocol.smoothing,
                                               keep_members=builder.keep_members(split, n)), y)
     for name, arr in ood_probs.items():
