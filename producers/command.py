@@ -138,9 +138,12 @@ def _load_config(ctx: click.Context, param: click.Parameter, path: Path | None) 
               show_default=True, help="Directory searched first for data files (repeatable); then $UBENCH_DATA and "
                                       "/usr/share/datasets, ../shared/data, ~/.cache/ubench/data.")
 @click.option("--download/--no-download", default=False, show_default=True,
-              help="Download missing datasets with torchvision into the first --data-dir.")
-@click.option("--ood", multiple=True, show_default="the dataset's pairing (e.g. mnist, notmnist, uniform)",
-              help="OOD set: a dataset name or 'uniform' (repeatable).")
+              help="Download missing datasets with torchvision into the first --data-dir (else $UBENCH_DATA, else "
+                   "~/.cache/ubench/data).")
+@click.option("--ood", multiple=True,
+              show_default="the dataset's pairing (e.g. mnist, notmnist, uniform), those found; the others are "
+                           "skipped with a note",
+              help="OOD set: a dataset name or 'uniform' (repeatable); a set named here must be found.")
 @click.option("--shifts", default=",".join(_SHIFT_FAMILIES), show_default=True,
               help="Comma-separated shift families (rotate, translate, noise, blur) or 'none'.")
 @click.option("--train-samples", type=click.IntRange(min=1), default=None, show_default="all",
@@ -246,6 +249,7 @@ def produce(method, out, dataset, model, members, epochs, lr, hparams, seed, dat
         raise click.UsageError(str(exc)) from None
     except ValueError as exc:  # an unknown dataset, or a --val-fraction that holds out nothing: the message names it
         raise click.UsageError(str(exc)) from None
+    _echo_task_notes(task)
     try:
         check_input_size(model, *task.input_shape[-2:])
     except ValueError as exc:
@@ -273,13 +277,19 @@ def produce(method, out, dataset, model, members, epochs, lr, hparams, seed, dat
     click.echo(str(path))
 
 
+def _echo_task_notes(task) -> None:
+    """The task's notes on stderr (a default OOD set skipped, and how to add it), before training starts."""
+    for note in task.notes:
+        click.echo(f"note: {note}", err=True)
+
+
 def _build_task(dataset, ood, shifts, train_samples, test_samples, shift_samples, ood_samples, data_dirs, download,
                 data_seed, val_fraction=0.0):
     from .datasets import DataNotFoundError
     from .task import build_task
 
     try:
-        return build_task(
+        task = build_task(
             dataset, ood=tuple(ood) if ood else None, shift_kinds=_parse_shifts(shifts),
             train_samples=train_samples, test_samples=test_samples, shift_samples=shift_samples,
             ood_samples=ood_samples, data_dirs=tuple(data_dirs), download=download, data_seed=data_seed,
@@ -287,6 +297,8 @@ def _build_task(dataset, ood, shifts, train_samples, test_samples, shift_samples
         )
     except DataNotFoundError as exc:
         raise click.UsageError(str(exc)) from None
+    _echo_task_notes(task)
+    return task
 
 
 def _produce_jax(method, out, dataset, model, members, epochs, lr, hparams, seed, data_dirs, download, ood, shifts,

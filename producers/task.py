@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from numpy.typing import NDArray
 
-from .datasets import ImageSet, load_dataset, resize_images
+from .datasets import DataNotFoundError, ImageSet, load_dataset, resize_images
 from .shifts import BLUR_SIGMAS, NOISE_STDS, SHIFT_KINDS, apply_shift, default_shifts, uniform_noise_images
 
 __all__ = ["DEFAULT_OOD", "SplitData", "Task", "build_task", "build_validation_task", "training_split"]
@@ -45,7 +45,8 @@ class SplitData:
 class Task:
     """Training data plus named prediction splits; ``mean``/``std`` are the training set's pixel statistics the
     model normalises with. ``val`` is the validation split held out of the training set (None when
-    ``val_fraction`` is 0): methods that tune on it (Laplace's noise scale) never see the test split."""
+    ``val_fraction`` is 0): methods that tune on it (Laplace's noise scale) never see the test split. ``notes``:
+    what the command tells the user about the splits (a default OOD set skipped, and how to add it)."""
 
     dataset: str
     train: ImageSet
@@ -56,6 +57,7 @@ class Task:
     std: float
     settings: dict = field(default_factory=dict)
     val: ImageSet | None = None
+    notes: tuple[str, ...] = ()  # what the user should know about how the splits were built (skipped OOD sets)
 
     @property
     def input_shape(self) -> tuple[int, int, int]:
@@ -143,7 +145,9 @@ def build_task(
         A name :func:`~ubench.producers.datasets.load_dataset` knows.
     ood : tuple of str, optional
         OOD dataset names, or ``"uniform"`` for uniform noise; default :data:`DEFAULT_OOD` for the dataset (uniform
-        noise only for an unknown one).
+        noise only for an unknown one). A default OOD set whose files are not found (nor downloaded) is skipped,
+        named in ``settings["ood_skipped"]`` (recorded in the archive) and in ``notes`` (saying how to add it), so
+        that the defaults work with only the in-domain data present; an OOD set named here must be found.
     shift_kinds : tuple of str
         Which shift families to add (``()`` for none).
     train_samples, test_samples, shift_samples, ood_samples : int, optional
@@ -165,13 +169,22 @@ def build_task(
     splits: dict[str, SplitData] = {
         "test": SplitData("in_domain", dataset, test.images, test.labels, test.sample_ids)
     }
+    skipped: list[str] = []
+    notes: list[str] = []
     for i, name in enumerate(ood if ood is not None else DEFAULT_OOD.get(dataset, ("uniform",))):
         if name == "uniform":
             n = ood_samples or len(test)
             images = uniform_noise_images(n, shape, seed=data_seed + 100 + i)
             splits["ood_uniform"] = SplitData("ood", "uniform-noise", images, None, np.arange(n, dtype=np.int64))
             continue
-        other = load_dataset(name, train=False, data_dirs=data_dirs, download=download)
+        try:
+            other = load_dataset(name, train=False, data_dirs=data_dirs, download=download)
+        except DataNotFoundError as exc:
+            if ood is not None:  # asked for by name: its absence is an error
+                raise
+            skipped.append(name)
+            notes.append(f"the default OOD set {name} was skipped: {exc}")
+            continue
         other = other.take(_subsample(len(other), ood_samples, data_seed + 100 + i))
         images = resize_images(other.images, *shape)
         splits[f"ood_{name.replace('-', '_')}"] = SplitData("ood", name, images, None, other.sample_ids)
@@ -186,6 +199,7 @@ def build_task(
     settings = {
         "dataset": dataset,
         "ood": [s.dataset for s in splits.values() if s.role == "ood"],
+        "ood_skipped": skipped,
         "shift_kinds": list(shift_kinds),
         "train_samples": len(train),
         "test_samples": len(test),
@@ -199,5 +213,6 @@ def build_task(
         "noise_stds": list(NOISE_STDS),
         "blur_sigmas": list(BLUR_SIGMAS),
     }
-    return Task(dataset, train, splits, n_classes, train.class_names or test.class_names, mean, std, settings, val)
+    return Task(dataset, train, splits, n_classes, train.class_names or test.class_names, mean, std, settings, val,
+                tuple(notes))
 
