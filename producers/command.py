@@ -58,12 +58,39 @@ def _config_hparams(method: str) -> tuple[str, ...]:
     return tuple(f"{k}={v}" for k, v in ctx.meta.get("ubench.config_hparams", {}).items())
 
 
-def _training_progress():
-    """The producers' progress hook drawn in ubench's one progress style (``ubench/progress.py``): member and
-    epoch bars with loss, accuracy and time left on a terminal, one plain line per epoch anywhere else."""
-    from ..progress import ProgressDisplay, TrainingProgress
+def _display():
+    """The command's progress display on stderr (``ubench/progress.py``)."""
+    from ..progress import ProgressDisplay
 
-    return TrainingProgress(ProgressDisplay())
+    return ProgressDisplay()
+
+
+def _training_progress(display):
+    """The producers' progress hook drawn in ubench's one progress style (``ubench/progress.py``): member, epoch
+    and prediction bars with loss, accuracy, the time left and the whole run's time left on a terminal, plain lines
+    anywhere else; None when ``display`` is (``--no-progress``)."""
+    from ..progress import TrainingProgress
+
+    return None if display is None else TrainingProgress(display)
+
+
+#: Predictions (images times members) above which ``produce`` warns before it starts: 20 MC-dropout passes over
+#: Fashion-MNIST's default splits (8.2 million) took 32 minutes and 406 MiB with --epochs 2 on the 2-core
+#: development machine (issue #28 item 10); the README's 5-member deep ensemble (2 million) stays under it.
+LONG_RUN_PREDICTIONS = 4_000_000
+
+
+def long_run_note(split_sizes: list[int], n_classes: int, members: int) -> str | None:
+    """The warning ``produce`` prints up front when ``members`` members predicting splits of ``split_sizes`` make
+    a long run (:data:`LONG_RUN_PREDICTIONS`), with the archive's size and what makes it smaller; else None."""
+    images = sum(split_sizes)
+    predictions = members * images
+    if predictions < LONG_RUN_PREDICTIONS:
+        return None
+    mib = predictions * n_classes * 4 / 2**20  # float32 probabilities
+    return (f"a long run: {members} members predict {len(split_sizes)} splits of {images:,} images in all, "
+            f"{predictions / 1e6:.1f} million predictions and an archive of about {mib:,.0f} MiB (tens of minutes on "
+            "a CPU); --members, --shifts none or fewer --shifts, --shift-samples and --test-samples make it smaller")
 
 
 #: ``produce``'s exit codes (its help's epilog; the README's Producers section).
@@ -212,17 +239,16 @@ def produce(method, out, dataset, model, members, epochs, lr, hparams, seed, dat
             raise click.UsageError("--tta augments a torch method's members; " + (
                 "the tta method already does" if method == "tta" else "--framework jax has no test-time augmentation"))
         method = f"{method}+tta"
+    display = _display() if progress else None
     if framework == "jax":
         return _produce_jax(method, out, dataset, model, members, epochs, lr, hparams, seed, data_dirs, download,
                             ood, shifts, train_samples, test_samples, shift_samples, ood_samples, data_seed,
                             batch_size, predict_batch_size, overwrite, val_fraction=val_fraction or 0.0,
-                            chains=chains, progress=_training_progress() if progress else None)
+                            chains=chains, display=display)
     require("torch", what="ubench produce")
     from ..archive_schema import ArchiveError
     from .archive_run import check_members, produce_archive
-    from .datasets import DataNotFoundError
     from .registry import load_method
-    from .task import build_task
     from .torch_trainer import RunSettings
 
     cls = load_method(method)
@@ -238,18 +264,9 @@ def produce(method, out, dataset, model, members, epochs, lr, hparams, seed, dat
         raise click.BadParameter(f"{method} searches its noise scale on a validation split; it needs a "
                                  f"--val-fraction above 0 (default {cls.default_val_fraction})",
                                  param_hint="--val-fraction")
-    try:
-        task = build_task(
-            dataset, ood=tuple(ood) if ood else None, shift_kinds=_parse_shifts(shifts),
-            train_samples=train_samples, test_samples=test_samples, shift_samples=shift_samples,
-            ood_samples=ood_samples, data_dirs=tuple(data_dirs), download=download, data_seed=data_seed,
-            val_fraction=cls.default_val_fraction if val_fraction is None else val_fraction,
-        )
-    except DataNotFoundError as exc:
-        raise click.UsageError(str(exc)) from None
-    except ValueError as exc:  # an unknown dataset, or a --val-fraction that holds out nothing: the message names it
-        raise click.UsageError(str(exc)) from None
-    _echo_task_notes(task)
+    task = _build_task(dataset, ood, shifts, train_samples, test_samples, shift_samples, ood_samples, data_dirs,
+                       download, data_seed, cls.default_val_fraction if val_fraction is None else val_fraction,
+                       display=display)
     try:
         check_input_size(model, *task.input_shape[-2:])
     except ValueError as exc:
@@ -257,10 +274,11 @@ def produce(method, out, dataset, model, members, epochs, lr, hparams, seed, dat
     settings = RunSettings(model=model, members=members or cls.default_members, seed=seed, batch_size=batch_size,
                            predict_batch_size=predict_batch_size, device=device, chains=chains)
     try:
-        cls.resolve_hyperparameters(hyper)
+        resolved = cls.resolve_hyperparameters(hyper)
         check_members(cls, settings.members)
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None
+    _warn_long_run(task, settings.members * int(resolved.get("tta_samples", 1)))  # K crops per member (--tta)
     if save_models:
         from ..edge.export import NotExportable, member_sampling
 
@@ -270,40 +288,49 @@ def produce(method, out, dataset, model, members, epochs, lr, hparams, seed, dat
             raise click.UsageError(str(exc)) from None
     try:
         path = produce_archive(method, task, out, settings=settings, hyper=hyper, overwrite=overwrite,
-                               progress=_training_progress() if progress else None, threads=threads,
-                               save_models=save_models)
+                               progress=_training_progress(display), threads=threads, save_models=save_models)
     except (ArchiveError, FloatingPointError) as exc:
         raise click.ClickException(str(exc)) from None
     click.echo(str(path))
 
 
-def _echo_task_notes(task) -> None:
-    """The task's notes on stderr (a default OOD set skipped, and how to add it), before training starts."""
-    for note in task.notes:
+def _warn_long_run(task, members: int) -> None:
+    note = long_run_note([len(s.images) for s in task.splits.values()], task.n_classes, members)
+    if note is not None:
         click.echo(f"note: {note}", err=True)
 
 
 def _build_task(dataset, ood, shifts, train_samples, test_samples, shift_samples, ood_samples, data_dirs, download,
-                data_seed, val_fraction=0.0):
+                data_seed, val_fraction=0.0, *, display=None):
+    """The task (``build_task``), its preparation shown on ``display`` split by split, its notes (a default OOD
+    set skipped, and how to add it) on stderr; a data or value error is a usage error."""
     from .datasets import DataNotFoundError
     from .task import build_task
+
+    def prepared(done: int, total: int) -> None:
+        if "data" not in display.tasks:
+            display.start("data", f"preparing {dataset}: splits", total, each=True, every=10.0)
+        display.update("data", done)
 
     try:
         task = build_task(
             dataset, ood=tuple(ood) if ood else None, shift_kinds=_parse_shifts(shifts),
             train_samples=train_samples, test_samples=test_samples, shift_samples=shift_samples,
             ood_samples=ood_samples, data_dirs=tuple(data_dirs), download=download, data_seed=data_seed,
-            val_fraction=val_fraction,
+            val_fraction=val_fraction, progress=None if display is None else prepared,
         )
     except DataNotFoundError as exc:
         raise click.UsageError(str(exc)) from None
-    _echo_task_notes(task)
+    except ValueError as exc:  # an unknown dataset, or a --val-fraction that holds out nothing: the message names it
+        raise click.UsageError(str(exc)) from None
+    for note in task.notes:
+        click.echo(f"note: {note}", err=True)
     return task
 
 
 def _produce_jax(method, out, dataset, model, members, epochs, lr, hparams, seed, data_dirs, download, ood, shifts,
                  train_samples, test_samples, shift_samples, ood_samples, data_seed, batch_size, predict_batch_size,
-                 overwrite, *, val_fraction=0.0, chains=1, progress=None):
+                 overwrite, *, val_fraction=0.0, chains=1, display=None):
     """The --framework jax branch of ``produce``."""
     from ..extras import require
 
@@ -324,12 +351,13 @@ def _produce_jax(method, out, dataset, model, members, epochs, lr, hparams, seed
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None
     task = _build_task(dataset, ood, shifts, train_samples, test_samples, shift_samples, ood_samples, data_dirs,
-                       download, data_seed, val_fraction)
+                       download, data_seed, val_fraction, display=display)
     settings = JaxRunSettings(members=members or JAX_METHODS[method][2], seed=seed, model=model,
                               batch_size=batch_size, predict_batch_size=predict_batch_size, chains=chains)
+    _warn_long_run(task, settings.members)
     try:
         path = produce_archive_jax(method, task, out, settings=settings, hyper=hyper, overwrite=overwrite,
-                                   progress=progress)
+                                   progress=_training_progress(display))
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None
     except (ArchiveError, FloatingPointError) as exc:

@@ -104,6 +104,17 @@ def _train_run(
     return model, state, epoch, step
 
 
+def _epochs_left(method: Method, written: int, members: int, per_member: int, chains: int) -> int:
+    """Training epochs the run still has to do (a resumed run's checkpointed epochs counted as left): one run per
+    member not yet written (independent), one per chain not yet finished (trajectory), or the one run (posterior)."""
+    total = method.total_epochs()
+    if method.shape == "independent":
+        return (members - written // per_member) * total
+    if method.shape == "trajectory":
+        return (chains - written // (members // chains * per_member)) * total
+    return total if written < members * per_member else 0
+
+
 def run_method(
     method: Method,
     task: Task,
@@ -133,7 +144,7 @@ def run_method(
         for k in range(first, K):
             seed = member_seed if k == 0 else derive_seed(member_seed, 2, k)
             probs = predict_splits(predictor, task, device=ctx.device, batch_size=settings.predict_batch_size,
-                                   seed=seed)
+                                   seed=seed, progress=progress)
             clock.add("predict", time.perf_counter() - started)
             started = time.perf_counter()
             writer.add_member(
@@ -146,6 +157,8 @@ def run_method(
             on_member(member if index is None else index, getattr(predictor, "network", model))
 
     probe = ctx.new_model(method, 0)
+    progress.plan(_epochs_left(method, writer.n_members, M, K, settings.chains),
+                  (M * K - writer.n_members) * len(task.splits))
     if method.shape == "independent":
         for member in range(writer.n_members // K, M):
             progress.member(member, M, method.name)

@@ -91,6 +91,13 @@ def random_crop_flip(x: torch.Tensor, generator: torch.Generator, *, pad: int, f
 class Progress:
     """What the member and epoch loops report; the default reports nothing (the command draws bars)."""
 
+    def plan(self, epochs: int, predictions: int) -> None:
+        """The run has ``epochs`` training epochs and ``predictions`` split predictions (one member on one split)
+        left to do, in all."""
+
+    def predicting(self, done: int, total: int) -> None:
+        """``done`` of the ``total`` splits of the current member are predicted (``done = 0``: it starts)."""
+
     def member(self, index: int, total: int, label: str) -> None:
         """Work on member ``index`` (0-based) of ``total`` starts."""
 
@@ -366,9 +373,13 @@ def predict_splits(
     device: torch.device,
     batch_size: int,
     seed: int,
+    progress: Progress | None = None,
 ) -> dict[str, np.ndarray]:
-    """Softmax probabilities (float32, computed in float64) of ``predictor`` on every split, in batches."""
+    """Softmax probabilities (float32, computed in float64) of ``predictor`` on every split, in batches;
+    ``progress.predicting`` hears of each split done."""
     out = {}
+    if progress is not None:
+        progress.predicting(0, len(task.splits))
     for i, (name, split) in enumerate(task.splits.items()):
         gen = torch.Generator().manual_seed(derive_seed(seed, i))
         torch.manual_seed(derive_seed(seed, i, 1))
@@ -378,4 +389,6 @@ def predict_splits(
             logits = predictor(x, gen).double()
             parts.append(torch.softmax(logits, dim=1).float().cpu().numpy())
         out[name] = np.concatenate(parts)
+        if progress is not None:
+            progress.predicting(i + 1, len(task.splits))
     return out
