@@ -208,6 +208,22 @@ def _ood_hist(plt, name: str, hists: Mapping[str, Any], line: str):
     return fig
 
 
+def _ood_roc(plt, ood: Mapping[str, Any], line: str):
+    """ROC curves of OOD detection (positive = OOD): one panel per uncertainty score, one line per OOD split."""
+    scores = list(dict.fromkeys(sc for sec in ood.values() for sc in (sec.get("roc_curves") or {})))
+    fig, axes = _new(plt, "OOD ROC curves (positive = OOD)", line, len(scores))
+    for ax, sc in zip(axes, scores):
+        for i, (name, sec) in enumerate(ood.items()):
+            c = (sec.get("roc_curves") or {}).get(sc)
+            if c:
+                ax.plot(c["fpr"], c["tpr"], color=f"C{i}", label=_label(name))
+        ax.plot([0, 1], [0, 1], "k:", lw=1)
+        ax.set(xlabel="false-positive rate", ylabel="true-positive rate", title=f"score: {_label(sc)}",
+               xlim=(0, 1), ylim=(0, 1.02))
+    _legend(axes[0])
+    return fig
+
+
 def _kinds(group: Mapping[str, Any]) -> str:
     kinds = group["kinds"]
     shown = _label(", ".join(kinds[:MAX_KINDS_DRAWN]), 3 * LABEL_LIMIT)
@@ -251,14 +267,17 @@ def _reference_size(dee: Mapping[str, Any]) -> int:
 
 def _reference_name(dee: Mapping[str, Any]) -> str:
     e = dee["ensemble"]
-    path = str(e.get("path", "")).replace("\\", "/").rsplit("/", 1)[-1]
+    if not e.get("path"):  # arrays (score_arrays): no file to name
+        return f"{_label(e.get('method'))}, {_reference_size(dee)} members"
+    path = str(e["path"]).replace("\\", "/").rsplit("/", 1)[-1]
     return f"{_label(e.get('method'))} ({_label(path)}), {_reference_size(dee)} members"
 
 
 def _diagonal(ax, k_max: int, dee: Mapping[str, Any]) -> None:
-    """y = k up to the reference ensemble's size: beyond it the DEE is only a lower bound."""
-    k = min(k_max, _reference_size(dee))
-    ax.plot([1, max(k, 1)], [1, max(k, 1)], "k--", lw=1, label=f"deep ensemble {_reference_name(dee)}")
+    """y = k from 1 to the method's size + 1/2 (to the axis' end; a one-member method's diagonal is not a point),
+    but not beyond the reference ensemble's size: there the DEE is only a lower bound."""
+    k = max(1.0, min(k_max + 0.5, _reference_size(dee)))
+    ax.plot([1, k], [1, k], "k--", lw=1, label=f"deep ensemble {_reference_name(dee)}")
 
 
 def _beyond(ax, curves) -> None:
@@ -291,11 +310,14 @@ def _dee_line(ax, curve, color: str, label: str, below_label: bool) -> None:
 def _dee_axes(fig, ax, k_max: int) -> None:
     """Axes from 0.5 to the largest size + 0.5 (a one-member method's only point is not on an edge), and the
     legend outside the axes, right of them, where it hides no point (issue #28 item 14)."""
+    from matplotlib.ticker import MaxNLocator
+
     ax.set_xlim(0.5, k_max + 0.5)
     ax.set_ylim(bottom=0)
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set(xlabel="members of the method", ylabel="equivalent deep-ensemble members")
     fig.set_size_inches(2 * PANEL_SIZE[0], PANEL_SIZE[1] + 0.5)
-    fig.legend(*ax.get_legend_handles_labels(), loc="outside right upper")
+    fig.legend(*ax.get_legend_handles_labels(), loc="outside right center")
 
 
 def _dee(plt, dee: Mapping[str, Any], line: str):
