@@ -39,6 +39,10 @@ SLOW_TESTS = frozenset({
     "tests/test_suite_guards.py::test_torch_marker_follows_the_imports",  # 14 s: two pytest subprocesses
     "tests/test_suite_guards.py::test_a_test_writing_into_the_source_tree_fails_the_run",  # 13 s: two as well
     "tests/test_api_docs.py::test_readme_torch_snippet_runs",  # 20 s: torch and ubench score in subprocesses
+    # issue #28: the README's commands in a copy of the clone (5 subprocesses, 2 import torch; 22 s of CPU), and
+    # the figures' text measured in headless Chromium (two pages scored and drawn; 13 s of CPU)
+    "tests/test_readme_fresh_clone.py::test_the_readme_commands_run_in_a_copy_of_the_clone_with_nothing_beside_it",
+    "tests/scoring/test_figures_in_browser.py::test_figure_text_is_readable_at_100_percent",
 })
 
 #: Top-level modules whose import makes a test a ``torch`` test.

@@ -1,8 +1,8 @@
 # SPDX-License-Identifier: MIT
-"""The README's Fashion-MNIST producer with nothing but Fashion-MNIST on the machine (issue #28 item 1): the default
-OOD sets that are missing are skipped with a note saying how to add them, and "not found" is worded by what was
-tried. The default search path is emptied (``DEFAULT_SEARCH_PATH``), as on a machine with no data beside the
-clone; Fashion-MNIST is a tiny IDX copy in a temporary directory."""
+"""Producers with nothing but Fashion-MNIST on the machine (issue #28 item 1): the default OOD sets that are missing
+are skipped with a note saying how to add them, and "not found" is worded by what was tried. The default search
+path is emptied (``DEFAULT_SEARCH_PATH``), as on a machine with no data beside the clone; Fashion-MNIST is a tiny
+IDX copy in a temporary directory. The README's commands themselves run in tests/test_readme_fresh_clone.py."""
 
 from __future__ import annotations
 
@@ -24,29 +24,6 @@ def bare_machine(tmp_path, monkeypatch):
     monkeypatch.delenv(datasets.ENV_VAR, raising=False)
     _fake_idx_dir(tmp_path / "data" / "fashion-mnist", n_train=60, n_test=30)
     return tmp_path / "data"
-
-
-@pytest.mark.torch
-def test_the_readme_producer_runs_with_only_fashion_mnist(bare_machine, tmp_path):
-    pytest.importorskip("torch")
-    from ubench.archive_schema import read_archive
-    from ubench.producers.command import produce
-
-    out = tmp_path / "de.h5"
-    res = CliRunner().invoke(produce, ["deep_ensemble", "--dataset", "fashion-mnist", "--model", "mlp", "--members",
-                                       "2", "--out", str(out), "--data-dir", str(bare_machine), "--epochs", "1",
-                                       "--shifts", "rotate", "--shift-samples", "10", "--threads", "1",
-                                       "--no-progress"])
-    assert res.exit_code == 0, res.output
-    a = read_archive(out)
-    assert sorted(s for s, info in a.splits.items() if info.role == "ood") == ["ood_uniform"]
-    assert a.config["data"]["ood_skipped"] == ["mnist", "notmnist"]
-    notes = [ln for ln in res.stderr.splitlines() if ln.startswith("note: the default OOD set")]
-    assert len(notes) == 2
-    mnist, notmnist = notes
-    assert "mnist was skipped" in mnist and "--data-dir" in mnist and "add --download" in mnist
-    assert "notmnist was skipped" in notmnist and "MNIST-format IDX copy" in notmnist
-    assert "--download" not in notmnist  # torchvision has no notMNIST
 
 
 def test_a_default_ood_set_that_is_present_is_used_and_a_named_one_must_be_found(bare_machine):
