@@ -121,10 +121,12 @@ def score(path: Path, reference) -> dict:
         "accuracy": accuracy_score(mean, labels),
         "nll": nll_loss(mean, labels),
         "cll": cal.cll,
-        "dee": None if dee is None else dee.dee,
-        "dee_lower": None if dee is None else dee.lower,
-        "dee_upper": None if dee is None else dee.upper,
+        # below one deep-ensemble member: null with the flag (read "< 1"), as the reports give it, never 1
+        "dee": None if dee is None or dee.below_reference else dee.dee,
+        "dee_lower": None if dee is None or dee.lower_below else dee.lower,
+        "dee_upper": None if dee is None or dee.upper_below else dee.upper,
         "dee_beyond_reference": None if dee is None else dee.beyond_reference,
+        "dee_below_reference": None if dee is None else dee.below_reference,
         "brier": brier_loss(mean, labels),
         "ece": expected_calibration_error(mean, labels),
         **{f"ood_auroc_{name}": ood_detection_scores(probs, a.probs[f"ood_{name}"].astype(np.float64))[
