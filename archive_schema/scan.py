@@ -21,7 +21,8 @@ from .safe_h5py import h5py
 from .spec import ALLOWED_FILTERS, ReadLimits
 from .strings import charge_metadata, decode_name, text_bytes, utf8_problem
 
-__all__ = ["Scan", "UNREADABLE_CHECKS", "check_container", "open_readonly", "walk", "read_attr", "open_dataset"]
+__all__ = ["Scan", "UNREADABLE_CHECKS", "check_container", "open_readonly", "open_walked", "walk", "read_attr",
+           "open_dataset"]
 
 HDF5_SIGNATURE = b"\x89HDF\r\n\x1a\n"
 #: Findings that mean "not readable as an archive at all" (CLI exit code 2 rather than 1).
@@ -87,6 +88,21 @@ def open_readonly(scan: Scan) -> h5py.File | None:
     except (OSError, ValueError, RuntimeError) as exc:
         scan.add("<file>", "hdf5-open", f"HDF5 cannot open the file (truncated or corrupt?): {exc}")
         return None
+
+
+def open_walked(path: str | Path, limits: ReadLimits) -> tuple[Scan, h5py.File | None, set[str]]:
+    """The container checks, the read-only open and the link walk in one, for any untrusted HDF5 file (archives,
+    reference files, imported release files): returns the scan, the open file (None when it could not be opened;
+    the caller closes it otherwise) and the datasets that may be read (through :func:`open_dataset`). Errors in
+    ``scan.findings`` (external links, external storage, virtual datasets, unknown filters, sizes) say why a file
+    must not be read further."""
+    scan = Scan(str(path), limits)
+    if not check_container(scan):
+        return scan, None, set()
+    f = open_readonly(scan)
+    if f is None:
+        return scan, None, set()
+    return scan, f, walk(scan, f)
 
 
 def _dapl() -> h5py.h5p.PropDAID:

@@ -178,20 +178,18 @@ def read_reference(path: str | Path, limits=None) -> Reference:
     unknown filters and sizes over ``limits`` (``ReadLimits``) are refused before any label is read.
     """
     from ..archive_schema.safe_h5py import h5py
-    from ..archive_schema.scan import Scan, check_container, open_readonly, walk
+    from ..archive_schema.scan import open_walked
     from ..archive_schema.spec import ReadLimits
 
     path = str(path)
-    scan = Scan(path, limits or ReadLimits())
-    if not check_container(scan):
+    scan, f, safe = open_walked(path, limits or ReadLimits())
+    if f is None:
         if scan.findings[0].check == "not-found":
             raise ReferenceError(f"{path}: no such reference file")
+        if scan.findings[-1].check == "hdf5-open":
+            raise ReferenceError(f"{path}: not an HDF5 file ({scan.findings[-1].message})")
         _fail(scan)
-    f = open_readonly(scan)
-    if f is None:
-        raise ReferenceError(f"{path}: not an HDF5 file ({scan.findings[-1].message})")
     with f:
-        safe = walk(scan, f)
         if not scan.ok:
             _fail(scan)
         fmt = (_attr(scan, f, "ubench_format", "/", False), _attr(scan, f, "ubench_format_version", "/", False))
