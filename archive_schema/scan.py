@@ -121,7 +121,8 @@ def open_dataset(parent: h5py.Group, name: str) -> h5py.Dataset:
 def read_attr(scan: Scan, obj: h5py.HLObject, name: str, where: str):
     """Read one attribute within the limits; None (with a finding) when it cannot or must not be read.
 
-    Bounded before reading: its stored size (``max_attr_bytes``) and, for variable-length types (whose stored
+    An empty attribute (null dataspace, ``h5py.Empty``) is an ``attribute-empty`` finding. Bounded before reading:
+    its stored size (``max_attr_bytes``) and, for variable-length types (whose stored
     size is 16 bytes per element whatever the heap holds), one element at most. Bounded after reading: its decoded
     size (a 32 MiB variable-length string stores 16 bytes) and the file's metadata budget. Text is returned as
     ``str`` decoded strictly as UTF-8; an invalid byte is an ``encoding`` finding naming the attribute.
@@ -131,6 +132,10 @@ def read_attr(scan: Scan, obj: h5py.HLObject, name: str, where: str):
         if not obj.attrs.__contains__(name):
             return None
         aid = h5py.h5a.open(obj.id, name.encode())
+        if aid.get_space().get_simple_extent_type() == h5py.h5s.NULL:  # libhdf5 would only say "unspecified error"
+            scan.add(where, "attribute-empty", f"attribute {name!r} has no value (an empty HDF5 attribute: null "
+                     "dataspace, h5py.Empty); give it a value or leave it out")
+            return None
         if aid.get_storage_size() > limit:
             scan.add(where, "attribute-size",
                      f"attribute {name!r} stores {aid.get_storage_size()} bytes (limit {limit})")

@@ -93,7 +93,9 @@ def write_reference(archive_path: str | Path, out: str | Path, *, overwrite: boo
     split); it is stored, so uploads are scored on it whatever order they write their splits in.
 
     Raises ``ReferenceError`` when a split lacks sample ids, an in-domain/shift split lacks labels, or
-    ``primary`` is not an in-domain split, and the archive reader's errors when the archive is invalid.
+    ``primary`` is not an in-domain split, and the archive reader's errors when the archive is invalid. Labels and
+    sample ids are value-checked (labels in [0, C), ids unique) before anything is written: a reference is trusted
+    by every score against it, so a label equal to C or negative never gets into one.
     """
     from ..archive_schema import open_archive
     from ..archive_schema.durable import atomic_path
@@ -103,6 +105,7 @@ def write_reference(archive_path: str | Path, out: str | Path, *, overwrite: boo
     if out.exists() and not overwrite:
         raise ReferenceError(f"{out} already exists; choose another output or replace it with --overwrite")
     with open_archive(archive_path, check_values=False) as r:
+        r.check_labels_and_ids()  # the predictions need no check; the labels and ids become the reference
         h = r.header
         splits = {}
         for name, s in h.splits.items():
@@ -218,8 +221,10 @@ def read_reference(path: str | Path, limits=None) -> Reference:
             if labels is not None:
                 if labels.shape != ids.shape:
                     raise ReferenceError(f"{path}: {where}/labels must be integers of the sample_ids' shape")
-                if labels.size and (labels.min() < 0 or labels.max() >= n_classes):
-                    raise ReferenceError(f"{path}: {where}/labels must be in [0, {n_classes})")
+                bad = np.flatnonzero((labels < 0) | (labels >= n_classes))
+                if bad.size:
+                    raise ReferenceError(f"{path}: {where}/labels must be in [0, {n_classes}); found {labels[bad[0]]} "
+                                         f"at index {bad[0]} ({bad.size} outside in all)")
             elif role != "ood":
                 raise ReferenceError(f"{path}: {where}/labels missing (required for role {role!r})")
             intensity = _attr(scan, g, "shift_intensity", where, False)
