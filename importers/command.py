@@ -54,6 +54,7 @@ def _size(ctx, param, value):
               help="npz/npy: array / file stem KEY is a shifted split of that kind and intensity. Repeatable. "
                    "Keys named ood_<dataset> or shift_<kind>_<intensity> need no flag.")
 @click.option("--max-bytes", type=click.UNPROCESSED, callback=_size, default=DEFAULT_MAX_BYTES, show_default=True,
+              metavar="SIZE",
               help="Largest archive (declared probabilities) to write; checked, with the free disk, before "
                    "anything is read or written.")
 @click.option("--overwrite", is_flag=True, show_default=True, help="Replace an existing archive.")
@@ -64,7 +65,7 @@ def import_cmd(fmt, sources, out, kind, labels, labels_key, key, dataset, method
     \b
     ubench import npz preds.npz --kind logits --dataset cifar10 --out a.h5
     ubench import npy m0.npy m1.npy --kind probs --labels y.npy --dataset mnist --out a.h5
-    ubench import npz p.npz --kind logits --key test --ood svhn --shift blur=gaussian_blur:3 --dataset cifar10 --out a.h5
+    ubench import npz p.npz --kind logits --ood svhn --shift blur=gaussian_blur:3 --dataset cifar10 --out a.h5
     ubench import pitfalls .megacache/logits_CIFAR10-VGG16BN-deepens-100-1.npy --out a.h5
     ubench import ovadia cifar_model_predictions.hdf5 --dataset cifar10 --out ovadia/
     ubench import torch preds.pt --kind probs --dataset mnist --out a.h5

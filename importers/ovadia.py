@@ -26,7 +26,8 @@ from ..archive_schema import SplitSpec
 from ..archive_schema.safe_h5py import h5py
 from ..archive_schema.scan import open_dataset, open_walked
 from ..archive_schema.spec import ReadLimits
-from .plan import DEFAULT_MAX_BYTES, ImportFailure, ImportPlan, Member, check_declared, check_labels, label_shape_problem
+from .plan import (DEFAULT_MAX_BYTES, ImportFailure, ImportPlan, Member, check_declared, check_labels,
+                   label_shape_problem)
 
 __all__ = ["plan_ovadia", "methods_of", "OOD_SETS", "split_role", "RELEASE_LIMITS"]
 
