@@ -96,7 +96,9 @@ def test_expanded_stride0_tensor_is_refused_before_it_is_read(tmp_path):
 
 
 def _sparse_npy(path: Path, shape: tuple) -> Path:
-    """A float32 ``.npy`` declaring ``shape``: only its header is written (a sparse file on disk)."""
+    """A float32 ``.npy`` declaring ``shape``: only its header is written (a sparse file on disk). Its zeros are
+    refused as probabilities at row 0, so an import whose size check were broken fails there, writing nothing
+    (as logits, it would fill the disk)."""
     header = npy_bytes(shape, "<f4", b"")
     with open(path, "wb") as fh:
         fh.write(header)
@@ -109,7 +111,7 @@ def test_declared_size_over_max_bytes_is_refused_naming_the_file(tmp_path):
     """A sparse (20, 1e6, 100) float32 ``.npy`` (8 GB declared, a few KiB on disk): refused under --max-bytes 1G
     and under the default (32 GiB) when it declares 10^10 x 10 entries, before a value is read."""
     src = _sparse_npy(tmp_path / "big.npy", (20, 1_000_000, 100))
-    r = run("import", "npy", src, "--kind", "logits", "--dataset", "x", "--max-bytes", "1G", "--out", tmp_path / "a.h5")
+    r = run("import", "npy", src, "--kind", "probs", "--dataset", "x", "--max-bytes", "1G", "--out", tmp_path / "a.h5")
     assert_refused(r.output, r.exit_code, tmp_path, {"big.npy"}, "big.npy", "8000000000 bytes", "--max-bytes")
     huge = _sparse_npy(tmp_path / "huge.npy", (10**10, 10))
     r = run("import", "npy", huge, "--kind", "probs", "--dataset", "x", "--out", tmp_path / "a.h5")
@@ -117,14 +119,23 @@ def test_declared_size_over_max_bytes_is_refused_naming_the_file(tmp_path):
 
 
 def test_an_import_larger_than_the_free_disk_is_refused_before_writing(tmp_path):
-    """Declared within --max-bytes but more than half the free disk (members, then the archive): refused with the
+    """Declared within --max-bytes and the free disk, but not twice (members, then the archive): refused with the
     sizes, nothing written."""
     free = shutil.disk_usage(tmp_path).free
-    n = free // (4 * 1000) + 1  # float32 x 1000 classes: one member just over the free disk
-    src = _sparse_npy(tmp_path / "big.npy", (int(n), 1000))
-    r = run("import", "npy", src, "--kind", "logits", "--dataset", "x", "--max-bytes", "1000T",
+    n = int(0.2 * free) // (4 * 1000)  # 3 members of float32 x 1000 classes: 60 % of the free disk
+    src = _sparse_npy(tmp_path / "big.npy", (3, n, 1000))
+    r = run("import", "npy", src, "--kind", "probs", "--dataset", "x", "--max-bytes", "1000T",
             "--out", tmp_path / "a.h5")
     assert_refused(r.output, r.exit_code, tmp_path, {"big.npy"}, "a.h5", "of disk", "free")
+
+
+def test_declared_sizes_are_computed_without_wrapping_around():
+    """2**32 members x 2**32 samples x 2**32 classes: a product in int64 wraps to 0 and would pass any limit."""
+    from ubench.importers.plan import archive_bytes, check_declared
+
+    assert archive_bytes(2**32, [2**32], 2**32, 4) == 2**98
+    with pytest.raises(ImportFailure, match=str(2**98)):
+        check_declared("x.npz:p", 2**32, {"test": 2**32}, 2**32, 4, 2**35)
 
 
 def test_the_file_size_limit_is_checked_before_writing(tmp_path, logits):
@@ -268,4 +279,17 @@ def test_probabilities_claimed_as_logits_are_refused_with_a_probs_hint(tmp_path,
     q[:, 399, 0] += 0.5  # now in every member
     np.savez(tmp_path / "q.npz", preds=q, labels=y)
     r = run("import", "npz", tmp_path / "q.npz", "--kind", "logits", "--dataset", "x", "--out", tmp_path / "b.h5")
+    assert r.exit_code == 0, r.output
+
+
+def test_the_simplex_is_judged_over_every_chunk_of_a_member(tmp_path):
+    """Members longer than one conversion chunk (4096 rows): off the simplex in the first chunk only is logits
+    (imported); on it in every chunk is probabilities (refused)."""
+    p = softmax(np.random.default_rng(5).normal(size=(5000, 3)), axis=1)
+    np.save(tmp_path / "on.npy", p)
+    p[10, 0] += 0.5
+    np.save(tmp_path / "off.npy", p)
+    r = run("import", "npy", tmp_path / "on.npy", "--kind", "logits", "--dataset", "x", "--out", tmp_path / "a.h5")
+    assert r.exit_code == 2 and "all 5000 rows are probabilities" in r.output, r.output
+    r = run("import", "npy", tmp_path / "off.npy", "--kind", "logits", "--dataset", "x", "--out", tmp_path / "b.h5")
     assert r.exit_code == 0, r.output
