@@ -316,8 +316,16 @@ def _write_step(what: str, errors: list[BaseException], before: int):
 
 def _scratch(writer: ArchiveWriter, name: str, shape: tuple[int, int], dtype: Any) -> np.ndarray:
     """A member's converted probabilities for one split, in a file of the writer's scratch directory (so memory
-    holds a chunk, not the member; the page cache may drop written pages)."""
-    return np.lib.format.open_memmap(writer.scratch_dir / f"import-{name}.npy", mode="w+", dtype=dtype, shape=shape)
+    holds a chunk, not the member; the page cache may drop written pages). Its blocks are allocated up front
+    (``posix_fallocate``): a full disk is an ``OSError`` here, not a SIGBUS when a page of the mapping is written."""
+    path = writer.scratch_dir / f"import-{name}.bin"
+    nbytes = max(1, shape[0] * shape[1] * np.dtype(dtype).itemsize)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+    try:
+        os.posix_fallocate(fd, 0, nbytes)
+    finally:
+        os.close(fd)
+    return np.memmap(path, dtype=dtype, mode="r+", shape=shape)
 
 
 def write_plan(plan: ImportPlan, out: str | Path, *, overwrite: bool = False,
