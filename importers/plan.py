@@ -42,6 +42,8 @@ CHUNK_ROWS = 4096
 #: The largest archive an import writes unless told otherwise: what the safe reader reads at most
 #: (``ReadLimits.max_total_bytes``, 32 GiB of declared probabilities), so no import writes a file ubench refuses.
 DEFAULT_MAX_BYTES = ReadLimits().max_total_bytes
+#: A member's split up to this size is converted in memory; a larger one into a scratch file (memory-mapped).
+IN_MEMORY_BYTES = 16 * 2**20
 #: Disk kept free beyond the estimate (HDF5 metadata, labels, the header file).
 _DISK_SLACK = 16 * 2**20
 
@@ -315,11 +317,14 @@ def _write_step(what: str, errors: list[BaseException], before: int):
 
 
 def _scratch(writer: ArchiveWriter, name: str, shape: tuple[int, int], dtype: Any) -> np.ndarray:
-    """A member's converted probabilities for one split, in a file of the writer's scratch directory (so memory
-    holds a chunk, not the member; the page cache may drop written pages). Its blocks are allocated up front
-    (``posix_fallocate``): a full disk is an ``OSError`` here, not a SIGBUS when a page of the mapping is written."""
-    path = writer.scratch_dir / f"import-{name}.bin"
+    """A member's converted probabilities for one split: in memory up to ``IN_MEMORY_BYTES``, else in a file of the
+    writer's scratch directory (so memory holds a chunk, not the member; the page cache may drop written pages).
+    Its blocks are allocated up front (``posix_fallocate``): a full disk is an ``OSError`` here, not a SIGBUS when
+    a page of the mapping is written."""
     nbytes = max(1, shape[0] * shape[1] * np.dtype(dtype).itemsize)
+    if nbytes <= IN_MEMORY_BYTES:
+        return np.empty(shape, dtype=dtype)
+    path = writer.scratch_dir / f"import-{name}.bin"
     fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
     try:
         os.posix_fallocate(fd, 0, nbytes)
