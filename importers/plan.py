@@ -16,7 +16,6 @@ the free disk, the process's file-size limit and the file system's largest file 
 from __future__ import annotations
 
 import contextlib
-import math
 import os
 import re
 import resource
