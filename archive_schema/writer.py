@@ -47,6 +47,9 @@ DEFAULT_CHUNK_BYTES = 256 * 2**10
 CHUNK_CACHE_BYTES = 8 * 2**20
 #: deflate level of ``probs`` (with the shuffle filter) when compression is asked for; see SPEC.md §7.
 DEFAULT_DEFLATE = 1
+#: Bytes of one member checked, or copied into the assembled archive, at a time (whole chunks; at least one row),
+#: so writing holds a block in memory, not a member (an import streams members larger than memory).
+BLOCK_BYTES = 8 * 2**20
 
 
 def partial_dir_for(path: str | Path) -> Path:
@@ -361,9 +364,11 @@ def _checked_probs(probs: ArrayLike, split: str, shape: tuple[int, int], member:
         raise TypeError(f"{what} must be float32 or float64; found dtype {arr.dtype}")
     if arr.shape != shape:
         raise ValueError(f"{what} must have shape {shape}; found {arr.shape}")
-    problem = probs_problem(arr[None], member_offset=member)
-    if problem is not None:
-        raise ValueError(f"{what}: {problem[1]}")
+    rows = max(1, BLOCK_BYTES // max(1, shape[1] * arr.itemsize))
+    for start in range(0, shape[0], rows):  # in blocks: the check's temporaries stay small for any member
+        problem = probs_problem(arr[None, start:start + rows], start=start, member_offset=member)
+        if problem is not None:
+            raise ValueError(f"{what}: {problem[1]}")
     return arr
 
 
@@ -443,6 +448,10 @@ def _write_probs(split: h5py.Group, name: str, members: list[Path], n_classes: i
     if compression == "deflate":
         kwargs.update(shuffle=True, compression="gzip", compression_opts=DEFAULT_DEFLATE)
     ds = split.create_dataset("probs", shape=(len(members), n, n_classes), dtype=dtype, **kwargs)
+    chunk_rows = kwargs["chunks"][1]
+    rows = max(1, BLOCK_BYTES // (chunk_rows * n_classes * dtype.itemsize)) * chunk_rows
     for k, p in enumerate(members):
         with h5py.File(p, "r") as m:
-            ds[k] = m[f"probs/{name}"][()]
+            src = m[f"probs/{name}"]
+            for start in range(0, n, rows):  # whole chunks at a time: memory holds a block, not a member
+                ds[k, start:start + rows] = src[start:start + rows]

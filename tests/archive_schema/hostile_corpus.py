@@ -762,6 +762,15 @@ def _long_link_name(root: Path) -> Built:
     return Built(p, "name-length", "/" + "n" * 64 + "…", "5000 bytes")
 
 
+@case
+def _empty_attribute(root: Path) -> Built:
+    """An ``h5py.Empty`` (null dataspace) attribute: libhdf5's own text was 'Unspecified error in
+    H5Aget_storage_size' (issue #25 item 15)."""
+    p = write_plain_archive(archive_dir(root) / "a.h5",
+                            mutate=lambda f: f["splits/test"].attrs.__setitem__("role", h5py.Empty("f4")))
+    return Built(p, "attribute-empty", "/splits/test", "attribute 'role' has no value")
+
+
 #: Valid files of a class that used to break scoring (not validation): they must validate and score.
 VALID_CASES: dict[str, Callable[[Path], Path]] = {
     "big_endian": lambda root: build_big_endian(archive_dir(root) / "a.h5"),
