@@ -180,13 +180,16 @@ def _load_config(ctx: click.Context, param: click.Parameter, path: Path | None) 
               help="Test-time augmentation on top of METHOD (Pitfalls Table 1): train with random crops and give "
                    "each member its own random crop of every test image (the archive's method is METHOD+tta; "
                    "--set tta_samples=K for K crops per member, tta_crop_fraction=, tta_flip=, tta_train_augment=).")
+@click.option("--logits/--no-logits", default=False, show_default=True,
+              help="Also store every member's logits beside its probabilities (archive format 1.1), so that "
+                   "`ubench score` reports the energy and max-logit OOD scores (torch producers).")
 @click.option("--config", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
               is_eager=True, expose_value=False, callback=_load_config, show_default=True,
               help="JSON configuration (e.g. from 'ubench tune --out'); flags given here override it, --set "
                    "overrides its hyperparameters one by one; an unknown key is an error.")
 def produce(method, out, dataset, model, members, epochs, lr, hparams, seed, data_dirs, download, ood, shifts,
             train_samples, test_samples, shift_samples, ood_samples, data_seed, val_fraction, batch_size,
-            predict_batch_size, device, threads, overwrite, chains, framework, progress, save_models, tta):
+            predict_batch_size, device, threads, overwrite, chains, framework, progress, save_models, tta, logits):
     """Train METHOD with PyTorch and write its prediction archive (test, OOD and shifted splits).
 
     Needs the torch extra (pip install 'ubench[torch]'). Killing a run and starting the same command again
@@ -205,6 +208,8 @@ def produce(method, out, dataset, model, members, epochs, lr, hparams, seed, dat
                 "the tta method already does" if method == "tta" else "--framework jax has no test-time augmentation"))
         method = f"{method}+tta"
     if framework == "jax":
+        if logits:
+            raise click.UsageError("--logits is for the torch producers; the jax ones store probabilities only")
         return _produce_jax(method, out, dataset, model, members, epochs, lr, hparams, seed, data_dirs, download,
                             ood, shifts, train_samples, test_samples, shift_samples, ood_samples, data_seed,
                             batch_size, predict_batch_size, overwrite, val_fraction=val_fraction or 0.0,
@@ -249,7 +254,7 @@ def produce(method, out, dataset, model, members, epochs, lr, hparams, seed, dat
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--model") from None
     settings = RunSettings(model=model, members=members or cls.default_members, seed=seed, batch_size=batch_size,
-                           predict_batch_size=predict_batch_size, device=device, chains=chains)
+                           predict_batch_size=predict_batch_size, device=device, chains=chains, logits=logits)
     try:
         cls.resolve_hyperparameters(hyper)
         check_members(cls, settings.members)
