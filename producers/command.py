@@ -37,14 +37,20 @@ def _check_model(value: str) -> str:
 
 
 def _parse_shifts(value: str) -> tuple[str, ...]:
+    """Shift kinds: today's four families, the suites ``hendrycks`` (15 corruptions x 5 severities) and
+    ``mnist-c`` (15 kinds; issue #31), or single corruption kinds, comma-separated; ``none`` for no shifts."""
+    from .corruptions import CORRUPTION_KINDS, SUITES
+
     if value.strip().lower() in ("", "none"):
         return ()
-    kinds = tuple(k.strip() for k in value.split(",") if k.strip())
-    bad = [k for k in kinds if k not in _SHIFT_FAMILIES]
+    kinds: list[str] = []
+    for k in (k.strip() for k in value.split(",") if k.strip()):
+        kinds += SUITES.get(k.lower(), (k,))
+    bad = [k for k in kinds if k not in _SHIFT_FAMILIES and k not in CORRUPTION_KINDS]
     if bad:
-        raise click.BadParameter(f"unknown shift families {bad}; choose from {list(_SHIFT_FAMILIES)} or 'none'",
-                                 param_hint="--shifts")
-    return kinds
+        raise click.BadParameter(f"unknown shift families {bad}; choose from {list(_SHIFT_FAMILIES)}, the suites "
+                                 f"{list(SUITES)}, a corruption kind of theirs, or 'none'", param_hint="--shifts")
+    return tuple(dict.fromkeys(kinds))
 
 
 def _config_hparams(method: str) -> tuple[str, ...]:
@@ -141,7 +147,9 @@ def _load_config(ctx: click.Context, param: click.Parameter, path: Path | None) 
 @click.option("--ood", multiple=True, show_default="the dataset's pairing (e.g. mnist, notmnist, uniform)",
               help="OOD set: a dataset name or 'uniform' (repeatable).")
 @click.option("--shifts", default=",".join(_SHIFT_FAMILIES), show_default=True,
-              help="Comma-separated shift families (rotate, translate, noise, blur) or 'none'.")
+              help="Comma-separated shift families (rotate, translate, noise, blur), corruption suites (hendrycks: "
+                   "15 corruptions x 5 severities; mnist-c: MNIST-C's 15 kinds) or single corruption kinds, or "
+                   "'none'.")
 @click.option("--train-samples", type=click.IntRange(min=1), default=None, show_default="all",
               help="Train on a random subset of this size.")
 @click.option("--test-samples", type=click.IntRange(min=1), default=None, show_default="all",

@@ -81,17 +81,22 @@ def gaussian_blur(images: NDArray[np.float32], severity: int) -> NDArray[np.floa
 
 
 def default_shifts(width: int, kinds: tuple[str, ...] = SHIFT_KINDS) -> list[Shift]:
-    """The shift paper's grid: rotations 15..180 by 15; translations 2..width by 2; noise and blur severities 1..5."""
-    unknown = set(kinds) - set(SHIFT_KINDS)
+    """The shift paper's grid: rotations 15..180 by 15; translations 2..width by 2; noise and blur severities 1..5;
+    then the corruption suites' kinds among ``kinds`` (:mod:`~ubench.producers.corruptions`, issue #31)."""
+    from .corruptions import CORRUPTION_KINDS, suite_grid
+
+    unknown = set(kinds) - set(SHIFT_KINDS) - set(CORRUPTION_KINDS)
     if unknown:
-        raise ValueError(f"unknown shift kinds {sorted(unknown)}; known: {list(SHIFT_KINDS)}")
+        raise ValueError(f"unknown shift kinds {sorted(unknown)}; known: {list(SHIFT_KINDS)} and the corruptions "
+                         f"{list(CORRUPTION_KINDS)}")
     grid = {
         "rotate": [float(a) for a in range(15, 181, 15)],
         "translate": [float(p) for p in range(2, width + 1, 2)],
         "noise": [1.0, 2.0, 3.0, 4.0, 5.0],
         "blur": [1.0, 2.0, 3.0, 4.0, 5.0],
     }
-    return [Shift(kind, value) for kind in SHIFT_KINDS if kind in kinds for value in grid[kind]]
+    return ([Shift(kind, value) for kind in SHIFT_KINDS if kind in kinds for value in grid[kind]]
+            + [Shift(kind, value) for kind in CORRUPTION_KINDS if kind in kinds for value in suite_grid(kind)])
 
 
 def apply_shift(images: NDArray[np.float32], shift: Shift, *, seed: int) -> NDArray[np.float32]:
@@ -104,6 +109,10 @@ def apply_shift(images: NDArray[np.float32], shift: Shift, *, seed: int) -> NDAr
         return gaussian_noise(images, int(shift.intensity), seed=seed)
     if shift.kind == "blur":
         return gaussian_blur(images, int(shift.intensity))
+    from .corruptions import CORRUPTION_KINDS, corrupt
+
+    if shift.kind in CORRUPTION_KINDS:
+        return corrupt(images, shift.kind, int(shift.intensity), seed=seed)
     raise ValueError(f"unknown shift kind {shift.kind!r}; known: {list(SHIFT_KINDS)}")
 
 
