@@ -55,6 +55,8 @@ class ImportPlan:
     config: dict[str, Any]
     dtype: Any = np.float32
     notes: list[str] = field(default_factory=list)
+    #: Method scores (format 1.1, SPEC.md §4.4): name -> ({split: (N,) values}, direction).
+    scores: dict[str, tuple[dict[str, Any], str]] = field(default_factory=dict)
 
 
 def to_probs(raw: Any, kind: str, where: str, out: np.ndarray | None = None) -> np.ndarray:
@@ -198,6 +200,8 @@ def write_plan(plan: ImportPlan, out: str | Path, *, overwrite: bool = False,
                 echo(f"member {m}: {', '.join(f'{k}={v}' for k, v in member.where.items())}")
         if writer.n_members == 0:
             raise ImportFailure("no member to import")
+        for name, (values, direction) in plan.scores.items():
+            writer.set_scores(name, values, direction=direction)
         writer.finalize()
     except BaseException:
         with contextlib.suppress(OSError):

@@ -61,6 +61,8 @@ class Evidential(Method):
     default_members = 1
     max_members = 1
     writes_scores = True
+    exportable = False
+    not_exportable_because = "its probabilities are alpha / S of the network's evidence, not a softmax of its output"
     summary = "evidential deep learning: Dirichlet evidence, vacuity K/S as its score (Sensoy et al. 2018)"
 
     @classmethod
