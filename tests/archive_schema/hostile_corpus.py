@@ -912,16 +912,6 @@ def _scores_group_kind(root: Path) -> Built:
 
 
 @case
-def _too_many_scores(root: Path) -> Built:
-    splits = v11_splits()
-    for s in splits.values():
-        n = np.asarray(s["probs"]).shape[1]
-        s["scores"] = {f"s{k:03d}": (np.zeros(n), "uncertainty") for k in range(257)}
-    return Built(write_plain_archive(archive_dir(root) / "a.h5", splits=splits), "size-limit",
-                 "/splits/noise/scores", "257 scores; at most 256")
-
-
-@case
 def _score_external_link(root: Path) -> Built:
     target = _outside_h5(root)
 
@@ -935,16 +925,16 @@ def _score_external_link(root: Path) -> Built:
 
 @case
 def _logits_gzip_bomb(root: Path) -> Built:
-    """Logits of 500,000 samples, all zero, under gzip 9 (beside probs of the same shape): the ratio limit holds
+    """Logits of 100,000 samples, all zero, under gzip 9 (beside probs of the same shape): the ratio limit holds
     for the new dataset as for probs."""
-    n = 500_000
+    n = 100_000
 
     def mutate(f):
         g = f.create_group("splits/bomb")
         g.attrs.update({"ubench_kind": "split", "role": "ood", "dataset": "zeros", "n_samples": np.int64(n)})
         probs = np.full((2, n, 4), 0.25, "<f4")
         g.create_dataset("probs", data=probs, chunks=(1, 65_536, 4))
-        g.create_dataset("logits", shape=(2, n, 4), dtype="<f4", chunks=(1, 250_000, 4), compression="gzip",
+        g.create_dataset("logits", shape=(2, n, 4), dtype="<f4", chunks=(1, n, 4), compression="gzip",
                          compression_opts=9, data=np.zeros((2, n, 4), "<f4"))
         sc = g.create_group("scores")
         sc.attrs["ubench_kind"] = "scores"

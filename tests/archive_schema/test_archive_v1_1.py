@@ -135,6 +135,17 @@ def test_logits_resume_with_the_partial_run(tmp_path):
     np.testing.assert_array_equal(a.logits["ood"], np.stack([m[1]["ood"] for m in members]))
 
 
+def test_more_scores_than_the_limit_are_refused(tmp_path):
+    """ReadLimits.max_scores (256 by default; 2 here) bounds the scores of a split before any is read."""
+    from ubench.archive_schema import ReadLimits
+
+    p = write_plain_archive(tmp_path / "a.h5", splits=v11_splits())
+    errors = _errors(validate_archive(p, ReadLimits(max_scores=1)))
+    assert (errors[0].path, errors[0].check) == ("/splits/noise/scores", "size-limit")
+    assert "2 scores; at most 1" in errors[0].message
+    assert validate_archive(p, ReadLimits(max_scores=2)) == []
+
+
 def test_float16_tolerance_is_what_half_precision_needs():
     """The tolerance's logit term is expm1(2 u max|z|): float16 logits of magnitude 8 move a softmax by up to
     ~0.8 %, float32 ones by ~1e-6; the probabilities' own term (1e-4 + C 2**-23) is always there."""
