@@ -98,3 +98,16 @@ def test_suites_as_shift_splits():
     np.testing.assert_array_equal(out, corrupt(_images(3), "fog", 2, seed=5))
     with pytest.raises(ValueError, match="unknown shift kinds"):
         default_shifts(28, ("frost_bite",))
+
+
+def test_shifts_option_names_suites_and_kinds():
+    """--shifts expands the suite names, keeps single kinds, drops repeats and names what it does not know."""
+    import click
+
+    from ubench.producers.command import _parse_shifts
+
+    assert _parse_shifts("rotate,hendrycks") == ("rotate", *HENDRYCKS)
+    assert _parse_shifts("mnist-c,mnistc_fog,fog") == (*MNIST_C, "fog")
+    assert _parse_shifts("none") == ()
+    with pytest.raises(click.BadParameter, match="'snowfall'.*hendrycks"):
+        _parse_shifts("snowfall")
