@@ -89,7 +89,8 @@ SCRIPTS = {
 }
 FASHION_COLUMNS = (("method", "method"), ("members", "M"), ("accuracy", "accuracy"), ("nll", "NLL"), ("cll", "CLL"),
                    ("dee", "DEE"), ("ood_auroc_mnist", "OOD AUROC MNIST"), ("ood_auroc_notmnist", "OOD AUROC notMNIST"),
-                   ("minutes", "minutes"))
+                   ("own_score", "own score"), ("ood_auroc_own_mnist", "own-score OOD AUROC MNIST"),
+                   ("ood_auroc_own_notmnist", "own-score OOD AUROC notMNIST"), ("minutes", "minutes"))
 
 
 def load_results(results_dir: Path = RESULTS_DIR) -> dict[str, dict]:

@@ -13,7 +13,7 @@ import click
 
 from .kinds import KINDS, ImportFailure
 
-FORMATS = ("npz", "npy", "pitfalls", "ovadia", "torch")
+FORMATS = ("npz", "npy", "pitfalls", "ovadia", "torch", "openood", "calarena")
 #: ``plan.DEFAULT_MAX_BYTES`` (``ReadLimits.max_total_bytes``), spelled here so that ``--help`` imports no numpy
 DEFAULT_MAX_BYTES = "32G"
 
@@ -74,6 +74,8 @@ def import_cmd(fmt, sources, out, kind, labels, labels_key, key, dataset, method
     ubench import pitfalls .megacache/logits_CIFAR10-VGG16BN-deepens-100-1.npy --out a.h5
     ubench import ovadia cifar_model_predictions.hdf5 --dataset cifar10 --out ovadia/
     ubench import torch preds.pt --kind probs --dataset mnist --out a.h5
+    ubench import openood scores/cifar10.npz scores/svhn.npz scores/tin.npz --method msp --out a.h5
+    ubench import calarena calarena.h5 --dataset cifar10 --model resnet50 --out a.h5
     """
     from ..archive_schema.errors import ArchiveError  # h5py and numpy only when the command runs
     from .plan import write_plan
@@ -129,6 +131,9 @@ def _plans(fmt, sources, out, kind, labels, labels_key, key, dataset, method, mo
         return
     if shifts:
         raise ImportFailure(f"{fmt}: --shift is for npz/npy; {fmt} splits get their roles from their names")
+    if fmt in ("openood", "calarena"):
+        yield from _plans_31(fmt, sources, out, kind, dataset, method, model, max_bytes)
+        return
     if kind not in (None, {"pitfalls": "log-probs", "ovadia": "probs"}[fmt]):
         raise ImportFailure(f"{fmt} files hold {'log-probs' if fmt == 'pitfalls' else 'probs'}; drop --kind {kind}")
     if fmt == "pitfalls":
@@ -152,3 +157,36 @@ def _plans(fmt, sources, out, kind, labels, labels_key, key, dataset, method, mo
         yield (plan_ovadia(src, name, dataset=dataset, replicate=replicate, model=model or "unknown",
                            ood=OOD_SETS + tuple(ood), max_bytes=max_bytes),
                out if method else out / f"{name}.h5")
+
+
+def _plans_31(fmt, sources, out, kind, dataset, method, model, max_bytes):
+    """OpenOOD score files (one archive) and CalArena's HDF5 (one archive per model, or the one --model names)."""
+    if kind not in (None, "probs"):
+        raise ImportFailure(f"{fmt}: the files say what they hold; drop --kind {kind}")
+    if fmt == "openood":
+        from .openood import plan_openood
+        yield plan_openood(sources, dataset=dataset, method=method, model=model or "unknown"), out
+        return
+    from .calarena import datasets_and_models, open_calarena, plan_calarena
+    if len(sources) != 1:
+        raise ImportFailure("calarena: give one HDF5 file")
+    checked = open_calarena(sources[0])
+    found = datasets_and_models(checked[0])
+    if dataset is None or dataset not in found:
+        checked[0].close()
+        raise ImportFailure(f"calarena: name the dataset group with --dataset (the file has {sorted(found)[:20]})")
+    models = [model] if model else found[dataset]
+    from ..archive_schema.spec import is_split_name
+    bad = [m for m in models if not is_split_name(m)]
+    if model is None and bad:
+        checked[0].close()
+        raise ImportFailure(f"calarena: model {bad[0]!r} cannot name an archive file; import it with --model")
+    if model is None:
+        out.mkdir(parents=True, exist_ok=True)
+        _echo(f"inferred models: {', '.join(models)} (one archive each in {out})")
+    try:
+        for name in models:
+            yield (plan_calarena(sources[0], dataset=dataset, model=name, file=checked, method=method),
+                   out if model else out / f"{name}.h5")
+    finally:
+        checked[0].close()

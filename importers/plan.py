@@ -81,6 +81,8 @@ class ImportPlan:
     config: dict[str, Any]
     dtype: Any = np.float32
     notes: list[str] = field(default_factory=list)
+    #: Method scores (format 1.1, SPEC.md §4.4): name -> ({split: (N,) values}, direction).
+    scores: dict[str, tuple[dict[str, Any], str]] = field(default_factory=dict)
     #: M, known from the sources' shapes before any member is read (the size checks need it)
     n_members: int | None = None
 
@@ -402,6 +404,8 @@ def write_plan(plan: ImportPlan, out: str | Path, *, overwrite: bool = False,
                 echo(f"member {m}: {', '.join(f'{k}={v}' for k, v in member.where.items())}")
         if writer.n_members == 0:
             raise ImportFailure("no member to import")
+        for name, (values, direction) in plan.scores.items():
+            writer.set_scores(name, values, direction=direction)
         with _write_step(f"assembling {out} from its {writer.n_members} member(s)", errors, before):
             writer.finalize()
     except BaseException:

@@ -25,6 +25,7 @@ from . import report_sections as _sections
 from .decision import COST_PRESETS, cost_preset_for_dataset
 from .report_sections import *  # noqa: F403 -- the sections stay reachable as ubench.metrics.report.<name>
 from .report_sections import RENORMALISE_ABOVE, RowSums, SplitArrays, scores_for
+from .method_scores import MethodScore, method_scores_in_domain, method_scores_ood, method_scores_summary
 from .shift_paper import confidence_curves as _confidence_curves
 from .ensemble import _smooth
 from .temperature import apply_temperature as _apply_temperature
@@ -170,6 +171,7 @@ class ReportBuilder:
         # (a validation-named in-domain split, else the primary one), and the fit once made.
         self._ts_sources: dict[str, tuple[str, NDArray, NDArray]] = {}
         self._shift_ts: dict[str, Any] | None = None
+        self._method_scores: dict[str, Mapping[str, MethodScore]] = {}  # issue #31: split -> its method scores
         self.cost_preset, self.cost_matrix = self._decision_cost_matrix(dataset)
         if self.n_members == 1:
             self.notes.append("one member: its knowledge uncertainty (mutual information) is 0 for every sample, "
@@ -202,6 +204,12 @@ class ReportBuilder:
 
     def note(self, text: str) -> None:
         self.notes.append(text)
+
+    def add_method_scores(self, name: str, scores: Mapping[str, MethodScore]) -> None:
+        """A split's method and logit scores (``ubench.metrics.method_scores``); give them before the split's
+        ``add_*`` call."""
+        if scores:
+            self._method_scores[name] = scores
 
     def add_in_domain(self, name: str, arrays: SplitArrays, labels: NDArray | None, *, progress=None) -> None:
         """An in-domain split: its metrics, calibrated protocol and member curves (only if labelled)."""
@@ -255,6 +263,10 @@ class ReportBuilder:
                     arrays.member_probs, labels, placement=p.placement, orders=p.orders, repeats=p.repeats,
                     seed=p.seed, eps=p.eps, smoothing=p.smoothing,
                     progress=None if progress is None else (lambda done, total: progress(task, done, total)))
+        if name in self._method_scores:
+            sec["method_scores"], ms_notes = method_scores_in_domain(arrays.mean_probs, labels,
+                                                                     self._method_scores[name], tpr=p.tpr)
+            sec["notes"] = sec["notes"] + ms_notes
         self.sections["in_domain"][name] = sec
         if name == self.primary:
             self._primary_arrays = arrays
@@ -328,7 +340,7 @@ class ReportBuilder:
 
     def finish(self) -> dict[str, Any]:
         """The report body: ``primary_split``, ``in_domain``, ``ood``, ``shift``, ``shift_summary``, ``summary``,
-        ``comparability``, ``row_sums`` and ``notes``."""
+        ``comparability``, ``method_scores``, ``row_sums`` and ``notes``."""
         p = self.p
         report: dict[str, Any] = dict(self.sections)
         if self._ood and self._primary_arrays is None:
@@ -341,6 +353,9 @@ class ReportBuilder:
                 sec.update(against=self.primary, n_samples=arrays.n_samples,
                            histograms=ood_histograms(self._primary_arrays, arrays, scores=self.scores),
                            roc_curves=ood_roc_curves(self._primary_arrays, arrays, scores=self.scores))
+                if name in self._method_scores and self.primary in self._method_scores:
+                    sec["method_scores"] = method_scores_ood(self._method_scores[self.primary],
+                                                             self._method_scores[name], tpr=p.tpr)
                 report["ood"][name] = sec
         report["shift_summary"] = shift_summary_section(report["shift"]) if report["shift"] else None
         if report["shift_summary"] is not None and self._shift_ts:
@@ -349,6 +364,9 @@ class ReportBuilder:
         report["summary"] = headline(report, primary, calibrated=p.temperature_scaling)
         report["comparability"] = comparability(report["summary"])
         report["primary_split"] = primary
+        report["method_scores"] = method_scores_summary(
+            (report["in_domain"].get(primary) or {}).get("method_scores"),
+            {n: sec["method_scores"] for n, sec in report["ood"].items() if "method_scores" in sec}) or None
         report["row_sums"] = self._row_sums()
         report["notes"] = self.notes
         return report

@@ -37,14 +37,20 @@ def _check_model(value: str) -> str:
 
 
 def _parse_shifts(value: str) -> tuple[str, ...]:
+    """Shift kinds: today's four families, the suites ``hendrycks`` (15 corruptions x 5 severities) and
+    ``mnist-c`` (15 kinds; issue #31), or single corruption kinds, comma-separated; ``none`` for no shifts."""
+    from .corruptions import CORRUPTION_KINDS, SUITES
+
     if value.strip().lower() in ("", "none"):
         return ()
-    kinds = tuple(k.strip() for k in value.split(",") if k.strip())
-    bad = [k for k in kinds if k not in _SHIFT_FAMILIES]
+    kinds: list[str] = []
+    for k in (k.strip() for k in value.split(",") if k.strip()):
+        kinds += SUITES.get(k.lower(), (k,))
+    bad = [k for k in kinds if k not in _SHIFT_FAMILIES and k not in CORRUPTION_KINDS]
     if bad:
-        raise click.BadParameter(f"unknown shift families {bad}; choose from {list(_SHIFT_FAMILIES)} or 'none'",
-                                 param_hint="--shifts")
-    return kinds
+        raise click.BadParameter(f"unknown shift families {bad}; choose from {list(_SHIFT_FAMILIES)}, the suites "
+                                 f"{list(SUITES)}, a corruption kind of theirs, or 'none'", param_hint="--shifts")
+    return tuple(dict.fromkeys(kinds))
 
 
 def _config_hparams(method: str) -> tuple[str, ...]:
@@ -172,7 +178,9 @@ def _load_config(ctx: click.Context, param: click.Parameter, path: Path | None) 
                            "skipped with a note",
               help="OOD set: a dataset name or 'uniform' (repeatable); a set named here must be found.")
 @click.option("--shifts", default=",".join(_SHIFT_FAMILIES), show_default=True,
-              help="Comma-separated shift families (rotate, translate, noise, blur) or 'none'.")
+              help="Comma-separated shift families (rotate, translate, noise, blur), corruption suites (hendrycks: "
+                   "15 corruptions x 5 severities; mnist-c: MNIST-C's 15 kinds) or single corruption kinds, or "
+                   "'none'.")
 @click.option("--train-samples", type=click.IntRange(min=1), default=None, show_default="all",
               help="Train on a random subset of this size.")
 @click.option("--test-samples", type=click.IntRange(min=1), default=None, show_default="all",
@@ -211,13 +219,16 @@ def _load_config(ctx: click.Context, param: click.Parameter, path: Path | None) 
               help="Test-time augmentation on top of METHOD (Pitfalls Table 1): train with random crops and give "
                    "each member its own random crop of every test image (the archive's method is METHOD+tta; "
                    "--set tta_samples=K for K crops per member, tta_crop_fraction=, tta_flip=, tta_train_augment=).")
+@click.option("--logits/--no-logits", default=False, show_default=True,
+              help="Also store every member's logits beside its probabilities (archive format 1.1), so that "
+                   "`ubench score` reports the energy and max-logit OOD scores (torch producers).")
 @click.option("--config", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
               is_eager=True, expose_value=False, callback=_load_config, show_default=True,
               help="JSON configuration (e.g. from 'ubench tune --out'); flags given here override it, --set "
                    "overrides its hyperparameters one by one; an unknown key is an error.")
 def produce(method, out, dataset, model, members, epochs, lr, hparams, seed, data_dirs, download, ood, shifts,
             train_samples, test_samples, shift_samples, ood_samples, data_seed, val_fraction, batch_size,
-            predict_batch_size, device, threads, overwrite, chains, framework, progress, save_models, tta):
+            predict_batch_size, device, threads, overwrite, chains, framework, progress, save_models, tta, logits):
     """Train METHOD with PyTorch and write its prediction archive (test, OOD and shifted splits).
 
     Needs the torch extra (pip install 'ubench[torch]'). Killing a run and starting the same command again
@@ -241,6 +252,8 @@ def produce(method, out, dataset, model, members, epochs, lr, hparams, seed, dat
         method = f"{method}+tta"
     display = _display() if progress else None
     if framework == "jax":
+        if logits:
+            raise click.UsageError("--logits is for the torch producers; the jax ones store probabilities only")
         return _produce_jax(method, out, dataset, model, members, epochs, lr, hparams, seed, data_dirs, download,
                             ood, shifts, train_samples, test_samples, shift_samples, ood_samples, data_seed,
                             batch_size, predict_batch_size, overwrite, val_fraction=val_fraction or 0.0,
@@ -272,7 +285,7 @@ def produce(method, out, dataset, model, members, epochs, lr, hparams, seed, dat
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--model") from None
     settings = RunSettings(model=model, members=members or cls.default_members, seed=seed, batch_size=batch_size,
-                           predict_batch_size=predict_batch_size, device=device, chains=chains)
+                           predict_batch_size=predict_batch_size, device=device, chains=chains, logits=logits)
     try:
         resolved = cls.resolve_hyperparameters(hyper)
         check_members(cls, settings.members)

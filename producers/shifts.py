@@ -90,7 +90,8 @@ def is_identity(shift: Shift, width: int) -> bool:
 
 def default_shifts(width: int, kinds: tuple[str, ...] = SHIFT_KINDS) -> list[Shift]:
     """The shift paper's grid without its identities: rotations 15..180 by 15; translations 2..width - 2 by 2;
-    noise and blur severities 1..5.
+    noise and blur severities 1..5; then the corruption suites' kinds among ``kinds``
+    (:mod:`~ubench.producers.corruptions`).
 
     The shift paper's translation grid runs up to the image width (0-28 pixels on MNIST, its appendix B and
     Figure 1b), where a cyclic translation is the identity: ``shift_translate_28`` on 28 x 28 images (and
@@ -98,16 +99,20 @@ def default_shifts(width: int, kinds: tuple[str, ...] = SHIFT_KINDS) -> list[Shi
     and was drawn as the most shifted point. ubench leaves every identity intensity out (:func:`is_identity`), so
     its translation curve stops one step short of the paper's, whose last point equals its clean accuracy.
     """
-    unknown = set(kinds) - set(SHIFT_KINDS)
+    from .corruptions import CORRUPTION_KINDS, suite_grid
+
+    unknown = set(kinds) - set(SHIFT_KINDS) - set(CORRUPTION_KINDS)
     if unknown:
-        raise ValueError(f"unknown shift kinds {sorted(unknown)}; known: {list(SHIFT_KINDS)}")
+        raise ValueError(f"unknown shift kinds {sorted(unknown)}; known: {list(SHIFT_KINDS)} and the corruptions "
+                         f"{list(CORRUPTION_KINDS)}")
     grid = {
         "rotate": [float(a) for a in range(15, 181, 15)],
         "translate": [float(p) for p in range(2, width + 1, 2)],  # the paper's; width itself is dropped below
         "noise": [1.0, 2.0, 3.0, 4.0, 5.0],
         "blur": [1.0, 2.0, 3.0, 4.0, 5.0],
     }
-    shifts = [Shift(kind, value) for kind in SHIFT_KINDS if kind in kinds for value in grid[kind]]
+    shifts = ([Shift(kind, value) for kind in SHIFT_KINDS if kind in kinds for value in grid[kind]]
+              + [Shift(kind, value) for kind in CORRUPTION_KINDS if kind in kinds for value in suite_grid(kind)])
     return [s for s in shifts if not is_identity(s, width)]
 
 
@@ -121,6 +126,10 @@ def apply_shift(images: NDArray[np.float32], shift: Shift, *, seed: int) -> NDAr
         return gaussian_noise(images, int(shift.intensity), seed=seed)
     if shift.kind == "blur":
         return gaussian_blur(images, int(shift.intensity))
+    from .corruptions import CORRUPTION_KINDS, corrupt
+
+    if shift.kind in CORRUPTION_KINDS:
+        return corrupt(images, shift.kind, int(shift.intensity), seed=seed)
     raise ValueError(f"unknown shift kind {shift.kind!r}; known: {list(SHIFT_KINDS)}")
 
 

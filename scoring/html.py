@@ -128,6 +128,11 @@ def render_html(report: Mapping[str, Any], *, figures: Sequence[tuple[str, str]]
             else:
                 rows.append((key, value))
         parts.append(_table(("quantity", "value"), rows))
+    if report.get("method_scores"):  # issue #31: method-specific and logit scores
+        from .method_score_view import METHOD_SCORE_NOTE, method_score_table
+
+        parts.append(f"<h2>Method and logit scores</h2><p>{html_text(METHOD_SCORE_NOTE)}.</p>")
+        parts.append(_table(*method_score_table(report)))
     if report.get("shift"):
         parts.append("<h2>Shift</h2>")
         parts.append(_table(("split", "kind", "intensity", "accuracy", "NLL", "Brier", "ECE"), shift_rows(report)))

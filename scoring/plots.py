@@ -385,9 +385,12 @@ def _planned(report: Mapping[str, Any], line: str) -> list[tuple[str, Callable[[
         if sec.get("reliability"):
             out.append((f"Reliability diagrams of {_label(name)}",
                         lambda plt, n=name, s=sec: _reliability(plt, n, s, line)))
-        if sec.get("rejection_curves"):
+        if sec.get("rejection_curves"):  # method and logit scores (issue #31) drawn beside the softmax ones
+            curves = {**sec["rejection_curves"], **{f"{k} ({'method' if v['method_specific'] else 'logits'})":
+                                                    v["rejection_curve"] for k, v in
+                                                    (sec.get("method_scores") or {}).items()}}
             out.append((f"Accuracy-rejection curves of {_label(name)}",
-                        lambda plt, n=name, s=sec: _rejection(plt, n, s["rejection_curves"], line)))
+                        lambda plt, n=name, c=curves: _rejection(plt, n, c, line)))
         if sec.get("member_curves"):
             out.append((f"Metrics against members of {_label(name)}",
                         lambda plt, n=name, s=sec: _member_curve(plt, n, s["member_curves"], line)))

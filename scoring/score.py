@@ -167,6 +167,21 @@ def _stream_split(reader, name: str, builder, limits: ReadLimits, progress: Prog
     return acc.result()
 
 
+def _method_scores(reader, name: str) -> dict:
+    """A split's declared method scores and, with logits, energy and max-logit (format 1.1; value-checked as they
+    are read: ``ubench.metrics.method_scores``)."""
+    from ..metrics.method_scores import LogitScoreAccumulator, MethodScore
+
+    info = reader.header.splits[name]
+    out = {s: MethodScore(v.astype(np.float64), info.scores[s]) for s, v in reader.scores(name).items()}
+    if info.has_logits:
+        acc = LogitScoreAccumulator(info.n_samples)
+        for start, block in reader.iter_checked_logits(name):
+            acc.add(start, block)
+        out.update(acc.result())
+    return out
+
+
 def _ids_digest(ids: np.ndarray | None) -> str | None:
     """sha256 of a split's sample ids as little-endian int64 (None without ids): tells ``compare`` whether two
     archives predicted on the same samples without putting the ids in the report."""
@@ -246,6 +261,7 @@ def run_score(path: str | Path, *, reference: str | Path | None = None,
         builder.notes[:0] = notes
         for name in _scoring_order(h):
             arrays = _stream_split(reader, name, builder, limits, progress)
+            builder.add_method_scores(name, _method_scores(reader, name))
             info = h.splits[name]
             if info.role == "in_domain":
                 builder.add_in_domain(name, arrays, labels[name], progress=progress)

@@ -212,6 +212,11 @@ def format_score(report: Mapping[str, Any], *, styled: bool = False) -> str:
                  s["ood_aupr_total"], s["ood_fpr95_total"]) for name, s in _split_items(report["ood"])]
         lines += ["  " + ln for ln in _table(("split", "against", "AUROC tot ↑", "AUROC kn ↑", "AUROC conf ↑",
                                                "AUPR tot ↑", "FPR95 tot ↓"), rows, styled=styled)] + [""]
+    if report.get("method_scores"):  # method-specific and logit scores (format 1.1)
+        from .method_score_view import METHOD_SCORE_NOTE, method_score_table
+
+        lines.append(METHOD_SCORE_NOTE)
+        lines += ["  " + ln for ln in _table(*method_score_table(report), styled=styled)] + [""]
     if report["shift"]:
         lines.append("shift")
         lines += ["  " + ln for ln in _table(("split", "kind", "intensity", "accuracy ↑", "NLL ↓", "Brier ↓",
