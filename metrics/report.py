@@ -25,6 +25,7 @@ from . import report_sections as _sections
 from .decision import COST_PRESETS, cost_preset_for_dataset
 from .report_sections import *  # noqa: F403 -- the sections stay reachable as ubench.metrics.report.<name>
 from .report_sections import RENORMALISE_ABOVE, RowSums, SplitArrays, scores_for
+from .report_intervals import IntervalCollector
 from .shift_paper import confidence_curves as _confidence_curves
 from .ensemble import _smooth
 from .temperature import apply_temperature as _apply_temperature
@@ -171,6 +172,10 @@ class ReportBuilder:
         self._ts_sources: dict[str, tuple[str, NDArray, NDArray]] = {}
         self._shift_ts: dict[str, Any] | None = None
         self.cost_preset, self.cost_matrix = self._decision_cost_matrix(dataset)
+        # per-sample statistics for the report's confidence intervals (metrics/report_intervals.py); score.py
+        # sets intervals.units to each split's sample-ids digest
+        self.intervals = IntervalCollector(protocol, scores=self.scores, cost_preset=self.cost_preset,
+                                           cost_matrix=self.cost_matrix)
         if self.n_members == 1:
             self.notes.append("one member: its knowledge uncertainty (mutual information) is 0 for every sample, "
                               "so the knowledge-based detection scores (*_knowledge, aurc_knowledge) are null")
@@ -256,6 +261,7 @@ class ReportBuilder:
                     seed=p.seed, eps=p.eps, smoothing=p.smoothing,
                     progress=None if progress is None else (lambda done, total: progress(task, done, total)))
         self.sections["in_domain"][name] = sec
+        self.intervals.add_labelled("in_domain", name, arrays, labels, sec)
         if name == self.primary:
             self._primary_arrays = arrays
         if p.shift_temperature and n >= 2:
@@ -288,6 +294,7 @@ class ReportBuilder:
                 sec["temperature_scaled"] = {k: core[k] for k in ("accuracy", "nll", "brier", "ece")}
         sec.update(shift_kind=kind, shift_intensity=float(intensity))
         self.sections["shift"][name] = sec
+        self.intervals.add_labelled("shift", name, arrays, labels, sec)
 
     def _shift_temperature(self) -> dict[str, Any] | None:
         """Fit (once) the temperature applied to every shift split: on a validation-named in-domain split when the
@@ -342,6 +349,7 @@ class ReportBuilder:
                            histograms=ood_histograms(self._primary_arrays, arrays, scores=self.scores),
                            roc_curves=ood_roc_curves(self._primary_arrays, arrays, scores=self.scores))
                 report["ood"][name] = sec
+                self.intervals.add_ood(name, self._primary_arrays, arrays, self.primary)
         report["shift_summary"] = shift_summary_section(report["shift"]) if report["shift"] else None
         if report["shift_summary"] is not None and self._shift_ts:
             report["shift_summary"]["temperature"] = self._shift_ts
@@ -350,5 +358,6 @@ class ReportBuilder:
         report["comparability"] = comparability(report["summary"])
         report["primary_split"] = primary
         report["row_sums"] = self._row_sums()
+        self.intervals.finish(report)
         report["notes"] = self.notes
         return report

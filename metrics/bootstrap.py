@@ -1,0 +1,355 @@
+# SPDX-License-Identifier: MIT
+"""Vectorised bootstrap over test samples: replicate weights, percentile intervals, and the weighted kernels that
+turn per-sample statistics into replicate values without a Python loop over replicates.
+
+A bootstrap replicate of a test set of N samples is N draws with replacement; it is represented by its count
+vector ``w`` (how often each sample was drawn, summing to N). ``bootstrap_counts`` draws a (B, N) block of them
+from a seeded ``numpy.random.Generator`` (one ``integers(0, N, N)`` per replicate, counted with ``bincount``: the
+same counts whatever the block size). Every statistic is then a function of ``w`` evaluated for a whole block at
+once: a mean is ``W @ x / W.sum(1)`` (:class:`LinearColumns` stacks every mean of a split into one matrix product),
+a binned calibration error ``sum_k |W @ g_k| / W.sum(1)`` with the bins fixed by the per-sample values, AUROC, AP
+and FPR@TPR a few cumulative sums over ONE sort of the scores (:func:`weighted_detection`), AURC and AUGRC the
+same over one sort (:func:`weighted_selective`). A replicate with all counts 1 gives the point estimate exactly;
+the tests pin each kernel that way and against the statistic recomputed on the explicitly resampled arrays.
+
+Intervals are percentile intervals (Efron & Tibshirani 1993, Ch. 13): the ``(1 - level) / 2`` and
+``(1 + level) / 2`` quantiles (numpy's linear rule) of the replicate values. Chosen over BCa because BCa's
+acceleration needs a jackknife of every statistic, i.e. N refits of the test-time cross-validated protocol, and for
+the means of bounded per-sample losses reported here the percentile interval's coverage is already within
+binomial error of nominal at a few hundred samples (``tests/metrics/test_interval_coverage.py``).
+
+References
+----------
+.. [1] B. Efron, R. Tibshirani (1993), An Introduction to the Bootstrap, Chapman & Hall, Ch. 6, 13.
+.. [2] A. C. Davison, D. V. Hinkley (1997), Bootstrap Methods and their Application, Cambridge, Sec. 2.7
+   (weights as counts), 3.2 (stratified resampling).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from numpy.typing import NDArray
+
+__all__ = [
+    "BOOTSTRAP_METHOD",
+    "DEFAULT_LEVEL",
+    "DEFAULT_REPLICATES",
+    "bootstrap_counts",
+    "count_blocks",
+    "interval_rng",
+    "percentile_interval",
+    "LinearColumns",
+    "weighted_binned_error",
+    "weighted_detection",
+    "weighted_selective",
+]
+
+BOOTSTRAP_METHOD = "percentile"
+DEFAULT_LEVEL = 0.95
+DEFAULT_REPLICATES = 1000
+#: Weights per replicate block (rows x N): 4 MiB of float64, so that the kernels' passes stay in cache.
+BLOCK_CELLS = 1 << 19
+#: Stream of ``np.random.default_rng([seed, STREAM, key])`` the intervals draw from (CV halvings use ``seed``
+#: itself and member orders ``[seed, 1]``).
+STREAM = 2
+
+
+def interval_rng(seed: int, key: int) -> np.random.Generator:
+    """The generator of resampling unit ``key`` (a split, or a stratum of one) under ``seed``."""
+    return np.random.default_rng([int(seed), STREAM, int(key)])
+
+
+def bootstrap_counts(n: int, n_replicates: int, rng: np.random.Generator) -> NDArray[np.float64]:
+    """(n_replicates, n) counts of n draws with replacement from n samples, one replicate after another.
+
+    Drawing replicate by replicate (``rng.integers(0, n, n)``) makes the counts of replicate b independent of how
+    the replicates are cut into blocks.
+    """
+    out = np.empty((n_replicates, n), dtype=np.float64)
+    for b in range(n_replicates):
+        out[b] = np.bincount(rng.integers(0, n, n), minlength=n)
+    return out
+
+
+def count_blocks(n_replicates: int, n: int) -> Iterator[tuple[int, int]]:
+    """(start, stop) of replicate blocks holding about :data:`BLOCK_CELLS` weights each."""
+    rows = max(1, min(n_replicates, BLOCK_CELLS // max(n, 1)))
+    for start in range(0, n_replicates, rows):
+        yield start, min(n_replicates, start + rows)
+
+
+def percentile_interval(values: NDArray, level: float) -> list[float] | None:
+    """``[low, high]``: the ``(1 -+ level) / 2`` quantiles of the replicate ``values`` (numpy's linear rule);
+    ``None`` when any replicate is undefined (NaN), e.g. a resample without a positive of a detection task."""
+    values = np.asarray(values, dtype=np.float64)
+    if values.size == 0 or not np.all(np.isfinite(values)):
+        return None
+    lo, hi = np.quantile(values, [(1.0 - level) / 2.0, (1.0 + level) / 2.0])
+    return [float(lo), float(hi)]
+
+
+class LinearColumns:
+    """Per-sample columns whose weighted means are statistics; every mean of a block in one matrix product.
+
+    ``add(name, x)`` registers the column ``x`` (N,); ``add_binned(name, bins, gaps, n_bins)`` registers a binned
+    calibration error (:func:`weighted_binned_error`'s columns); ``add_block(name, X)`` a raw (N, k) block whose
+    weighted sums a caller post-processes. ``apply(W)`` returns ``{name: values}`` for a (rows, N) block.
+    """
+
+    def __init__(self, n: int):
+        self.n = int(n)
+        self._cols: list[NDArray] = []
+        self._slices: dict[str, tuple[str, slice, int]] = {}
+        self._width = 0
+        self._matrix: NDArray | None = None
+
+    def _push(self, name: str, kind: str, block: NDArray, extra: int = 0) -> None:
+        if name in self._slices:
+            raise ValueError(f"column {name!r} registered twice")
+        block = np.asarray(block, dtype=np.float64).reshape(self.n, -1)
+        self._slices[name] = (kind, slice(self._width, self._width + block.shape[1]), extra)
+        self._cols.append(block)
+        self._width += block.shape[1]
+        self._matrix = None
+
+    def add(self, name: str, x: NDArray) -> None:
+        self._push(name, "mean", x)
+
+    def add_binned(self, name: str, bins: NDArray[np.intp], gaps: NDArray, n_bins: int) -> None:
+        x = np.zeros((self.n, n_bins))
+        x[np.arange(self.n), bins] = gaps
+        self._push(name, "binned", x)
+
+    def add_block(self, name: str, x: NDArray) -> None:
+        self._push(name, "sums", x)
+
+    def __contains__(self, name: str) -> bool:
+        return name in self._slices
+
+    def column(self, name: str) -> NDArray[np.float64]:
+        """The per-sample values registered as ``name`` (a mean's column)."""
+        return self._cols[list(self._slices).index(name)][:, 0]
+
+    def apply(self, weights: NDArray) -> dict[str, NDArray]:
+        if not self._slices:
+            return {}
+        if self._matrix is None:
+            self._matrix = np.ascontiguousarray(np.hstack(self._cols))
+        sums = weights @ self._matrix
+        total = weights.sum(axis=1)
+        out = {}
+        for name, (kind, sl, _) in self._slices.items():
+            part = sums[:, sl]
+            if kind == "mean":
+                out[name] = part[:, 0] / total
+            elif kind == "binned":
+                out[name] = np.abs(part).sum(axis=1) / total
+            else:
+                out[name] = part
+        return out
+
+
+def weighted_binned_error(bins: NDArray[np.intp], gaps: NDArray, n_bins: int, weights: NDArray) -> NDArray:
+    r"""Binned calibration error of each replicate: :math:`\sum_k |\sum_{i \in k} w_i g_i| / \sum_i w_i`.
+
+    ``bins`` (N,) is each sample's bin (fixed by its own value, so a resample only changes the weights) and
+    ``gaps`` (N,) its ``hit - confidence`` (or ``error - uncertainty``); ``weights`` (B, N). With all weights 1
+    this is the ECE (UCE) of the full set.
+    """
+    cols = LinearColumns(bins.shape[0])
+    cols.add_binned("e", bins, gaps, n_bins)
+    return cols.apply(weights)["e"]
+
+
+@dataclass(frozen=True)
+class _Sorted:
+    """Positive and negative scores sorted ascending, the permutations, and the tie bookkeeping that the weighted
+    kernels need: for each positive (in sorted order) the number of negatives strictly below / at most its score,
+    and the first index of its tie group among positives."""
+
+    pos: NDArray
+    pos_order: NDArray[np.intp]
+    neg: NDArray
+    neg_order: NDArray[np.intp]
+    neg_below: NDArray[np.intp]
+    neg_upto: NDArray[np.intp]
+    pos_first: NDArray[np.intp]
+
+    @classmethod
+    def of(cls, pos_scores: NDArray, neg_scores: NDArray) -> _Sorted:
+        po = np.argsort(pos_scores, kind="stable")
+        no = np.argsort(neg_scores, kind="stable")
+        pos, neg = pos_scores[po], neg_scores[no]
+        return cls(pos, po, neg, no, np.searchsorted(neg, pos, side="left"),
+                   np.searchsorted(neg, pos, side="right"), np.searchsorted(pos, pos, side="left"))
+
+
+def _exclusive_cumsum(w: NDArray) -> NDArray:
+    out = np.zeros((w.shape[0], w.shape[1] + 1))
+    np.cumsum(w, axis=1, out=out[:, 1:])
+    return out
+
+
+def _smallest_count(total: NDArray, tpr: float) -> NDArray:
+    """Smallest integer k with k / total >= tpr, per replicate (the rounding fix of ``ranking._fpr_at_tpr_sorted``)."""
+    k = np.ceil(tpr * total)
+    k = np.where((k > 1) & ((k - 1) / np.maximum(total, 1) >= tpr), k - 1, k)
+    k = np.where((k < total) & (k / np.maximum(total, 1) < tpr), k + 1, k)
+    return np.maximum(k, 1)
+
+
+def weighted_detection(pos_scores: NDArray, neg_scores: NDArray, pos_weights: NDArray, neg_weights: NDArray, *,
+                       tpr: float = 0.95, order: _Sorted | None = None) -> dict[str, NDArray]:
+    r"""AUROC, average precision and FPR at ``tpr`` of each replicate, from one sort of the scores.
+
+    Parameters
+    ----------
+    pos_scores, neg_scores : ndarray (n_pos,), (n_neg,); higher = more positive
+    pos_weights, neg_weights : ndarray (B, n_pos), (B, n_neg) of non-negative integer counts
+    tpr : float in (0, 1]
+    order : the sort of the scores (``_Sorted.of``), when the caller reuses it across blocks
+
+    Returns
+    -------
+    dict with ``auroc``, ``aupr``, ``fpr`` of shape (B,); NaN where a replicate has no positive or no negative.
+
+    Notes
+    -----
+    A replicate is the multiset in which sample i appears :math:`w_i` times, so each statistic is the unweighted
+    one on that multiset:
+
+    .. math:: \mathrm{AUROC}(w) = \frac{\sum_{i \in +} w_i \sum_{j \in -} w_j
+              (\mathbb{1}[s_i > s_j] + \tfrac12 \mathbb{1}[s_i = s_j])}{\sum_{+} w \sum_{-} w}
+
+    The inner sum is a cumulative sum of the negatives' weights in sorted order read at each positive's rank;
+    AP reads the cumulative weights of positives and negatives above each positive (ties as one threshold); the
+    FPR threshold is the k-th largest positive of the multiset, k the fewest counts reaching ``tpr`` (the
+    conventions of :mod:`ubench.metrics.ranking`, which all-ones weights reproduce exactly).
+    """
+    o = order if order is not None else _Sorted.of(pos_scores, neg_scores)
+    wp = pos_weights[:, o.pos_order]
+    wn = neg_weights[:, o.neg_order]
+    cp, cn = _exclusive_cumsum(wp), _exclusive_cumsum(wn)
+    tot_p, tot_n = cp[:, -1], cn[:, -1]
+    below = cn[:, o.neg_below]
+    ties = not np.array_equal(o.neg_below, o.neg_upto)
+    half = 0.5 * (below + cn[:, o.neg_upto]) if ties else below
+    with np.errstate(invalid="ignore", divide="ignore"):
+        auroc = np.einsum("bj,bj->b", wp, half) / (tot_p * tot_n)
+        tp = tot_p[:, None] - cp[:, o.pos_first]  # positives scoring >= s_j
+        fp = tot_n[:, None] - below  # negatives scoring >= s_j
+        prec = np.divide(tp, tp + fp, out=np.zeros_like(tp), where=tp > 0)
+        aupr = np.einsum("bj,bj->b", wp, prec) / tot_p
+        k = _smallest_count(tot_p, tpr)
+        # the k-th largest positive of the multiset: the last sorted index j with cp[j] <= total - k
+        j = np.sum(cp[:, :-1] <= (tot_p - k)[:, None], axis=1) - 1
+        threshold = o.pos[np.clip(j, 0, o.pos.size - 1)]
+        rank = np.searchsorted(o.neg, threshold, side="left")
+        fpr = (tot_n - cn[np.arange(cn.shape[0]), rank]) / tot_n
+    bad = (tot_p == 0) | (tot_n == 0)
+    for a in (auroc, aupr, fpr):
+        a[bad] = np.nan
+    return {"auroc": auroc, "aupr": aupr, "fpr": fpr}
+
+
+def _harmonic_table(n: int) -> tuple[NDArray, NDArray]:
+    """H[m] = sum_{q<=m} 1/q and G[m] = sum_{q=0}^{m-1} H[q], m = 0..n (float64)."""
+    h = np.zeros(n + 1)
+    np.cumsum(1.0 / np.arange(1, n + 1), out=h[1:])
+    g = np.zeros(n + 1)
+    np.cumsum(h[:-1], out=g[1:])
+    return h, g
+
+
+@dataclass(frozen=True)
+class _Ranked:
+    """Samples sorted by increasing uncertainty with their tie groups (start index of each group)."""
+
+    order: NDArray[np.intp]
+    group_starts: NDArray[np.intp]
+    tied: bool
+
+    @classmethod
+    def of(cls, uncertainty: NDArray) -> _Ranked:
+        order = np.argsort(uncertainty, kind="stable")
+        u = uncertainty[order]
+        starts = np.r_[0, np.flatnonzero(np.diff(u)) + 1]
+        return cls(order, starts, starts.size != u.size)
+
+
+def weighted_selective(uncertainty: NDArray, errors: NDArray, weights: NDArray, *, coverage: float = 0.8,
+                       risk: float = 0.05, ranked: _Ranked | None = None,
+                       tables: tuple[NDArray, NDArray] | None = None) -> dict[str, NDArray]:
+    r"""Selective-classification areas and points of each replicate (accept the least uncertain first).
+
+    Parameters
+    ----------
+    uncertainty : ndarray (N,), higher = rejected first
+    errors : ndarray (N,) of 0/1, top-1 errors
+    weights : ndarray (B, N) of integer counts
+    coverage, risk : the levels of ``risk_at_cov`` (risk of the ``ceil(coverage n)`` least uncertain) and
+        ``cov_at_risk`` (largest coverage whose risk is <= ``risk``; NaN when none)
+
+    Returns
+    -------
+    dict with ``aurc``, ``augrc``, ``risk_at_cov``, ``cov_at_risk`` of shape (B,).
+
+    Notes
+    -----
+    With the n samples of a replicate in order of increasing uncertainty, :math:`e_{(p)}` the error at position
+    p and :math:`E(k) = \sum_{p \le k} e_{(p)}`, both areas are linear rank statistics:
+
+    .. math:: \mathrm{AURC} = \frac1n \sum_{k=1}^n \frac{E(k)}{k} = \frac1n \sum_p e_{(p)} (H_n - H_{p-1}),
+              \qquad \mathrm{AUGRC} = \frac{1}{n^2} \sum_{k=1}^n E(k) = \frac{1}{n^2} \sum_p e_{(p)}(n - p + 1)
+
+    (:math:`H` the harmonic numbers). A sample drawn :math:`w` times occupies :math:`w` consecutive positions,
+    whose weights sum in closed form (``G[m] = sum_{q<m} H_q``); tied uncertainties share their group's
+    positions, each position holding the group's mean error, the expectation over the order of the ties that
+    :func:`ubench.metrics.rejection_curve` and :mod:`ubench.metrics.selective` use. :math:`E(k)` is then linear
+    inside each group, which gives the two points exactly.
+    """
+    r = ranked if ranked is not None else _Ranked.of(uncertainty)
+    w = weights[:, r.order]
+    e = errors[r.order].astype(np.float64)
+    if r.tied:
+        w_g = np.add.reduceat(w, r.group_starts, axis=1)
+        we_g = np.add.reduceat(w * e, r.group_starts, axis=1)
+    else:
+        w_g, we_g = w, w * e
+    c, ce = _exclusive_cumsum(w_g), _exclusive_cumsum(we_g)
+    total = c[:, -1]
+    h, g = tables if tables is not None else _harmonic_table(int(total.max()))
+    lo, hi = c[:, :-1], c[:, 1:]
+    lo_i, hi_i = lo.astype(np.intp), hi.astype(np.intp)
+    aurc_w = w_g * h[total.astype(np.intp)][:, None] - (g[hi_i] - g[lo_i])
+    augrc_w = w_g * (total[:, None] + 1.0) - 0.5 * (hi * (hi + 1.0) - lo * (lo + 1.0))
+    share = np.divide(we_g, w_g, out=np.zeros_like(we_g), where=w_g > 0)  # mean error of the group
+    aurc = np.einsum("bj,bj->b", share, aurc_w) / total
+    augrc = np.einsum("bj,bj->b", share, augrc_w) / total**2
+    # risk of the k least uncertain, k = max(1, ceil(coverage n)): E(k) inside the group holding position k
+    k = np.maximum(1.0, np.ceil(total * coverage))
+    rows = np.arange(w.shape[0])
+    grp = np.minimum(np.sum(hi < k[:, None], axis=1), w_g.shape[1] - 1)
+    risk_at = (ce[rows, grp] + (k - lo[rows, grp]) * share[rows, grp]) / k
+    # largest k with E(k) <= risk k: at a group's end, or inside a group whose errors raise the risk
+    e_lo = ce[:, :-1]
+    ok_end = (ce[:, 1:] / np.maximum(hi, 1.0) <= risk) & (w_g > 0)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        inner = np.floor((share * lo - e_lo) / (share - risk))
+    inner_ok = (share > risk) & (inner >= lo + 1) & (inner < hi)
+    best = np.max(np.where(ok_end, hi, np.where(inner_ok, inner, 0.0)), axis=1)
+    cov_at = np.where(best > 0, best / total, np.nan)
+    return {"aurc": aurc, "augrc": augrc, "risk_at_cov": risk_at, "cov_at_risk": cov_at}
+
+
+def stack_strata(blocks: Sequence[NDArray]) -> NDArray:
+    """Weights of several independently resampled strata side by side (B, sum of n)."""
+    return np.hstack(blocks)
+
+
+def quantiles_of(values: Mapping[str, NDArray], level: float) -> dict[str, list[float] | None]:
+    """:func:`percentile_interval` of every named replicate array."""
+    return {k: percentile_interval(v, level) for k, v in values.items()}
