@@ -34,6 +34,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 __all__ = [
+    "Partition",
     "BOOTSTRAP_METHOD",
     "DEFAULT_LEVEL",
     "DEFAULT_REPLICATES",
@@ -94,9 +95,8 @@ def percentile_interval(values: NDArray, level: float) -> list[float] | None:
 class LinearColumns:
     """Per-sample columns whose weighted means are statistics; every mean of a block in one matrix product.
 
-    ``add(name, x)`` registers the column ``x`` (N,); ``add_binned(name, bins, gaps, n_bins)`` registers a binned
-    calibration error (:func:`weighted_binned_error`'s columns); ``add_block(name, X)`` a raw (N, k) block whose
-    weighted sums a caller post-processes. ``apply(W)`` returns ``{name: values}`` for a (rows, N) block.
+    ``add(name, x)`` registers the column ``x`` (N,); ``add_block(name, X)`` a raw (N, k) block whose weighted
+    sums a caller post-processes. ``apply(W)`` returns ``{name: values}`` for a (rows, N) block.
     """
 
     def __init__(self, n: int):
@@ -117,11 +117,6 @@ class LinearColumns:
 
     def add(self, name: str, x: NDArray) -> None:
         self._push(name, "mean", x)
-
-    def add_binned(self, name: str, bins: NDArray[np.intp], gaps: NDArray, n_bins: int) -> None:
-        x = np.zeros((self.n, n_bins))
-        x[np.arange(self.n), bins] = gaps
-        self._push(name, "binned", x)
 
     def add_block(self, name: str, x: NDArray) -> None:
         self._push(name, "sums", x)
@@ -145,10 +140,36 @@ class LinearColumns:
             part = sums[:, sl]
             if kind == "mean":
                 out[name] = part[:, 0] / total
-            elif kind == "binned":
-                out[name] = np.abs(part).sum(axis=1) / total
             else:
                 out[name] = part
+        return out
+
+
+@dataclass(frozen=True)
+class Partition:
+    """Samples grouped by a cell index (a calibration bin, or a bin within a CV half): weighted per-cell sums in
+    one gather and one ``reduceat`` per value, instead of a matrix product with a one-hot (N, cells) matrix."""
+
+    order: NDArray[np.intp]
+    starts: NDArray[np.intp]
+    cells: NDArray[np.intp]
+    n_cells: int
+
+    @classmethod
+    def of(cls, cell: NDArray, n_cells: int) -> Partition:
+        order = np.argsort(cell, kind="stable")
+        c = cell[order]
+        starts = np.r_[0, np.flatnonzero(np.diff(c)) + 1] if c.size else np.zeros(0, np.intp)
+        return cls(order, starts, c[starts].astype(np.intp), int(n_cells))
+
+    def sums(self, weights: NDArray, values: NDArray | None = None, *, gathered: NDArray | None = None) -> NDArray:
+        """(B, n_cells) sums of ``weights * values`` (``values`` None: of the weights) per cell; ``gathered`` is
+        ``weights[:, order]`` when the caller already has it."""
+        w = weights[:, self.order] if gathered is None else gathered
+        x = w if values is None else w * values[self.order]
+        out = np.zeros((w.shape[0], self.n_cells))
+        if self.starts.size:
+            out[:, self.cells] = np.add.reduceat(x, self.starts, axis=1)
         return out
 
 
@@ -159,9 +180,8 @@ def weighted_binned_error(bins: NDArray[np.intp], gaps: NDArray, n_bins: int, we
     ``gaps`` (N,) its ``hit - confidence`` (or ``error - uncertainty``); ``weights`` (B, N). With all weights 1
     this is the ECE (UCE) of the full set.
     """
-    cols = LinearColumns(bins.shape[0])
-    cols.add_binned("e", bins, gaps, n_bins)
-    return cols.apply(weights)["e"]
+    return np.abs(Partition.of(bins, n_bins).sums(weights, np.asarray(gaps, np.float64))).sum(axis=1) \
+        / weights.sum(axis=1)
 
 
 @dataclass(frozen=True)
@@ -280,18 +300,18 @@ class _Ranked:
         return cls(order, starts, starts.size != u.size)
 
 
-def weighted_selective(uncertainty: NDArray, errors: NDArray, weights: NDArray, *, coverage: float = 0.8,
-                       risk: float = 0.05, ranked: _Ranked | None = None,
-                       tables: tuple[NDArray, NDArray] | None = None) -> dict[str, NDArray]:
+def weighted_selective(errors: NDArray, weights: NDArray, ranked: _Ranked, *, coverage: float = 0.8,
+                       risk: float = 0.05, tables: tuple[NDArray, NDArray] | None = None) -> dict[str, NDArray]:
     r"""Selective-classification areas and points of each replicate (accept the least uncertain first).
 
     Parameters
     ----------
-    uncertainty : ndarray (N,), higher = rejected first
     errors : ndarray (N,) of 0/1, top-1 errors
     weights : ndarray (B, N) of integer counts
-    coverage, risk : the levels of ``risk_at_cov`` (risk of the ``ceil(coverage n)`` least uncertain) and
-        ``cov_at_risk`` (largest coverage whose risk is <= ``risk``; NaN when none)
+    ranked : the samples sorted by increasing uncertainty, with their tie groups (``_Ranked.of(uncertainty)``)
+    coverage, risk : the levels of ``risk_at_cov`` (risk of the ``max(1, ceil(coverage n))`` least uncertain)
+        and ``cov_at_risk`` (largest coverage whose risk is <= ``risk``; NaN when none)
+    tables : ``_harmonic_table(n)`` for the largest replicate size n, when the caller reuses it
 
     Returns
     -------
@@ -308,40 +328,52 @@ def weighted_selective(uncertainty: NDArray, errors: NDArray, weights: NDArray, 
     (:math:`H` the harmonic numbers). A sample drawn :math:`w` times occupies :math:`w` consecutive positions,
     whose weights sum in closed form (``G[m] = sum_{q<m} H_q``); tied uncertainties share their group's
     positions, each position holding the group's mean error, the expectation over the order of the ties that
-    :func:`ubench.metrics.rejection_curve` and :mod:`ubench.metrics.selective` use. :math:`E(k)` is then linear
-    inside each group, which gives the two points exactly.
+    :func:`ubench.metrics.rejection_curve` and :mod:`ubench.metrics.selective` use. Only the groups holding an
+    error contribute, so after one cumulative sum of the weights the work is over the errors alone;
+    :math:`E(k)` is linear inside each group, which gives the two points exactly.
     """
-    r = ranked if ranked is not None else _Ranked.of(uncertainty)
+    r = ranked
     w = weights[:, r.order]
-    e = errors[r.order].astype(np.float64)
+    e = np.asarray(errors, dtype=np.float64)[r.order]
     if r.tied:
-        w_g = np.add.reduceat(w, r.group_starts, axis=1)
-        we_g = np.add.reduceat(w * e, r.group_starts, axis=1)
+        w = np.add.reduceat(w, r.group_starts, axis=1)
+        group = np.repeat(np.arange(r.group_starts.size), np.diff(np.r_[r.group_starts, e.size]))
+        err_groups = np.unique(group[e > 0])
+        e_members = np.flatnonzero(e > 0)
+        we = np.zeros((w.shape[0], err_groups.size))
+        pos = np.searchsorted(err_groups, group[e_members])
+        np.add.at(we.T, pos, weights[:, r.order[e_members]].T)
     else:
-        w_g, we_g = w, w * e
-    c, ce = _exclusive_cumsum(w_g), _exclusive_cumsum(we_g)
+        err_groups = np.flatnonzero(e > 0)
+        we = None
+    c = _exclusive_cumsum(w)
     total = c[:, -1]
+    lo, hi = c[:, err_groups], c[:, err_groups + 1]
+    w_g = hi - lo
+    share = np.ones_like(w_g) if we is None else np.divide(we, w_g, out=np.zeros_like(we), where=w_g > 0)
     h, g = tables if tables is not None else _harmonic_table(int(total.max()))
-    lo, hi = c[:, :-1], c[:, 1:]
-    lo_i, hi_i = lo.astype(np.intp), hi.astype(np.intp)
-    aurc_w = w_g * h[total.astype(np.intp)][:, None] - (g[hi_i] - g[lo_i])
-    augrc_w = w_g * (total[:, None] + 1.0) - 0.5 * (hi * (hi + 1.0) - lo * (lo + 1.0))
-    share = np.divide(we_g, w_g, out=np.zeros_like(we_g), where=w_g > 0)  # mean error of the group
-    aurc = np.einsum("bj,bj->b", share, aurc_w) / total
-    augrc = np.einsum("bj,bj->b", share, augrc_w) / total**2
-    # risk of the k least uncertain, k = max(1, ceil(coverage n)): E(k) inside the group holding position k
+    tot_i = total.astype(np.intp)[:, None]
+    aurc = np.einsum("bj,bj->b", share, w_g * h[tot_i] - (g[hi.astype(np.intp)] - g[lo.astype(np.intp)])) / total
+    augrc = np.einsum("bj,bj->b", share, w_g * (total[:, None] + 1.0) - 0.5 * (hi * (hi + 1.0) - lo * (lo + 1.0)))
+    augrc /= total**2
+    contrib = share * w_g  # errors in each error group
+    e_lo = np.zeros_like(contrib)
+    np.cumsum(contrib[:, :-1], axis=1, out=e_lo[:, 1:])
+    e_hi = e_lo + contrib
     k = np.maximum(1.0, np.ceil(total * coverage))
-    rows = np.arange(w.shape[0])
-    grp = np.minimum(np.sum(hi < k[:, None], axis=1), w_g.shape[1] - 1)
-    risk_at = (ce[rows, grp] + (k - lo[rows, grp]) * share[rows, grp]) / k
-    # largest k with E(k) <= risk k: at a group's end, or inside a group whose errors raise the risk
-    e_lo = ce[:, :-1]
-    ok_end = (ce[:, 1:] / np.maximum(hi, 1.0) <= risk) & (w_g > 0)
+    risk_at = np.sum(share * np.clip(k[:, None] - lo, 0.0, w_g), axis=1) / k
+    # largest k with E(k) <= risk k: E is flat between error groups (the largest k of a flat stretch is its end)
+    # and rises inside them (the crossing, when the group starts feasible)
     with np.errstate(invalid="ignore", divide="ignore"):
+        nxt = np.concatenate([lo[:, 1:], total[:, None]], axis=1)  # the flat stretch after each group ends here
+        end_ok = e_hi / np.maximum(nxt, 1.0) <= risk
         inner = np.floor((share * lo - e_lo) / (share - risk))
-    inner_ok = (share > risk) & (inner >= lo + 1) & (inner < hi)
-    best = np.max(np.where(ok_end, hi, np.where(inner_ok, inner, 0.0)), axis=1)
-    cov_at = np.where(best > 0, best / total, np.nan)
+        inner_ok = (share > risk) & (inner >= np.maximum(lo, 1.0)) & (inner < hi) & (e_lo <= risk * lo)
+    cand = np.where(end_ok, nxt, 0.0)
+    cand = np.maximum(cand, np.where(inner_ok, inner, 0.0))
+    first = lo[:, 0] if lo.shape[1] else total
+    best = np.maximum(np.max(cand, axis=1, initial=0.0), first)
+    cov_at = np.where(best >= 1, best / total, np.nan)
     return {"aurc": aurc, "augrc": augrc, "risk_at_cov": risk_at, "cov_at_risk": cov_at}
 
 

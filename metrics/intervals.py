@@ -16,7 +16,7 @@ What each interval covers (all percentile intervals of B replicates, ``metrics/b
 
 - means of per-sample values (accuracy, NLL, Brier, mean uncertainties, vote diversity, top-5 accuracy, decision
   cost): the population mean, the textbook case.
-- binned ECE, UCE and top-5 ECE: the sampling distribution of the *binned estimator* at this N, bins fixed by
+- binned ECE and UCE: the sampling distribution of the *binned estimator* at this N, bins fixed by
   each sample's own value (equal-width bins: exact). Those estimators are biased upward (a perfectly calibrated
   model has ECE > 0 at any finite N), so the interval is around the biased value and need not cover the
   population calibration error; ``l2_ce_debiased`` (Kumar et al. 2019) is the estimate whose square is unbiased,
@@ -30,7 +30,10 @@ What each interval covers (all percentile intervals of B replicates, ``metrics/b
 - summary means over OOD splits and medians/quartiles over shift splits: computed per replicate from the splits'
   replicates, so they carry every split's sampling error.
 
-No interval (the key is left out): TACE (re-binning N x C class probabilities per replicate costs
+Shift splits get intervals for ``accuracy``, ``nll``, ``brier``, ``ece`` (what the summary's medians and
+quartiles need) and ``mean_total_uncertainty``: with many shift splits the other keys would multiply the cost.
+
+No interval (the key is left out): top-5 ECE, TACE (re-binning N x C class probabilities per replicate costs
 O(B N C); ``l2_ce_debiased`` and ECE carry the calibration intervals), smooth ECE, the conformal coverage and set
 size, ``ece_quantile`` (each refits per fold an object that the bootstrap would have to refit too), the shift
 temperature's ``shift_ts_*`` and DEE (``ubench compare --ensemble`` gives DEE its interval).
@@ -49,6 +52,7 @@ from numpy.typing import NDArray
 from .bootstrap import (
     BOOTSTRAP_METHOD,
     LinearColumns,
+    Partition,
     _harmonic_table,
     _Ranked,
     _Sorted,
@@ -97,17 +101,19 @@ class LabelledStatistics:
     labels : (N,) integer labels.
     unit : the resampling unit (:func:`resampling_unit`).
     bins, eps, smoothing, tpr : the protocol's settings (as the report computes each key).
-    scores : detection scores to resample (``total``, ``knowledge``, ``confidence``); empty for shift splits.
+    full : every key of an in-domain section; otherwise (a shift split) only ``SHIFT_KEYS``, which the summary's
+        medians and quartiles need.
+    scores : detection scores to resample (``total``, ``knowledge``, ``confidence``).
     cost : (C, C) decision-cost matrix or None; ``cost_reduction`` which reduction ``decision_cost`` is.
     protocol : a :class:`~ubench.metrics.protocol_bootstrap.CVInfluence` of the split, or None.
     """
 
     def __init__(self, arrays: Any, labels: NDArray, *, unit: str, bins: int, eps: float, smoothing: float,
-                 tpr: float = 0.95, scores: Sequence[str] = (), cost: NDArray | None = None,
+                 tpr: float = 0.95, full: bool = True, scores: Sequence[str] = (), cost: NDArray | None = None,
                  cost_reduction: str = "mean", protocol: Any = None):
         probs = arrays.mean_probs
         n, c = probs.shape
-        self.unit, self.n, self.tpr = unit, n, tpr
+        self.unit, self.n, self.tpr, self.full = unit, n, tpr, full
         pred = _predictions(probs)
         hit = (pred == labels).astype(np.float64)
         conf = probs[np.arange(n), pred].astype(np.float64)
@@ -116,76 +122,72 @@ class LabelledStatistics:
         cols.add("accuracy", hit)
         cols.add("nll", _nll_per_sample(probs, labels, eps, smoothing))
         cols.add("brier", _brier_per_sample(probs, labels))
-        cols.add_binned("ece", _equal_width_bin_index(conf, bins), hit - conf, bins)
+        cols.add("mean_total_uncertainty", arrays.total)
+        # binned errors: (partition, per-sample gap) per key
+        self.binned = {"ece": (Partition.of(_equal_width_bin_index(conf, bins), bins), hit - conf)}
+        self.protocol = protocol
+        self.detection, self.ranked = {}, {}
+        if not full:
+            return
         if c >= 2:
             u = _normalized_entropy(probs)
-            cols.add_binned("uce", _equal_width_bin_index(u, bins), self.errors - u, bins)
+            self.binned["uce"] = (Partition.of(_equal_width_bin_index(u, bins), bins), self.errors - u)
         edges = equal_mass_edges(conf, bins)
-        idx = np.searchsorted(edges, conf, side="left")
-        k = edges.shape[0]
-        block = np.zeros((n, 3 * k))
-        block[np.arange(n), idx] = 1.0
-        block[np.arange(n), k + idx] = conf
-        block[np.arange(n), 2 * k + idx] = hit
-        cols.add_block("_l2", block)
-        for key, field in (("mean_total_uncertainty", "total"), ("mean_knowledge_uncertainty", "knowledge"),
-                           ("mean_data_uncertainty", "data"), ("disagreement", "disagreement"),
-                           ("variation_ratio", "variation_ratio")):
+        self.l2 = (Partition.of(np.searchsorted(edges, conf, side="left"), edges.shape[0]), conf, hit)
+        for key, field in (("mean_knowledge_uncertainty", "knowledge"), ("mean_data_uncertainty", "data"),
+                           ("disagreement", "disagreement"), ("variation_ratio", "variation_ratio")):
             values = getattr(arrays, field, None)
             if values is not None:
                 cols.add(key, values)
         if c > 5:
             top = np.argpartition(-probs, 4, axis=1)[:, :5]
-            v = probs[np.arange(n)[:, None], top].astype(np.float64)
-            is_label = top == labels[:, None]
-            cols.add("top5_accuracy", is_label.any(axis=1).astype(np.float64))
-            e = np.linspace(0.0, 1.0, bins + 1)
-            b = np.clip(np.searchsorted(e, v, side="left") - 1, 0, bins - 1)
-            gaps = np.zeros((n, bins))
-            np.add.at(gaps, (np.repeat(np.arange(n), 5), b.ravel()), (is_label - v).ravel())
-            cols.add_block("_top5_ece", gaps)
+            cols.add("top5_accuracy", (top == labels[:, None]).any(axis=1).astype(np.float64))
         if cost is not None:
-            per = cost[labels, _bayes_decisions(probs, cost, smoothing)].astype(np.float64)
-            cols.add("decision_cost_mean", per)
+            cols.add("decision_cost_mean", cost[labels, _bayes_decisions(probs, cost, smoothing)].astype(np.float64))
             self.cost_reduction = cost_reduction
-        self.protocol = protocol
         if protocol is not None:
             for key, psi in protocol.psi.items():
                 cols.add(key, psi)
-            cols.add_block("_calibrated_ece", protocol.ece_columns)
-        self.detection = {}
+            cols.add_block("_folds", protocol.fold_columns)
         err = self.errors.astype(bool)
         if 0 < int(err.sum()) < n:
             for name in scores:
-                s = getattr(arrays, SCORE_NAMES[name])
-                self.detection[name] = (np.flatnonzero(err), np.flatnonzero(~err), _Sorted.of(s[err], s[~err]))
+                sc = getattr(arrays, SCORE_NAMES[name])
+                self.detection[name] = (np.flatnonzero(err), np.flatnonzero(~err), _Sorted.of(sc[err], sc[~err]))
         self.ranked = {name: _Ranked.of(getattr(arrays, SCORE_NAMES[name])) for name in scores}
-        self.ranked_confidence = _Ranked.of(arrays.neg_confidence)
+        if "confidence" not in self.ranked:
+            self.ranked["confidence"] = _Ranked.of(arrays.neg_confidence)
+        self.scores = tuple(scores)
         self.tables = _harmonic_table(n)
-        self.bins = bins
 
     def replicates(self, weights: Mapping[str, NDArray]) -> dict[str, NDArray]:
         w = weights[self.unit]
         out = self.cols.apply(w)
-        k = out["_l2"].shape[1] // 3
-        sums = out.pop("_l2")
-        sq = debiased_squared_error(sums[:, :k], sums[:, k:2 * k], sums[:, 2 * k:])
+        total = w.sum(axis=1)
+        for key, (part, gaps) in self.binned.items():
+            out[key] = np.abs(part.sums(w, gaps)).sum(axis=1) / total
+        if not self.full:
+            return out
+        part, conf, hit = self.l2
+        wg = w[:, part.order]
+        sq = debiased_squared_error(part.sums(w, gathered=wg), part.sums(w, conf, gathered=wg),
+                                    part.sums(w, hit, gathered=wg))
         out["l2_ce_debiased"] = np.sqrt(np.maximum(sq, 0.0))
-        if "_top5_ece" in out:
-            out["top5_ece"] = np.abs(out.pop("_top5_ece")).sum(axis=1) / (5.0 * w.sum(axis=1))
         if "decision_cost_mean" in out:
-            out["decision_cost_sum"] = out["decision_cost_mean"] * w.sum(axis=1)
+            out["decision_cost_sum"] = out["decision_cost_mean"] * total
             out["decision_cost"] = out["decision_cost" + ("_sum" if self.cost_reduction == "sum" else "_mean")]
         if self.protocol is not None:
-            out["calibrated_ece"] = self.protocol.calibrated_ece(out.pop("_calibrated_ece"))
+            out["calibrated_ece"] = self.protocol.calibrated_ece(w, out.pop("_folds"))
         for name, (pos, neg, order) in self.detection.items():
             d = weighted_detection(order.pos, order.neg, w[:, pos], w[:, neg], tpr=self.tpr, order=order)
             for key, v in d.items():
                 out[f"misclassification_{'fpr95' if key == 'fpr' else key}_{name}"] = v
         for name, ranked in self.ranked.items():
-            out[f"aurc_{name}"] = weighted_selective(None, self.errors, w, ranked=ranked, tables=self.tables)["aurc"]
-        sel = weighted_selective(None, self.errors, w, ranked=self.ranked_confidence, tables=self.tables)
-        out.update(augrc=sel["augrc"], risk_at_80_cov=sel["risk_at_cov"], cov_at_5_risk=sel["cov_at_risk"])
+            sel = weighted_selective(self.errors, w, ranked, tables=self.tables)
+            if name in self.scores:
+                out[f"aurc_{name}"] = sel["aurc"]
+            if name == "confidence":
+                out.update(augrc=sel["augrc"], risk_at_80_cov=sel["risk_at_cov"], cov_at_5_risk=sel["cov_at_risk"])
         return out
 
 

@@ -47,6 +47,7 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import NDArray
 
+from .bootstrap import Partition
 from .calibration import _equal_width_bin_index
 from .protocol import _halving_perms, _member_fit_half, _member_halves, _post_fold_fits, _post_heldout, _ts_problem
 from .temperature_solver import _label_values, _prep_probs, _softmax_scaled
@@ -63,23 +64,33 @@ class CVInfluence:
     """Per-sample columns of the test-time CV protocol (see the module docstring).
 
     ``psi[key]`` (N,) for every key of :data:`PROTOCOL_KEYS`: the weighted mean ``w @ psi / N`` of a replicate is
-    its value (all-ones weights: the protocol's own value). ``ece_columns`` (N, F * (n_bins + 2)): per fold f the
-    held-out gaps ``hit - confidence`` in their bins (n_bins columns), the refit coefficients (one column: the
-    replicate's :math:`\\delta_f` is its weighted sum) and the held-out indicator; ``ece_slopes`` (F, n_bins) the
-    bins' derivatives of ``hit - confidence`` in beta; :meth:`calibrated_ece` turns the weighted column sums into replicate values.
+    its value (all-ones weights: the protocol's own value). For the calibrated ECE: ``fold_columns`` (N, 2F), per
+    fold f its refit coefficients (the replicate's :math:`\delta_f` is their weighted sum) and its held-out
+    indicator; ``halvings`` one :class:`~ubench.metrics.bootstrap.Partition` per repeat, of the samples by
+    (held-out half, bin of their held-out confidence), with ``gaps`` (``hit - confidence`` at the fold's
+    temperature); ``slopes`` (F, n_bins) the bins' derivatives of ``hit - confidence`` in beta.
+    :meth:`calibrated_ece` turns them into replicate values.
     """
 
     psi: dict[str, NDArray[np.float64]]
-    ece_columns: NDArray[np.float64]
-    ece_slopes: NDArray[np.float64]
+    fold_columns: NDArray[np.float64]
+    halvings: tuple[tuple[Partition, NDArray[np.float64]], ...]
+    slopes: NDArray[np.float64]
     n_bins: int
 
-    def calibrated_ece(self, sums: NDArray) -> NDArray[np.float64]:
-        """Calibrated ECE of each replicate from ``W @ ece_columns`` (B, F * (n_bins + 2))."""
-        f, k = self.ece_slopes.shape
-        sums = sums.reshape(sums.shape[0], f, k + 2)
-        gaps = sums[:, :, :k] + sums[:, :, k:k + 1] * self.ece_slopes[None]
-        return np.mean(np.abs(gaps).sum(axis=2) / sums[:, :, k + 1], axis=1)
+    def calibrated_ece(self, weights: NDArray, fold_sums: NDArray) -> NDArray[np.float64]:
+        """Calibrated ECE of each replicate: ``weights`` (B, N), ``fold_sums = weights @ fold_columns``."""
+        k = self.n_bins
+        f = self.slopes.shape[0]
+        delta, count = fold_sums[:, :f], fold_sums[:, f:]
+        total = np.zeros(weights.shape[0])
+        for r, (part, gaps) in enumerate(self.halvings):
+            sums = part.sums(weights, gaps)  # (B, 2 k): the two folds of repeat r
+            for j in range(2):
+                fold = 2 * r + j
+                cell = sums[:, j * k:(j + 1) * k] + delta[:, fold:fold + 1] * self.slopes[fold]
+                total += np.abs(cell).sum(axis=1) / count[:, fold]
+        return total / f
 
 
 def _row_stats(s: NDArray, s_y: NDArray, beta: float):
@@ -220,8 +231,10 @@ def _assemble(n, folds, heldout, betas, hits, deriv, n_bins) -> CVInfluence:
     metric_d = {"calibrated_nll": nll_d, "calibrated_brier": brier_d, "calibrated_accuracy": None}
     psi = {k: np.zeros(n) for k in ("calibrated_nll", "calibrated_brier", "calibrated_accuracy", "temperature")}
     values = {k: 0.0 for k in psi}
-    ece_cols = np.zeros((n, n_folds, n_bins + 2))
+    fold_cols = np.zeros((n, 2 * n_folds))
     slopes = np.zeros((n_folds, n_bins))
+    cells, gaps = np.zeros(n, dtype=np.intp), np.zeros(n)
+    halvings = []
     for f, ((fit_rows, eval_rows), (nll, conf, hit, brier), beta, at_bound) in enumerate(
             zip(folds, heldout, betas, hits)):
         # the refit: delta_f(w) = sum_i w_i coef_i (zero for a fold held at a bound)
@@ -240,11 +253,14 @@ def _assemble(n, folds, heldout, betas, hits, deriv, n_bins) -> CVInfluence:
         values["temperature"] += 1.0 / (beta * n_folds)
         psi["temperature"] -= scale * coef / beta**2
         bins = _equal_width_bin_index(conf, n_bins)
-        ece_cols[eval_rows, f, bins] = hit - conf
-        ece_cols[:, f, n_bins] = coef
-        ece_cols[eval_rows, f, n_bins + 1] = 1.0
+        cells[eval_rows] = (f % 2) * n_bins + bins
+        gaps[eval_rows] = hit - conf
+        fold_cols[:, f] = coef
+        fold_cols[eval_rows, n_folds + f] = 1.0
         slopes[f] = np.bincount(bins, weights=-conf_d[eval_rows], minlength=n_bins)  # d(hit - conf)/d beta
+        if f % 2 == 1:  # both halves of this repeat are placed
+            halvings.append((Partition.of(cells.copy(), 2 * n_bins), gaps.copy()))
     for key in psi:
         psi[key] += values[key]
     psi["cll"] = -psi["calibrated_nll"]
-    return CVInfluence(psi=psi, ece_columns=ece_cols.reshape(n, -1), ece_slopes=slopes, n_bins=n_bins)
+    return CVInfluence(psi=psi, fold_columns=fold_cols, halvings=tuple(halvings), slopes=slopes, n_bins=n_bins)

@@ -80,7 +80,7 @@ class IntervalCollector:
             cost = _check_cost(self.cost, arrays.mean_probs.shape[1])
         self.stats[name] = LabelledStatistics(
             arrays, labels, unit=self._unit(role, name), bins=p.bins, eps=p.eps, smoothing=p.smoothing, tpr=p.tpr,
-            scores=self.scores if role == "in_domain" else (), cost=cost,
+            full=role == "in_domain", scores=self.scores if role == "in_domain" else (), cost=cost,
             cost_reduction=section.get("cost_reduction", "mean"), protocol=influence)
         self.roles[name] = role
         self.arrays[name] = (arrays, labels)
