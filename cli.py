@@ -360,6 +360,14 @@ def _protocol_options(f):
         click.option("--shift-temperature/--no-shift-temperature", "shift_temperature", default=None,
                      help="The shift paper's Temp Scaling: a temperature fitted on in-domain data (a validation "
                           "split if the archive has one) applied to every shifted split. [default: off]"),
+        click.option("--intervals/--no-intervals", "intervals", default=None,
+                     help="Bootstrap confidence intervals over the test samples beside every number "
+                          "(the report's 'intervals'; compare's paired differences, the leaderboard's rank "
+                          "intervals). [default: on]"),
+        click.option("--confidence", type=click.FloatRange(0.5, 1.0, max_open=True), default=None,
+                     help="Level of the intervals. [default: 0.95]"),
+        click.option("--bootstrap", "bootstrap", type=click.IntRange(min=10), default=None, metavar="B",
+                     help="Bootstrap replicates of the intervals (seeded by --seed). [default: 1000]"),
     ]
     for opt in reversed(opts):
         f = opt(f)
@@ -377,7 +385,8 @@ def _calibrator_names(calibrator=(), calibrators=None) -> tuple[str, ...] | None
 
 def _protocol_from(preset, placement, folds, repeats, seed, bins, smoothing, orders, cost_preset, cost_matrix,
                    member_curves=None, conformal_method=None, conformal_alpha=None, calibrator=(),
-                   calibrators=None, shift_temperature=None, odir=None):
+                   calibrators=None, shift_temperature=None, odir=None, intervals=None, confidence=None,
+                   bootstrap=None):
     from .scoring.protocols import Protocol, load_cost_matrix
 
     try:
@@ -387,7 +396,7 @@ def _protocol_from(preset, placement, folds, repeats, seed, bins, smoothing, ord
             orders=orders, cost_preset=cost_preset, cost_matrix=matrix, cost_source=cost_matrix,
             member_curves=member_curves, conformal_method=conformal_method, conformal_alpha=conformal_alpha,
             calibrators=_calibrator_names(calibrator, calibrators), shift_temperature=shift_temperature,
-            odir=odir)
+            odir=odir, intervals=intervals, confidence=confidence, bootstrap=bootstrap)
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None
 
@@ -502,6 +511,7 @@ def score(archive: Path, reference: Path | None, as_json: bool, html_path: Path 
     ubench score run.h5
     ubench score upload.h5 --reference test_labels.h5 --json
     ubench score run.h5 --protocol ursabench --cost-preset mnist --html report.html
+    ubench score run.h5 --confidence 0.9 --bootstrap 2000     # or --no-intervals
     """
     if (html_path is not None or ensemble is not None) and options.get("member_curves") is None:
         options["member_curves"] = True

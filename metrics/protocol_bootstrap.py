@@ -61,7 +61,7 @@ _BLOCK = 1 << 16  # entries per row block of the derivative pass
 
 @dataclass(frozen=True)
 class CVInfluence:
-    """Per-sample columns of the test-time CV protocol (see the module docstring).
+    r"""Per-sample columns of the test-time CV protocol (see the module docstring).
 
     ``psi[key]`` (N,) for every key of :data:`PROTOCOL_KEYS`: the weighted mean ``w @ psi / N`` of a replicate is
     its value (all-ones weights: the protocol's own value). For the calibrated ECE: ``fold_columns`` (N, 2F), per
@@ -89,7 +89,8 @@ class CVInfluence:
             for j in range(2):
                 fold = 2 * r + j
                 cell = sums[:, j * k:(j + 1) * k] + delta[:, fold:fold + 1] * self.slopes[fold]
-                total += np.abs(cell).sum(axis=1) / count[:, fold]
+                with np.errstate(invalid="ignore", divide="ignore"):  # an empty held-out half: undefined (NaN)
+                    total += np.where(count[:, fold] > 0, np.abs(cell).sum(axis=1) / count[:, fold], np.nan)
         return total / f
 
 

@@ -28,7 +28,7 @@ from .protocols import Protocol
 __all__ = ["MEMBER_CACHE_BLOCKS", "score_archive", "score_arrays", "run_score", "ProgressFn", "REPORT_SCHEMA_VERSION"]
 
 #: Version of the report layout (``scoring/REPORT_KEYS.md``); bumped when a key changes meaning or moves.
-REPORT_SCHEMA_VERSION = "1.1"
+REPORT_SCHEMA_VERSION = "1.2"
 
 #: ``progress(task, done, total)``: called while streaming; ``task`` names the split or sweep.
 ProgressFn = Callable[[str, int, int], None]

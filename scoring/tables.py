@@ -25,7 +25,7 @@ from typing import Any
 from ..archive_schema.spec import LATENCY_ATTRIBUTES
 from .text import escape_text, shorten
 
-__all__ = ["format_score", "format_compare", "format_dee", "format_notes", "format_leaderboard", "format_csv",
+__all__ = ["format_score", "with_interval", "format_compare", "format_dee", "format_notes", "format_leaderboard", "format_csv",
            "leaderboard_csv", "report_rows", "report_frame", "compact", "natural_key", "COMPARE_COLUMNS"]
 
 #: Columns of ``ubench compare``: (summary key, header). Comparability comes from the report's own lists.
@@ -124,11 +124,22 @@ def _rich_table(cells: list[list[str]]) -> list[str]:
     return out.getvalue().rstrip("\n").split("\n")
 
 
+def with_interval(value: Any, interval: Sequence[float] | None) -> Any:
+    """``value [low, high]`` (compact numbers) when the report has an interval for it, else the value itself."""
+    if interval is None or value is None or isinstance(value, bool):
+        return value
+    return f"{_fmt(value)} [{compact(interval[0])}, {compact(interval[1])}]"
+
+
+def _split_intervals(report: Mapping[str, Any], split: str) -> Mapping[str, Any]:
+    return ((report.get("intervals") or {}).get("splits") or {}).get(split) or {}
+
+
 def _split_items(section: Mapping[str, Any]) -> list[tuple[str, Any]]:
     return sorted(section.items(), key=lambda kv: natural_key(kv[0]))
 
 
-_IN_DOMAIN_KEYS = ("accuracy", "nll", "brier", "ece", "tace", "uce", "misclassification_auroc_total",
+_IN_DOMAIN_KEYS = ("accuracy", "nll", "brier", "ece", "l2_ce_debiased", "tace", "uce", "misclassification_auroc_total",
                    "misclassification_auroc_confidence", "aurc_confidence", "decision_cost")
 _CAL_KEYS = ("cll", "temperature", "temperature_std", "calibrated_accuracy", "calibrated_nll", "calibrated_brier",
              "calibrated_ece")
@@ -142,11 +153,16 @@ def format_score(report: Mapping[str, Any], *, styled: bool = False) -> str:
              f"labels from {escape_text(report['labels']['source'])}"
              + (f" {escape_text(report['labels']['reference']['path'])}" if report["labels"]["reference"] else ""),
              escape_text(report["protocol"]["description"]), ""]
+    iv = report.get("intervals")
+    if iv:
+        lines.insert(-1, f"[low, high]: {100 * iv['level']:g} % {iv['method']} bootstrap intervals over the test "
+                         f"samples ({iv['replicates']} replicates, seed {iv['seed']})")
     for name, sec in _split_items(report["in_domain"]):
         lines.append(f"in-domain split {_fmt(name)} (N = {sec['n_samples']})")
-        rows = [(k, sec[k]) for k in _IN_DOMAIN_KEYS if k in sec]
+        ivs = _split_intervals(report, name)
+        rows = [(k, with_interval(sec[k], ivs.get(k))) for k in _IN_DOMAIN_KEYS if k in sec]
         cal = sec.get("calibrated") or {}
-        rows += [(k, cal[k]) for k in _CAL_KEYS if k in cal]
+        rows += [(k, with_interval(cal[k], ivs.get(k))) for k in _CAL_KEYS if k in cal]
         lines += ["  " + ln for ln in _table(("metric", "value"), rows, styled=styled)] + [""]
         if sec.get("calibrators"):
             lines.append(f"  post-hoc calibrators, held-out under test-time CV ({_fmt(name)})")
@@ -155,8 +171,9 @@ def format_score(report: Mapping[str, Any], *, styled: bool = False) -> str:
                                                   for c, v in sec["calibrators"].items()], styled=styled)] + [""]
     if report["ood"]:
         lines.append("OOD detection (positive = OOD)")
-        rows = [(name, s["against"], s["ood_auroc_total"], s["ood_auroc_knowledge"], s["ood_auroc_confidence"],
-                 s["ood_aupr_total"], s["ood_fpr95_total"]) for name, s in _split_items(report["ood"])]
+        rows = [(name, s["against"], *(with_interval(s[k], _split_intervals(report, name).get(k)) for k in (
+                 "ood_auroc_total", "ood_auroc_knowledge", "ood_auroc_confidence", "ood_aupr_total",
+                 "ood_fpr95_total"))) for name, s in _split_items(report["ood"])]
         lines += ["  " + ln for ln in _table(("split", "against", "AUROC tot", "AUROC kn", "AUROC conf",
                                                "AUPR tot", "FPR95 tot"), rows, styled=styled)] + [""]
     if report["shift"]:
@@ -221,7 +238,8 @@ def shift_rows(report: Mapping[str, Any]) -> list[tuple]:
     """(split, kind, intensity, accuracy, NLL, Brier, ECE) of every shift split, by kind then numeric intensity
     then natural split name (a report that went through JSON has its splits in name order, where rotate_105 sorts
     before rotate_15)."""
-    rows = [(name, s["shift_kind"], s["shift_intensity"], s["accuracy"], s["nll"], s["brier"], s["ece"])
+    rows = [(name, s["shift_kind"], s["shift_intensity"],
+             *(with_interval(s[k], _split_intervals(report, name).get(k)) for k in ("accuracy", "nll", "brier", "ece")))
             for name, s in report["shift"].items()]
     return sorted(rows, key=lambda r: (r[1], r[2], natural_key(r[0])))
 
