@@ -646,10 +646,14 @@ def fingerprints(data_dirs: tuple[Path, ...], out: Path | None, check: bool) -> 
 @click.option("--sandbox/--no-sandbox", "sandbox", default=None,
               help="Read and score every archive in a limited child process, as `score` does.  "
                    "[default: on with --reference, off otherwise]")
+@click.option("--group-by", "group_by", type=click.Choice(("method",)), default=None,
+              help="One row per method: the archives of a method (its training seeds) give mean +- sd over runs "
+                   "and an interval holding run-to-run and test-sample variance (Bouthillier et al. 2021).")
 @_sandbox_limit_options
 def compare(archives: tuple[Path, ...], reference: Path | None, ensemble: Path | None, allow_mismatch: bool,
             reference_posterior: Path | None, as_json: bool, as_csv: bool, html_path: Path | None,
-            sandbox: bool | None, memory_limit: int, cpu_limit: int, timeout: float, **options) -> None:
+            sandbox: bool | None, memory_limit: int, cpu_limit: int, timeout: float, group_by: str | None = None,
+            **options) -> None:
     """Score several archives under one protocol: one table, methods as rows, comparable columns marked.
 
     \b
@@ -659,6 +663,11 @@ def compare(archives: tuple[Path, ...], reference: Path | None, ensemble: Path |
     ubench compare sgld.h5 swag.h5 --reference-posterior hmc.h5
     ubench compare de.h5 swag.h5 --csv > methods.csv
     ubench compare de.h5 mc_dropout.h5 swag.h5 --ensemble de.h5 --html compare.html
+    ubench compare de_s0.h5 de_s1.h5 de_s2.h5 swag_s0.h5 swag_s1.h5 --group-by method
+
+    With intervals on (the default), the methods are compared pairwise on their shared test samples (the same
+    bootstrap resamples for all): each column's best method is marked ^, and every method not distinguishable
+    from it (Holm-adjusted paired bootstrap p >= 1 - level) ~; the JSON's 'paired' lists every difference.
     """
     if as_json and as_csv:
         raise click.UsageError("--json and --csv both print to stdout: choose one")
@@ -670,6 +679,11 @@ def compare(archives: tuple[Path, ...], reference: Path | None, ensemble: Path |
     protocol = _protocol_from(**options)
     if ensemble is not None and not protocol.member_curves:  # DEE at the point the reference curve averages
         protocol = protocol.replace(dee_point=True)
+    paired = protocol.intervals and (len(archives) > 1 or group_by is not None)
+    if paired:  # per-sample statistics for the paired comparisons (not a setting: not in overrides)
+        import dataclasses
+
+        protocol = dataclasses.replace(protocol, sample_stats=True)
     _check_reference_or_exit(reference)
     progress = _progress(not (as_json or as_csv))
     score = _scorer(sandbox, reference, _sandbox_limits(memory_limit, cpu_limit, timeout), progress,
@@ -685,6 +699,9 @@ def compare(archives: tuple[Path, ...], reference: Path | None, ensemble: Path |
             attach_dee(r, ens, curve=html_path is not None)  # the page draws every method's DEE curve
     if reference_posterior is not None:
         _add_posterior_agreement(reports, archives, reference_posterior)
+    comparison = _paired_comparison(reports, names, protocol, group_by) if paired else None
+    if ensemble is not None and protocol.intervals:
+        _add_dee_intervals(reports, ens)
     if progress is not None:
         progress.close()
     if html_path is not None:
@@ -696,16 +713,56 @@ def compare(archives: tuple[Path, ...], reference: Path | None, ensemble: Path |
         for n in figure_notes:
             _echo(f"note: {n}", err=True)
     if as_json:
-        _echo_text(_dump_json({"methods": names, "protocol": protocol.to_dict(), "reports": reports,
-                               "ensemble": None if ensemble is None else str(ensemble)}))
+        out = {"methods": names, "protocol": protocol.to_dict(), "reports": reports,
+               "ensemble": None if ensemble is None else str(ensemble)}
+        if comparison is not None:
+            out.update(comparison)
+        _echo_text(_dump_json(out))
         return
-    from .scoring.tables import format_compare, format_csv, format_notes
+    from .scoring.tables import format_compare, format_csv, format_groups, format_notes
 
     if as_csv:
         _echo_text(format_csv(reports, names), nl=False)
+    elif group_by is not None and comparison is not None:
+        _echo_table(format_groups(comparison, styled=_styled()))
     else:
-        _echo_table(format_compare(reports, names, styled=_styled()))
+        _echo_table(format_compare(reports, names, styled=_styled(), comparison=comparison))
     _echo_text(format_notes(reports, names), err=True, nl=False)
+    for n in (comparison or {}).get("notes", ()):
+        _echo(f"note: {n}", err=True)
+
+
+def _paired_comparison(reports: list[dict], names: list[str], protocol, group_by: str | None) -> dict:
+    """``paired`` (and with ``--group-by method`` ``groups``) of compare's JSON; every report's ``samples`` is
+    dropped afterwards (they are the comparison's input, not its output)."""
+    from .scoring.compare import grouped_section, paired_section, strip_samples
+
+    settings = {"level": protocol.confidence, "n_replicates": protocol.bootstrap, "seed": protocol.seed,
+                "tpr": protocol.tpr}
+    try:
+        if group_by is not None:
+            out = grouped_section(reports, names, **settings)
+        else:
+            out = paired_section(reports, names, **settings)
+    except ValueError as exc:  # reports on other samples (already refused unless --allow-mismatch)
+        out = {"paired": [], "best": {}, "tied": {}, "notes": [f"no paired comparisons: {exc}"]}
+    strip_samples(reports)
+    out["paired_settings"] = {"level": protocol.confidence, "replicates": protocol.bootstrap, "seed": protocol.seed,
+                              "method": "paired percentile bootstrap", "adjustment": "holm"}
+    return out
+
+
+def _add_dee_intervals(reports: list[dict], ensemble_report: dict) -> None:
+    """``intervals.summary.dee`` of every report with a DEE and a CLL interval (``scoring/compare.py``)."""
+    from .scoring.compare import dee_interval
+    from .scoring.dee import DeeUnavailableError
+
+    for r in reports:
+        if r.get("intervals") and r["summary"].get("dee") is not None:
+            try:
+                r["intervals"]["summary"]["dee"] = dee_interval(r, ensemble_report)
+            except DeeUnavailableError:
+                pass
 
 
 def _check_same_task(reports: list[dict], names: list[str], allow_mismatch: bool) -> None:

@@ -25,7 +25,7 @@ from typing import Any
 from ..archive_schema.spec import LATENCY_ATTRIBUTES
 from .text import escape_text, shorten
 
-__all__ = ["format_score", "with_interval", "format_compare", "format_dee", "format_notes", "format_leaderboard", "format_csv",
+__all__ = ["format_score", "with_interval", "format_compare", "format_groups", "format_dee", "format_notes", "format_leaderboard", "format_csv",
            "leaderboard_csv", "report_rows", "report_frame", "compact", "natural_key", "COMPARE_COLUMNS"]
 
 #: Columns of ``ubench compare``: (summary key, header). Comparability comes from the report's own lists.
@@ -244,23 +244,75 @@ def shift_rows(report: Mapping[str, Any]) -> list[tuple]:
     return sorted(rows, key=lambda r: (r[1], r[2], natural_key(r[0])))
 
 
-def format_compare(reports: Sequence[Mapping[str, Any]], names: Sequence[str], *, styled: bool = False) -> str:
-    """One table, methods as rows; ``*`` marks columns comparable across models (Ashukha et al. 2020)."""
+def _paired_mark(comparison: Mapping[str, Any] | None, key: str, name: str) -> str:
+    """`` ^`` for the best of a column, `` ~`` for a method not distinguishable from it, else nothing."""
+    if not comparison or key not in comparison.get("best", {}):
+        return ""
+    if comparison["best"][key] == name:
+        return " ^"
+    return " ~" if name in comparison["tied"].get(key, ()) else ""
+
+
+def format_compare(reports: Sequence[Mapping[str, Any]], names: Sequence[str], *, styled: bool = False,
+                   comparison: Mapping[str, Any] | None = None) -> str:
+    """One table, methods as rows; ``*`` marks columns comparable across models (Ashukha et al. 2020). With the
+    reports' intervals, a cell reads ``value [low, high]``; with ``comparison`` (``scoring/compare.py``'s paired
+    section) ``^`` marks each column's best and ``~`` every method not distinguishable from it."""
     # a key is comparable when any report says so (a report leaves out the keys undefined on its own data)
     comparable = set().union(*(r["comparability"]["comparable"] for r in reports))
     cols = [(k, h) for k, h in COMPARE_COLUMNS if any(r["summary"].get(k) is not None for r in reports)]
     header = ["method", "dataset"] + [h + ("*" if k in comparable else "") for k, h in cols]
-    rows = [[n, r["archive"].get("dataset")] + [r["summary"].get(k) for k, _ in cols] for n, r in zip(names, reports)]
+
+    def cell(r, k, n):
+        v = with_interval(r["summary"].get(k), ((r.get("intervals") or {}).get("summary") or {}).get(k))
+        mark = _paired_mark(comparison, k, n)
+        return v if not mark or v is None else f"{_fmt(v)}{mark}"
+
+    rows = [[n, r["archive"].get("dataset")] + [cell(r, k, n) for k, _ in cols] for n, r in zip(names, reports)]
     lines = _table(header, rows, styled=styled)
     lines += ["", "* comparable across models (calibrated metrics, DEE, accuracy, OOD/shift scores); unmarked "
               "columns (uncalibrated NLL/Brier/ECE/TACE/UCE, misclassification AUROC) are not "
               "(Ashukha et al. 2020)."]
+    iv = next((r["intervals"] for r in reports if r.get("intervals")), None)
+    if iv:
+        lines.append(f"[low, high]: {100 * iv['level']:g} % bootstrap intervals over the test samples "
+                     f"({iv['replicates']} replicates, seed {iv['seed']}).")
+    if comparison and comparison.get("best"):
+        lines.append(f"^ best in its column; ~ not distinguishable from the best (paired bootstrap on the shared "
+                     f"samples, p >= {1 - iv['level'] if iv else 0.05:g} after Holm's adjustment over the "
+                     "comparisons with the best; JSON: paired).")
     if reports:
         lines.append(escape_text(reports[0]["protocol"]["description"]))
     header, rows = latency_table(reports, names)
     if rows:
         lines += ["", "accuracy against latency (URSABench; archives with ubench latency --record-into)"]
         lines += _table(header, rows, styled=styled)
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def format_groups(comparison: Mapping[str, Any], *, styled: bool = False) -> str:
+    """``compare --group-by method``: one row per method, ``mean ± sd [low, high]`` over its runs per comparable
+    key (``^``/``~`` as in :func:`format_compare`)."""
+    groups = comparison["groups"]
+    keys = [k for k, _ in COMPARE_COLUMNS if any(k in g["summary"] for g in groups)]
+    heads = dict(COMPARE_COLUMNS)
+    rows = []
+    for g in groups:
+        label = f"{g['method']} ({g['n_runs']} runs)"
+        cells = []
+        for k in keys:
+            s = g["summary"].get(k)
+            if s is None:
+                cells.append(None)
+                continue
+            iv = s["interval"]
+            text = f"{compact(s['mean'])} ± {compact(s['sd'])}" + (
+                f" [{compact(iv[0])}, {compact(iv[1])}]" if iv else "")
+            cells.append(text + _paired_mark(comparison, k, label))
+        rows.append([label, *cells])
+    lines = _table(["method", *(heads[k] for k in keys)], rows, styled=styled)
+    lines += ["", "mean ± sd over runs (training seeds) [interval of the method's expected value: runs and test "
+              "samples resampled together, Bouthillier et al. 2021]; ^ best, ~ not distinguishable from it."]
     return "\n".join(lines).rstrip() + "\n"
 
 
