@@ -134,7 +134,7 @@ def sample_replicates(samples: Sequence[Mapping[str, Any]], *, n_replicates: int
     -------
     One ``{key: (B,)}`` per report, for the keys of ``keys`` it has.
     """
-    plans = [_plan(s, tpr) for s in samples]
+    plans = [_plan(s, tpr, keys) for s in samples]
     units: dict[str, int] = {}
     for plan in plans:
         for unit, n in plan["units"].items():
@@ -152,17 +152,20 @@ def sample_replicates(samples: Sequence[Mapping[str, Any]], *, n_replicates: int
     return [{k: r[k] for k in keys if k in r} for r in reps]
 
 
-def _plan(samples: Mapping[str, Any], tpr: float) -> dict[str, Any]:
-    """What to compute from one report's ``samples``: linear columns of the primary split, detection of every OOD
-    split against it, accuracy of every shift split."""
+def _plan(samples: Mapping[str, Any], tpr: float, keys: Sequence[str] = PAIRED_KEYS) -> dict[str, Any]:
+    """What to compute from one report's ``samples`` for ``keys``: linear columns of the primary split, detection
+    of every OOD split against it, accuracy of every shift split."""
     splits = samples["splits"]
     primary = samples["primary"]
+    wanted = {primary} | {n for n, s in splits.items() if (s["role"] == "ood" and any(
+        k.startswith("ood_") for k in keys)) or (s["role"] == "shift" and "shift_accuracy_median" in keys)}
+    splits = {n: s for n, s in splits.items() if n in wanted}
     decoded = {name: decode_samples(s["columns"], int(s["n"]), f"samples.splits[{name!r}]")
                for name, s in splits.items()}
     p_unit = splits[primary]["unit"]
     cols = LinearColumns(int(splits[primary]["n"]))
     for key in ("accuracy", "cll", "calibrated_brier"):
-        if key in decoded[primary]:
+        if key in decoded[primary] and key in keys:
             cols.add(key, decoded[primary][key])
     ood, shift = [], []
     for name, s in splits.items():

@@ -333,9 +333,22 @@ LEADERBOARD_TABLE_KEYS = ("cll", "dee", "accuracy", "ood_auroc_total")
 def format_leaderboard(board: Mapping[str, Any], *, styled: bool = False) -> str:
     """The terminal view of ``ubench leaderboard``: rank, upload, status and the headline columns."""
     keys = [c["key"] for c in board["columns"] if c["key"] in LEADERBOARD_TABLE_KEYS]
-    rows = [[row["rank"] or "", row["archive"] or "", row["status"], *(row["metrics"].get(k) for k in keys)]
-            for row in board["rows"]]
-    return "\n".join(_table(["#", "upload", "status", *keys], rows, styled=styled)) + "\n"
+    rows = [[row["rank"] or "", _rank_interval_text(row), row["archive"] or "", row["status"],
+             *(row["metrics"].get(k) for k in keys)] for row in board["rows"]]
+    lines = _table(["#", "rank interval", "upload", "status", *keys], rows, styled=styled)
+    info = board.get("rank_intervals")
+    if info and info.get("rows"):
+        lines += ["", f"rank interval: {100 * info['level']:g} % paired bootstrap interval of the rank by "
+                      f"{info['metric']} ({info['replicates']} replicates); = : tied with the leader (overlapping "
+                      "intervals). The order is by the point values."]
+    return "\n".join(lines) + "\n"
+
+
+def _rank_interval_text(row: Mapping[str, Any]) -> str:
+    iv = row.get("rank_interval")
+    if not iv:
+        return ""
+    return f"[{iv[0]}, {iv[1]}]" + (" =" if row.get("tied_with_leader") else "")
 
 
 def _csv_cell(v: Any) -> Any:
@@ -401,12 +414,15 @@ def format_csv(reports: Any, names: Sequence[str] | None = None) -> str:
 
 
 def leaderboard_csv(board: Mapping[str, Any]) -> str:
-    """``ubench leaderboard --csv``: rank, upload, status, method, model, n_members, then every metric column of
-    the board (as ``leaderboard.json`` orders them)."""
+    """``ubench leaderboard --csv``: rank, rank_interval (``[best, worst]``), tied_with_leader, upload, status,
+    method, model, n_members, then every metric column of the board (as ``leaderboard.json`` orders them)."""
     metric_keys = [c["key"] for c in board["columns"]]
-    rows = [{"rank": r["rank"], "upload": r["archive"], "status": r["status"], "method": r.get("method"),
-             "model": r.get("model"), "n_members": r.get("n_members"), **r["metrics"]} for r in board["rows"]]
-    return _csv(["rank", "upload", "status", "method", "model", "n_members", *metric_keys], rows)
+    rows = [{"rank": r["rank"], "rank_interval": None if not r.get("rank_interval") else
+             f"[{r['rank_interval'][0]}, {r['rank_interval'][1]}]", "tied_with_leader": r.get("tied_with_leader"),
+             "upload": r["archive"], "status": r["status"], "method": r.get("method"), "model": r.get("model"),
+             "n_members": r.get("n_members"), **r["metrics"]} for r in board["rows"]]
+    return _csv(["rank", "rank_interval", "tied_with_leader", "upload", "status", "method", "model", "n_members",
+                 *metric_keys], rows)
 
 
 def report_frame(reports: Any, names: Sequence[str] | None = None):
