@@ -101,8 +101,8 @@ class LabelledStatistics:
     labels : (N,) integer labels.
     unit : the resampling unit (:func:`resampling_unit`).
     bins, eps, smoothing, tpr : the protocol's settings (as the report computes each key).
-    full : every key of an in-domain section; otherwise (a shift split) only ``SHIFT_KEYS``, which the summary's
-        medians and quartiles need.
+    full : every key of an in-domain section; otherwise (a shift split) only accuracy, NLL, Brier, ECE and the
+        mean total uncertainty (what the summary's medians and quartiles need), and ``protocol``'s keys.
     scores : detection scores to resample (``total``, ``knowledge``, ``confidence``).
     cost : (C, C) decision-cost matrix or None; ``cost_reduction`` which reduction ``decision_cost`` is.
     protocol : a :class:`~ubench.metrics.protocol_bootstrap.CVInfluence` of the split, or None.
@@ -126,6 +126,10 @@ class LabelledStatistics:
         # binned errors: (partition, per-sample gap) per key
         self.binned = {"ece": (Partition.of(_equal_width_bin_index(conf, bins), bins), hit - conf)}
         self.protocol = protocol
+        if protocol is not None:
+            for key, psi in protocol.psi.items():
+                cols.add(key, psi)
+            cols.add_block("_folds", protocol.fold_columns)
         self.detection, self.ranked = {}, {}
         if not full:
             return
@@ -145,10 +149,6 @@ class LabelledStatistics:
         if cost is not None:
             cols.add("decision_cost_mean", cost[labels, _bayes_decisions(probs, cost, smoothing)].astype(np.float64))
             self.cost_reduction = cost_reduction
-        if protocol is not None:
-            for key, psi in protocol.psi.items():
-                cols.add(key, psi)
-            cols.add_block("_folds", protocol.fold_columns)
         err = self.errors.astype(bool)
         if 0 < int(err.sum()) < n:
             for name in scores:
@@ -166,6 +166,8 @@ class LabelledStatistics:
         total = w.sum(axis=1)
         for key, (part, gaps) in self.binned.items():
             out[key] = np.abs(part.sums(w, gaps)).sum(axis=1) / total
+        if self.protocol is not None:
+            out["calibrated_ece"] = self.protocol.calibrated_ece(w, out.pop("_folds"))
         if not self.full:
             return out
         part, conf, hit = self.l2
@@ -176,8 +178,6 @@ class LabelledStatistics:
         if "decision_cost_mean" in out:
             out["decision_cost_sum"] = out["decision_cost_mean"] * total
             out["decision_cost"] = out["decision_cost" + ("_sum" if self.cost_reduction == "sum" else "_mean")]
-        if self.protocol is not None:
-            out["calibrated_ece"] = self.protocol.calibrated_ece(w, out.pop("_folds"))
         for name, (pos, neg, order) in self.detection.items():
             d = weighted_detection(order.pos, order.neg, w[:, pos], w[:, neg], tpr=self.tpr, order=order)
             for key, v in d.items():

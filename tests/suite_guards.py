@@ -39,6 +39,7 @@ SLOW_TESTS = frozenset({
     "tests/test_suite_guards.py::test_torch_marker_follows_the_imports",  # 14 s: two pytest subprocesses
     "tests/test_suite_guards.py::test_a_test_writing_into_the_source_tree_fails_the_run",  # 13 s: two as well
     "tests/test_api_docs.py::test_readme_torch_snippet_runs",  # 20 s: torch and ubench score in subprocesses
+    "tests/metrics/test_interval_coverage.py::test_95_percent_intervals_cover_the_population_values_at_the_nominal_rate",  # 15-25 s
 })
 
 #: Top-level modules whose import makes a test a ``torch`` test.
