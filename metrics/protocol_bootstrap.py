@@ -26,7 +26,7 @@ one-step (linearised) bootstrap of an M-estimator (Davison & Hinkley 1997, Sec. 
 by :math:`O(N^{-1/2})`, which changes the refit term only at second order) and centred within each fold. For
 the CLL the refit term is itself of second order (the fit minimises the same NLL, so
 :math:`\overline{\mathrm{nll}'}_f = O(N^{-1/2})`): holding the temperatures fixed would give nearly the same CLL
-interval, but not the temperature's or the calibrated Brier's, whose derivatives do not vanish.
+interval, but no interval at all for the temperature, and the calibrated Brier's derivative does not vanish.
 ``tests/metrics/test_interval_coverage.py`` shows the resulting intervals cover the population CLL, calibrated
 Brier and temperature at the nominal rate, and ``tests/metrics/test_protocol_bootstrap.py`` compares them with
 an exact refit of every fold in every replicate.
