@@ -708,7 +708,8 @@ def compare(archives: tuple[Path, ...], reference: Path | None, ensemble: Path |
         from .scoring.compare_html import write_compare_html
 
         _, figure_notes = write_compare_html(reports, names, html_path, limits=_sandbox_limits(
-            memory_limit, cpu_limit, timeout), ensemble=None if ensemble is None else str(ensemble))
+            memory_limit, cpu_limit, timeout), ensemble=None if ensemble is None else str(ensemble),
+            comparison=comparison)
         _echo(f"wrote {html_path}", err=True)
         for n in figure_notes:
             _echo(f"note: {n}", err=True)

@@ -27,7 +27,7 @@ td,th{border:1px solid #ccc;padding:3px 8px;text-align:right}th:first-child,td:f
 figure{margin:1.5em 0}figure svg{max-width:100%;height:auto}figcaption{font-size:90%;color:#444}.note{color:#844}code{font-size:90%}
 .headline{display:flex;flex-wrap:wrap;gap:1em}.hl{border:1px solid #ccc;padding:.5em 1em;min-width:8em}
 .hv{font-size:150%;font-weight:bold}.hi{font-size:85%}.hk{font-size:85%;color:#444}.proto{font-size:85%;color:#444}
-td.best{font-weight:bold;background:#e6f4e6}"""
+td.best{font-weight:bold;background:#e6f4e6}td.tied{background:#f4f4e0}.iv{font-size:85%;color:#444}"""
 
 
 def _fmt(v: Any) -> str:
