@@ -38,6 +38,7 @@ HIGHER_IS_BETTER = {"accuracy": True, "cll": True, "calibrated_brier": False, "o
                     "ood_auroc_knowledge": True, "ood_auroc_confidence": True, "ood_aupr_total": True,
                     "ood_fpr95_total": False, "shift_accuracy_median": True}
 PAIRED_KEYS = tuple(HIGHER_IS_BETTER)
+_ROUNDING = 1e-12  # relative size of a replicate difference that is float rounding, not a difference
 
 
 def bootstrap_p_value(differences: NDArray) -> float:
@@ -82,7 +83,11 @@ def paired_comparisons(values: Mapping[str, float], replicates: Mapping[str, NDA
     for other in names:
         if other == best:
             continue
-        d = replicates[best] - replicates[other]
+        d = np.asarray(replicates[best], dtype=np.float64) - replicates[other]
+        # replicate values of the same data can differ in the last bits (a matrix product sums a column in an
+        # order that depends on its place): differences at rounding level are no difference
+        scale = max(1.0, abs(values[best]), abs(values[other]))
+        d = np.where(np.abs(d) <= _ROUNDING * scale, 0.0, d)
         rows.append({"a": best, "b": other, "metric": metric, "difference": float(values[best] - values[other]),
                      "interval": percentile_interval(d, level), "p": bootstrap_p_value(d)})
     for row, p in zip(rows, holm([r["p"] for r in rows])):
@@ -104,11 +109,14 @@ def rank_intervals(values: Mapping[str, float], replicates: Mapping[str, NDArray
     point = np.array([sign * values[n] for n in names])
     rank0 = 1 + np.sum(point[None, :] > point[:, None], axis=1)
     reps = np.stack([sign * np.asarray(replicates[n], dtype=np.float64) for n in names])  # (rows, B)
-    # rank of row i in replicate b: 1 + number of rows strictly better; sorted once per replicate
-    srt = np.sort(reps, axis=0)
-    better = reps.shape[0] - np.stack([np.searchsorted(srt[:, b], reps[:, b], side="right")
-                                       for b in range(reps.shape[1])], axis=1)
-    ranks = 1 + better
+    # rank of row i in replicate b: 1 + number of rows better by more than rounding (equal rows share a rank)
+    tol = _ROUNDING * np.maximum(1.0, np.abs(reps))
+    rows, b = reps.shape
+    ranks = np.empty((rows, b), dtype=np.int64)
+    step = max(1, (1 << 24) // max(1, rows * rows))
+    for s0 in range(0, b, step):
+        r = reps[:, s0:s0 + step]
+        ranks[:, s0:s0 + step] = 1 + np.sum(r[None, :, :] > (r + tol[:, s0:s0 + step])[:, None, :], axis=1)
     lo = np.floor(np.quantile(ranks, (1.0 - level) / 2.0, axis=1)).astype(int)
     hi = np.ceil(np.quantile(ranks, (1.0 + level) / 2.0, axis=1)).astype(int)
     leader = int(np.argmin(rank0))
@@ -141,20 +149,31 @@ def sample_replicates(samples: Sequence[Mapping[str, Any]], *, n_replicates: int
             if units.setdefault(unit, n) != n:
                 raise ValueError(f"resampling unit {unit!r} has {n} samples in one report and {units[unit]} in "
                                  "another: the reports are not on the same samples")
+    # every report's means of one unit in one matrix product per block (one column per report and key)
+    stacked: dict[str, LinearColumns] = {}
+    for i, plan in enumerate(plans):
+        for unit, key, column in plan["linear"]:
+            cols = stacked.setdefault(unit, LinearColumns(units[unit]))
+            cols.add(f"{i}|{key}", column)
     rngs = {u: interval_rng(seed, _unit_key(u)) for u in units}
     parts: list[dict[str, list]] = [{} for _ in plans]
     for start, stop in count_blocks(n_replicates, max(units.values(), default=1)):
         w = {u: bootstrap_counts(n, stop - start, rngs[u]) for u, n in units.items()}
-        for plan, out in zip(plans, parts):
-            for key, v in _evaluate(plan, w).items():
+        means: dict[str, NDArray] = {}
+        for unit, cols in stacked.items():
+            means.update(cols.apply(w[unit]))
+        for i, (plan, out) in enumerate(zip(plans, parts)):
+            for key, v in _evaluate(plan, w, {k.split("|", 1)[1]: v for k, v in means.items()
+                                              if k.split("|", 1)[0] == str(i)}).items():
                 out.setdefault(key, []).append(v)
     reps = [{k: np.concatenate(v) for k, v in p.items()} for p in parts]
     return [{k: r[k] for k in keys if k in r} for r in reps]
 
 
 def _plan(samples: Mapping[str, Any], tpr: float, keys: Sequence[str] = PAIRED_KEYS) -> dict[str, Any]:
-    """What to compute from one report's ``samples`` for ``keys``: linear columns of the primary split, detection
-    of every OOD split against it, accuracy of every shift split."""
+    """What to compute from one report's ``samples`` for ``keys``: means of the primary split's columns and of
+    every shift split's accuracy (``linear``: (unit, key, column)), detection of every OOD split against the
+    primary split."""
     splits = samples["splits"]
     primary = samples["primary"]
     wanted = {primary} | {n for n, s in splits.items() if (s["role"] == "ood" and any(
@@ -163,11 +182,9 @@ def _plan(samples: Mapping[str, Any], tpr: float, keys: Sequence[str] = PAIRED_K
     decoded = {name: decode_samples(s["columns"], int(s["n"]), f"samples.splits[{name!r}]")
                for name, s in splits.items()}
     p_unit = splits[primary]["unit"]
-    cols = LinearColumns(int(splits[primary]["n"]))
-    for key in ("accuracy", "cll", "calibrated_brier"):
-        if key in decoded[primary] and key in keys:
-            cols.add(key, decoded[primary][key])
-    ood, shift = [], []
+    linear = [(p_unit, key, decoded[primary][key]) for key in ("accuracy", "cll", "calibrated_brier")
+              if key in decoded[primary] and key in keys]
+    ood, n_shift = [], 0
     for name, s in splits.items():
         if s["role"] == "ood":
             tasks = {}
@@ -177,16 +194,16 @@ def _plan(samples: Mapping[str, Any], tpr: float, keys: Sequence[str] = PAIRED_K
                     tasks[score] = _Sorted.of(decoded[name][col], decoded[primary][col])
             ood.append((s["unit"], tasks))
         elif s["role"] == "shift" and "accuracy" in decoded[name]:
-            c = LinearColumns(int(s["n"]))
-            c.add("accuracy", decoded[name]["accuracy"])
-            shift.append((s["unit"], c))
+            linear.append((s["unit"], f"shift:{n_shift}", decoded[name]["accuracy"]))
+            n_shift += 1
     units = {s["unit"]: int(s["n"]) for s in splits.values()}
-    return {"primary_unit": p_unit, "cols": cols, "ood": ood, "shift": shift, "units": units, "tpr": tpr}
+    return {"primary_unit": p_unit, "linear": linear, "ood": ood, "n_shift": n_shift, "units": units, "tpr": tpr}
 
 
-def _evaluate(plan: Mapping[str, Any], w: Mapping[str, NDArray]) -> dict[str, NDArray]:
+def _evaluate(plan: Mapping[str, Any], w: Mapping[str, NDArray], means: Mapping[str, NDArray]
+              ) -> dict[str, NDArray]:
     wp = w[plan["primary_unit"]]
-    out = plan["cols"].apply(wp)
+    out = {k: v for k, v in means.items() if not k.startswith("shift:")}
     if plan["ood"]:
         per: dict[str, list] = {}
         for unit, tasks in plan["ood"]:
@@ -195,9 +212,9 @@ def _evaluate(plan: Mapping[str, Any], w: Mapping[str, NDArray]) -> dict[str, ND
                 for key, v in d.items():
                     per.setdefault(f"ood_{'fpr95' if key == 'fpr' else key}_{score}", []).append(v)
         out.update({k: np.mean(v, axis=0) for k, v in per.items() if len(v) == len(plan["ood"])})
-    if plan["shift"]:
-        acc = np.stack([c.apply(w[unit])["accuracy"] for unit, c in plan["shift"]])
-        out["shift_accuracy_median"] = np.median(acc, axis=0)
+    if plan["n_shift"]:
+        out["shift_accuracy_median"] = np.median(np.stack([means[f"shift:{j}"] for j in range(plan["n_shift"])]),
+                                                 axis=0)
     return out
 
 

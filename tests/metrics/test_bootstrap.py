@@ -60,7 +60,7 @@ def test_counts_are_draws_with_replacement_whatever_the_blocks():
     big = bootstrap_counts(5000, 3, interval_rng(0, 0))  # the per-replicate path
     rng = interval_rng(0, 0)
     assert np.array_equal(big[0], np.bincount(rng.integers(0, 5000, 5000), minlength=5000))
-    assert list(count_blocks(10, 1 << 18)) == [(0, 2), (2, 4), (4, 6), (6, 8), (8, 10)]
+    assert list(count_blocks(10, 1 << 20)) == [(0, 2), (2, 4), (4, 6), (6, 8), (8, 10)]
 
 
 def test_percentile_interval_is_numpy_quantiles_and_none_when_a_replicate_is_undefined():
