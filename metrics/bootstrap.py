@@ -203,14 +203,18 @@ class _Sorted:
     neg_below: NDArray[np.intp]
     neg_upto: NDArray[np.intp]
     pos_first: NDArray[np.intp]
+    neg_ties: bool  # some positive ties a negative
+    pos_ties: bool  # some positives tie each other
 
     @classmethod
     def of(cls, pos_scores: NDArray, neg_scores: NDArray) -> _Sorted:
         po = np.argsort(pos_scores, kind="stable")
         no = np.argsort(neg_scores, kind="stable")
         pos, neg = pos_scores[po], neg_scores[no]
-        return cls(pos, po, neg, no, np.searchsorted(neg, pos, side="left"),
-                   np.searchsorted(neg, pos, side="right"), np.searchsorted(pos, pos, side="left"))
+        below, upto = np.searchsorted(neg, pos, side="left"), np.searchsorted(neg, pos, side="right")
+        first = np.searchsorted(pos, pos, side="left")
+        return cls(pos, po, neg, no, below, upto, first, not np.array_equal(below, upto),
+                   not np.array_equal(first, np.arange(pos.size)))
 
 
 def _exclusive_cumsum(w: NDArray) -> NDArray:
@@ -256,22 +260,26 @@ def weighted_detection(pos_scores: NDArray, neg_scores: NDArray, pos_weights: ND
     conventions of :mod:`ubench.metrics.ranking`, which all-ones weights reproduce exactly).
     """
     o = order if order is not None else _Sorted.of(pos_scores, neg_scores)
-    wp = pos_weights[:, o.pos_order]
-    wn = neg_weights[:, o.neg_order]
+    wp = np.take(pos_weights, o.pos_order, axis=1)
+    wn = np.take(neg_weights, o.neg_order, axis=1)
     cp, cn = _exclusive_cumsum(wp), _exclusive_cumsum(wn)
     tot_p, tot_n = cp[:, -1], cn[:, -1]
-    below = cn[:, o.neg_below]
-    ties = not np.array_equal(o.neg_below, o.neg_upto)
-    half = 0.5 * (below + cn[:, o.neg_upto]) if ties else below
+    below = np.take(cn, o.neg_below, axis=1)  # negatives' weight strictly below each positive
     with np.errstate(invalid="ignore", divide="ignore"):
-        auroc = np.einsum("bj,bj->b", wp, half) / (tot_p * tot_n)
-        tp = tot_p[:, None] - cp[:, o.pos_first]  # positives scoring >= s_j
-        fp = tot_n[:, None] - below  # negatives scoring >= s_j
-        prec = np.divide(tp, tp + fp, out=np.zeros_like(tp), where=tp > 0)
-        aupr = np.einsum("bj,bj->b", wp, prec) / tot_p
+        if o.neg_ties:
+            auroc = np.einsum("bj,bj->b", wp, below + np.take(cn, o.neg_upto, axis=1)) / (2.0 * tot_p * tot_n)
+        else:
+            auroc = np.einsum("bj,bj->b", wp, below) / (tot_p * tot_n)
+        # positives and negatives scoring >= s_j (counts: tp + fp >= 1 wherever tp > 0, so no 0/0 where it counts)
+        tp = tot_p[:, None] - (np.take(cp, o.pos_first, axis=1) if o.pos_ties else cp[:, :-1])
+        fp = tot_n[:, None] - below
+        fp += tp
+        np.maximum(fp, 1.0, out=fp)
+        np.divide(tp, fp, out=tp)
+        aupr = np.einsum("bj,bj->b", wp, tp) / tot_p
         k = _smallest_count(tot_p, tpr)
         # the k-th largest positive of the multiset: the last sorted index j with cp[j] <= total - k
-        j = np.sum(cp[:, :-1] <= (tot_p - k)[:, None], axis=1) - 1
+        j = np.array([np.searchsorted(cp[b, :-1], tot_p[b] - k[b], side="right") - 1 for b in range(cp.shape[0])])
         threshold = o.pos[np.clip(j, 0, o.pos.size - 1)]
         rank = np.searchsorted(o.neg, threshold, side="left")
         fpr = (tot_n - cn[np.arange(cn.shape[0]), rank]) / tot_n
