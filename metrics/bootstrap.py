@@ -127,6 +127,16 @@ class LinearColumns:
     def add_block(self, name: str, x: NDArray) -> None:
         self._push(name, "sums", x)
 
+    def add_cells(self, name: str, cells: NDArray, n_cells: int, *values: NDArray | None) -> None:
+        """Per-cell weighted sums of each of ``values`` (None: of the weights) as one (N, n_cells * len(values))
+        block of one-hot columns: ``apply`` returns them side by side. For a handful of cells (calibration bins)
+        the matrix product is cheaper than gathering the weights by cell."""
+        rows = np.arange(self.n)
+        x = np.zeros((self.n, n_cells * len(values)))
+        for j, v in enumerate(values):
+            x[rows, j * n_cells + cells] = 1.0 if v is None else v
+        self._push(name, "sums", x)
+
     def __contains__(self, name: str) -> bool:
         return name in self._slices
 

@@ -52,7 +52,6 @@ from numpy.typing import NDArray
 from .bootstrap import (
     BOOTSTRAP_METHOD,
     LinearColumns,
-    Partition,
     _harmonic_table,
     _Ranked,
     _Sorted,
@@ -123,21 +122,24 @@ class LabelledStatistics:
         cols.add("nll", _nll_per_sample(probs, labels, eps, smoothing))
         cols.add("brier", _brier_per_sample(probs, labels))
         cols.add("mean_total_uncertainty", arrays.total)
-        # binned errors: (partition, per-sample gap) per key
-        self.binned = {"ece": (Partition.of(_equal_width_bin_index(conf, bins), bins), hit - conf)}
+        # binned errors: per-bin sums of the per-sample gaps, as one-hot columns of the matrix product
+        self.binned = ["ece"]
+        cols.add_cells("ece", _equal_width_bin_index(conf, bins), bins, hit - conf)
         self.protocol = protocol
         if protocol is not None:
             for key, psi in protocol.psi.items():
                 cols.add(key, psi)
             cols.add_block("_folds", protocol.fold_columns)
+            cols.add_block("_cells", protocol.cell_columns())
         self.detection, self.ranked = {}, {}
         if not full:
             return
         if c >= 2:
             u = _normalized_entropy(probs)
-            self.binned["uce"] = (Partition.of(_equal_width_bin_index(u, bins), bins), self.errors - u)
+            self.binned.append("uce")
+            cols.add_cells("uce", _equal_width_bin_index(u, bins), bins, self.errors - u)
         edges = equal_mass_edges(conf, bins)
-        self.l2 = (Partition.of(np.searchsorted(edges, conf, side="left"), edges.shape[0]), conf, hit)
+        cols.add_cells("_l2", np.searchsorted(edges, conf, side="left"), edges.shape[0], None, conf, hit)
         for key, field in (("mean_knowledge_uncertainty", "knowledge"), ("mean_data_uncertainty", "data"),
                            ("disagreement", "disagreement"), ("variation_ratio", "variation_ratio")):
             values = getattr(arrays, field, None)
@@ -164,16 +166,15 @@ class LabelledStatistics:
         w = weights[self.unit]
         out = self.cols.apply(w)
         total = w.sum(axis=1)
-        for key, (part, gaps) in self.binned.items():
-            out[key] = np.abs(part.sums(w, gaps)).sum(axis=1) / total
+        for key in self.binned:
+            out[key] = np.abs(out[key]).sum(axis=1) / total
         if self.protocol is not None:
-            out["calibrated_ece"] = self.protocol.calibrated_ece(w, out.pop("_folds"))
+            out["calibrated_ece"] = self.protocol.calibrated_ece(w, out.pop("_folds"), out.pop("_cells"))
         if not self.full:
             return out
-        part, conf, hit = self.l2
-        wg = w[:, part.order]
-        sq = debiased_squared_error(part.sums(w, gathered=wg), part.sums(w, conf, gathered=wg),
-                                    part.sums(w, hit, gathered=wg))
+        sums = out.pop("_l2")
+        k = sums.shape[1] // 3
+        sq = debiased_squared_error(sums[:, :k], sums[:, k:2 * k], sums[:, 2 * k:])
         out["l2_ce_debiased"] = np.sqrt(np.maximum(sq, 0.0))
         if "decision_cost_mean" in out:
             out["decision_cost_sum"] = out["decision_cost_mean"] * total

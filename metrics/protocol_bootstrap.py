@@ -78,14 +78,29 @@ class CVInfluence:
     slopes: NDArray[np.float64]
     n_bins: int
 
-    def calibrated_ece(self, weights: NDArray, fold_sums: NDArray) -> NDArray[np.float64]:
-        """Calibrated ECE of each replicate: ``weights`` (B, N), ``fold_sums = weights @ fold_columns``."""
+    def cell_columns(self) -> NDArray[np.float64]:
+        """(N, R * 2 * n_bins) one-hot columns: repeat r's held-out gaps by (half, bin); ``weights @`` them gives
+        the cell sums :meth:`calibrated_ece` takes as ``cell_sums``."""
+        n = self.fold_columns.shape[0]
+        k2 = 2 * self.n_bins
+        x = np.zeros((n, len(self.halvings) * k2))
+        for r, (part, gaps) in enumerate(self.halvings):
+            cells = np.empty(n, dtype=np.intp)
+            cells[part.order] = np.repeat(part.cells, np.diff(np.r_[part.starts, n]))
+            x[np.arange(n), r * k2 + cells] = gaps
+        return x
+
+    def calibrated_ece(self, weights: NDArray, fold_sums: NDArray, cell_sums: NDArray | None = None
+                       ) -> NDArray[np.float64]:
+        """Calibrated ECE of each replicate: ``weights`` (B, N), ``fold_sums = weights @ fold_columns`` and,
+        when given, ``cell_sums = weights @ cell_columns()`` (else computed by partition)."""
         k = self.n_bins
         f = self.slopes.shape[0]
         delta, count = fold_sums[:, :f], fold_sums[:, f:]
         total = np.zeros(weights.shape[0])
         for r, (part, gaps) in enumerate(self.halvings):
-            sums = part.sums(weights, gaps)  # (B, 2 k): the two folds of repeat r
+            # (B, 2 k): the two folds of repeat r
+            sums = part.sums(weights, gaps) if cell_sums is None else cell_sums[:, r * 2 * k:(r + 1) * 2 * k]
             for j in range(2):
                 fold = 2 * r + j
                 cell = sums[:, j * k:(j + 1) * k] + delta[:, fold:fold + 1] * self.slopes[fold]
