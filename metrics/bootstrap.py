@@ -228,9 +228,20 @@ class _Sorted:
 
 
 def _exclusive_cumsum(w: NDArray) -> NDArray:
-    out = np.zeros((w.shape[0], w.shape[1] + 1))
+    out = np.zeros((w.shape[0], w.shape[1] + 1), dtype=w.dtype)
     np.cumsum(w, axis=1, out=out[:, 1:])
     return out
+
+
+def _counts32(w: NDArray) -> NDArray:
+    """Counts as float32 when every cumulative sum of them is an exact float32 integer (below 2**24), halving the
+    memory the sorted kernels stream; float64 otherwise."""
+    return w.astype(np.float32) if w.shape[1] * 16 < 1 << 24 and w.dtype != np.float32 else w
+
+
+def _dot(a: NDArray, b: NDArray) -> NDArray[np.float64]:
+    """Row-wise dot products summed in float64 (the products of counts are exact in either precision)."""
+    return np.multiply(a, b).sum(axis=1, dtype=np.float64)
 
 
 def _smallest_count(total: NDArray, tpr: float) -> NDArray:
@@ -270,19 +281,20 @@ def weighted_detection(pos_scores: NDArray, neg_scores: NDArray, pos_weights: ND
     conventions of :mod:`ubench.metrics.ranking`, which all-ones weights reproduce exactly).
     """
     o = order if order is not None else _Sorted.of(pos_scores, neg_scores)
-    wp = np.take(pos_weights, o.pos_order, axis=1)
-    wn = np.take(neg_weights, o.neg_order, axis=1)
+    wp = np.take(_counts32(pos_weights), o.pos_order, axis=1)
+    wn = np.take(_counts32(neg_weights), o.neg_order, axis=1)
     cp, cn = _exclusive_cumsum(wp), _exclusive_cumsum(wn)
-    tot_p, tot_n = cp[:, -1], cn[:, -1]
+    tot_p, tot_n = cp[:, -1].astype(np.float64), cn[:, -1].astype(np.float64)
     below = np.take(cn, o.neg_below, axis=1)  # negatives' weight strictly below each positive
     with np.errstate(invalid="ignore", divide="ignore"):
         if o.neg_ties:
-            auroc = np.einsum("bj,bj->b", wp, below + np.take(cn, o.neg_upto, axis=1)) / (2.0 * tot_p * tot_n)
+            auroc = _dot(wp, below + np.take(cn, o.neg_upto, axis=1)) / (2.0 * tot_p * tot_n)
         else:
-            auroc = np.einsum("bj,bj->b", wp, below) / (tot_p * tot_n)
+            auroc = _dot(wp, below) / (tot_p * tot_n)
         # positives and negatives scoring >= s_j (counts: tp + fp >= 1 wherever tp > 0, so no 0/0 where it counts)
         tp = tot_p[:, None] - (np.take(cp, o.pos_first, axis=1) if o.pos_ties else cp[:, :-1])
-        fp = tot_n[:, None] - below
+        tp = tp.astype(np.float64)
+        fp = tot_n[:, None] - below.astype(np.float64)
         fp += tp
         np.maximum(fp, 1.0, out=fp)
         np.divide(tp, fp, out=tp)
@@ -357,7 +369,7 @@ def weighted_selective(errors: NDArray, weights: NDArray, ranked: _Ranked, *, co
     :math:`E(k)` is linear inside each group, which gives the two points exactly.
     """
     r = ranked
-    w = weights[:, r.order]
+    w = np.take(_counts32(weights), r.order, axis=1)
     e = np.asarray(errors, dtype=np.float64)[r.order]
     if r.tied:
         w = np.add.reduceat(w, r.group_starts, axis=1)
@@ -371,8 +383,8 @@ def weighted_selective(errors: NDArray, weights: NDArray, ranked: _Ranked, *, co
         err_groups = np.flatnonzero(e > 0)
         we = None
     c = _exclusive_cumsum(w)
-    total = c[:, -1]
-    lo, hi = c[:, err_groups], c[:, err_groups + 1]
+    total = c[:, -1].astype(np.float64)
+    lo, hi = c[:, err_groups].astype(np.float64), c[:, err_groups + 1].astype(np.float64)
     w_g = hi - lo
     share = np.ones_like(w_g) if we is None else np.divide(we, w_g, out=np.zeros_like(we), where=w_g > 0)
     h, g = tables if tables is not None else _harmonic_table(int(total.max()))
