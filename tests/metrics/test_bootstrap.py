@@ -114,14 +114,15 @@ def test_weighted_selective_equals_the_selective_metrics_of_the_resampled_set(di
     """AURC, AUGRC, risk at 80 % coverage and coverage at 5 % risk of each replicate equal ubench's functions
     (expected value over tied uncertainties) on the multiset."""
     rng = np.random.default_rng(3)
-    p = _probs(rng, 150, 3, discrete)
-    y = np.where(rng.random(150) < 0.9, p.argmax(1), rng.integers(0, 3, 150))  # about 7 % errors
+    n = 151  # 0.8 n is not an integer: ceil, not floor
+    p = _probs(rng, n, 3, discrete)
+    y = np.where(rng.random(n) < 0.9, p.argmax(1), rng.integers(0, 3, n))  # about 7 % errors
     u = -p.max(1)
     err = (p.argmax(1) != y).astype(float)
-    w = _counts(150, 8, 3)
+    w = _counts(n, 8, 3)
     got = weighted_selective(err, w, _Ranked.of(u))
     for b in range(w.shape[0]):
-        idx = np.repeat(np.arange(150), w[b].astype(int))
+        idx = np.repeat(np.arange(n), w[b].astype(int))
         pp, yy = p[idx], y[idx]
         assert got["aurc"][b] == pytest.approx(risk_coverage_auc(pp, yy, uncertainty=u[idx]), abs=1e-12)
         assert got["augrc"][b] == pytest.approx(generalized_risk_coverage_auc(pp, yy, uncertainty=u[idx]), abs=1e-12)

@@ -95,6 +95,8 @@ def test_bootstrap_p_value_and_holm_by_hand():
     assert bootstrap_p_value(np.full(50, 2.0)) == pytest.approx(2 / 51)
     # m = 4: sorted 0.01, 0.02, 0.03, 0.5 -> 0.04, 0.06, 0.06, 0.5 (monotone), back in input order
     assert holm([0.03, 0.5, 0.01, 0.02]) == pytest.approx([0.06, 0.5, 0.04, 0.06])
+    # step-down monotonicity: 2 x 0.01 = 0.02 is carried to the larger p-value whose own product is 0.011
+    assert holm([0.011, 0.01]) == pytest.approx([0.02, 0.02])
 
 
 def test_holm_decides_which_methods_are_distinguishable_from_the_best():
@@ -114,6 +116,16 @@ def test_holm_decides_which_methods_are_distinguishable_from_the_best():
     assert [by[k]["p"] for k in "acd"] == pytest.approx([2 / 201, 8 / 201, 30 / 201])
     assert [by[k]["p_holm"] for k in "acd"] == pytest.approx([6 / 201, 16 / 201, 30 / 201])
     assert [by[k]["distinguishable"] for k in "acd"] == [True, False, False]
+
+
+def test_ood_splits_are_their_own_resampling_units():
+    """Stratified resampling: an OOD split never shares the in-domain split's counts, even with equal sample ids;
+    shift splits with the in-domain ids do (the same images, corrupted)."""
+    from ubench.metrics.intervals import resampling_unit
+
+    assert resampling_unit("ood", "far", "abc") != resampling_unit("in_domain", "test", "abc")
+    assert resampling_unit("shift", "blur_1", "abc") == resampling_unit("in_domain", "test", "abc")
+    assert resampling_unit("shift", "blur_1", None) != resampling_unit("in_domain", "test", None)
 
 
 def test_lower_is_better_picks_the_smallest_value():
