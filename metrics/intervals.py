@@ -179,12 +179,13 @@ class LabelledStatistics:
         if "decision_cost_mean" in out:
             out["decision_cost_sum"] = out["decision_cost_mean"] * total
             out["decision_cost"] = out["decision_cost" + ("_sum" if self.cost_reduction == "sum" else "_mean")]
+        w32 = weights.get(f"{self.unit}|f32", w)
         for name, (pos, neg, order) in self.detection.items():
-            d = weighted_detection(order.pos, order.neg, w[:, pos], w[:, neg], tpr=self.tpr, order=order)
+            d = weighted_detection(order.pos, order.neg, w32[:, pos], w32[:, neg], tpr=self.tpr, order=order)
             for key, v in d.items():
                 out[f"misclassification_{'fpr95' if key == 'fpr' else key}_{name}"] = v
         for name, ranked in self.ranked.items():
-            sel = weighted_selective(self.errors, w, ranked, tables=self.tables)
+            sel = weighted_selective(self.errors, w32, ranked, tables=self.tables)
             if name in self.scores:
                 out[f"aurc_{name}"] = sel["aurc"]
             if name == "confidence":
@@ -202,7 +203,8 @@ class OODStatistics:
         self.order = {name: _Sorted.of(ood_arrays.score(name), in_arrays.score(name)) for name in scores}
 
     def replicates(self, weights: Mapping[str, NDArray]) -> dict[str, NDArray]:
-        wp, wn = weights[self.unit], weights[self.against]
+        wp, wn = weights.get(f"{self.unit}|f32", weights[self.unit]), weights.get(f"{self.against}|f32",
+                                                                                   weights[self.against])
         out = {}
         for name, o in self.order.items():
             d = weighted_detection(o.pos, o.neg, wp, wn, tpr=self.tpr, order=o)
@@ -211,20 +213,30 @@ class OODStatistics:
         return out
 
 
-def resample(statistics: Mapping[str, Any], units: Mapping[str, int], *, n_replicates: int, seed: int
-             ) -> dict[str, dict[str, NDArray]]:
+def resample(statistics: Mapping[str, Any], units: Mapping[str, int], *, n_replicates: int, seed: int,
+             threads: int | None = None) -> dict[str, dict[str, NDArray]]:
     """Replicate values of every split's statistics: ``{split: {key: (n_replicates,)}}``.
 
     ``units`` maps each resampling unit to its sample count; each unit's counts come from its own generator
-    (:func:`resampling_unit`), drawn in blocks of replicates; every statistic sees the counts of its units.
+    (:func:`resampling_unit`), drawn in blocks of replicates; every statistic sees the counts of its units. The
+    splits of a block are evaluated on ``threads`` threads (default: up to 2, as many as there are CPUs; numpy
+    releases the GIL in the kernels), which changes no number: each split's values come from the same counts.
     """
+    import os
+    from concurrent.futures import ThreadPoolExecutor
+
     rngs = {u: interval_rng(seed, _unit_key(u)) for u in units}
     parts: dict[str, dict[str, list]] = {name: {} for name in statistics}
-    for start, stop in count_blocks(n_replicates, max(units.values(), default=1)):
-        weights = {u: bootstrap_counts(n, stop - start, rngs[u]) for u, n in units.items()}
-        for name, stat in statistics.items():
-            for key, v in stat.replicates(weights).items():
-                parts[name].setdefault(key, []).append(v)
+    workers = threads if threads is not None else max(1, min(2, os.cpu_count() or 1, len(statistics)))
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        for start, stop in count_blocks(n_replicates, max(units.values(), default=1)):
+            weights = {u: bootstrap_counts(n, stop - start, rngs[u]) for u, n in units.items()}
+            # the sorted kernels stream float32 counts (exact below 2**24): converted once per unit and block
+            weights.update({f"{u}|f32": w.astype(np.float32) for u, w in weights.items() if w.shape[1] < 1 << 20})
+            done = pool.map(lambda item: (item[0], item[1].replicates(weights)), list(statistics.items()))
+            for name, values in done:
+                for key, v in values.items():
+                    parts[name].setdefault(key, []).append(v)
     return {name: {k: np.concatenate(v) for k, v in d.items()} for name, d in parts.items()}
 
 
