@@ -170,3 +170,29 @@ def test_board_rows_get_rank_intervals_and_tie_marks():
     assert "rank interval" in render_html(board) and "[3, 3]" in render_html(board)
     assert "[3, 3]" in leaderboard_csv(board)
     assert config.protocol["sample_stats"] is True
+
+
+def test_dee_interval_maps_the_cll_interval_through_the_reference_band():
+    """DEE's interval: the CLL interval's ends mapped through the deep-ensemble curve's optimistic (mean + std)
+    and pessimistic (mean - std) curves, so it contains DEE and its paper bounds; a reference with no spread
+    over orders maps the CLL interval through the mean curve alone (checked against dee_score by hand)."""
+    from ubench.metrics.dee import dee_score
+    from ubench.scoring.compare import dee_interval
+    from ubench.scoring.dee import dee_of_report
+
+    members, y, _ = _arrays(4, m=6, scale=1.5)
+    ens = score_arrays(members, y, protocol=FAST.replace(member_curves=True, placement="post"))
+    method = score_arrays(members[:2], y, protocol=FAST.replace(dee_point=True))
+    dee = dee_of_report(method, ens)
+    lo, hi = dee_interval(method, ens)
+    assert lo <= dee["lower"] <= dee["dee"] <= dee["upper"] <= hi
+    mc = ens["in_domain"]["test"]["member_curves"]["metrics"]["cll"]
+    cll_lo, cll_hi = method["intervals"]["summary"]["cll"]
+    # DEE reads dee_cll, not cll: move it so that the interval's low end falls between the curve's first two
+    # points, and the interval follows, through the band's two curves
+    shift = (mc["mean"][0] + mc["mean"][1]) / 2 - cll_lo
+    method["in_domain"]["test"]["calibrated"]["dee_cll"] = method["summary"]["cll"] + shift
+    want = [dee_score(cll_lo + shift, mc["mean"], mc["std"]).lower,
+            dee_score(cll_hi + shift, mc["mean"], mc["std"]).upper]
+    assert want[0] < dee_score(cll_lo + shift, mc["mean"], mc["std"]).dee  # the band is not empty there
+    assert dee_interval(method, ens) == want
