@@ -245,26 +245,27 @@ def shift_rows(report: Mapping[str, Any]) -> list[tuple]:
 
 
 def _paired_mark(comparison: Mapping[str, Any] | None, key: str, name: str) -> str:
-    """`` ^`` for the best of a column, `` ~`` for a method not distinguishable from it, else nothing."""
+    """``^`` for the best of a column, ``~`` for a method not distinguishable from it, else nothing (attached to
+    the number, so that a cell stays one word for whoever splits the table on white space)."""
     if not comparison or key not in comparison.get("best", {}):
         return ""
     if comparison["best"][key] == name:
-        return " ^"
-    return " ~" if name in comparison["tied"].get(key, ()) else ""
+        return "^"
+    return "~" if name in comparison["tied"].get(key, ()) else ""
 
 
 def format_compare(reports: Sequence[Mapping[str, Any]], names: Sequence[str], *, styled: bool = False,
                    comparison: Mapping[str, Any] | None = None) -> str:
-    """One table, methods as rows; ``*`` marks columns comparable across models (Ashukha et al. 2020). With the
-    reports' intervals, a cell reads ``value [low, high]``; with ``comparison`` (``scoring/compare.py``'s paired
-    section) ``^`` marks each column's best and ``~`` every method not distinguishable from it."""
+    """One table, methods as rows; ``*`` marks columns comparable across models (Ashukha et al. 2020). With
+    ``comparison`` (``scoring/compare.py``'s paired section) ``^`` marks each column's best and ``~`` every method
+    not distinguishable from it (the intervals themselves are in ``--json`` and ``--html``)."""
     # a key is comparable when any report says so (a report leaves out the keys undefined on its own data)
     comparable = set().union(*(r["comparability"]["comparable"] for r in reports))
     cols = [(k, h) for k, h in COMPARE_COLUMNS if any(r["summary"].get(k) is not None for r in reports)]
     header = ["method", "dataset"] + [h + ("*" if k in comparable else "") for k, h in cols]
 
     def cell(r, k, n):
-        v = with_interval(r["summary"].get(k), ((r.get("intervals") or {}).get("summary") or {}).get(k))
+        v = r["summary"].get(k)
         mark = _paired_mark(comparison, k, n)
         return v if not mark or v is None else f"{_fmt(v)}{mark}"
 
@@ -274,13 +275,11 @@ def format_compare(reports: Sequence[Mapping[str, Any]], names: Sequence[str], *
               "columns (uncalibrated NLL/Brier/ECE/TACE/UCE, misclassification AUROC) are not "
               "(Ashukha et al. 2020)."]
     iv = next((r["intervals"] for r in reports if r.get("intervals")), None)
-    if iv:
-        lines.append(f"[low, high]: {100 * iv['level']:g} % bootstrap intervals over the test samples "
-                     f"({iv['replicates']} replicates, seed {iv['seed']}).")
     if comparison and comparison.get("best"):
         lines.append(f"^ best in its column; ~ not distinguishable from the best (paired bootstrap on the shared "
-                     f"samples, p >= {1 - iv['level'] if iv else 0.05:g} after Holm's adjustment over the "
-                     "comparisons with the best; JSON: paired).")
+                     f"samples, {iv['replicates'] if iv else ''} replicates, p >= {1 - iv['level'] if iv else 0.05:g} "
+                     "after Holm's adjustment over the comparisons with the best); every difference with its "
+                     "interval and p-value in --json (paired), the intervals in --json and --html.")
     if reports:
         lines.append(escape_text(reports[0]["protocol"]["description"]))
     header, rows = latency_table(reports, names)

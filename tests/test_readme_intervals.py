@@ -31,7 +31,7 @@ def readme_block(text: str) -> str:
 
 def test_readme_compare_block_is_the_commands_output():
     output = compare_output()
-    assert " ^" in output and " ~" in output  # the marks the README explains
+    assert "^" in output and "~" in output  # the marks the README explains
     assert readme_block((ROOT / "README.md").read_text(encoding="utf-8")) == block(output)
 
 

@@ -101,7 +101,7 @@ def test_compare_identical_archives_differ_by_zero_and_are_not_distinguishable(t
     res = runner.invoke(cli, ["compare", str(path), str(copy), "--bootstrap", "100"])
     row_b = next(ln for ln in res.stdout.splitlines() if ln.startswith("deep_ensemble (b.h5)"))
     row_a = next(ln for ln in res.stdout.splitlines() if ln.startswith("deep_ensemble (a.h5)"))
-    assert " ^" in row_a and " ~" in row_b and "not distinguishable from the best" in res.stdout
+    assert "^" in row_a and "~" in row_b and "~" not in row_a and "not distinguishable from the best" in res.stdout
 
 
 def test_compare_marks_a_clearly_worse_method_as_distinguishable():
