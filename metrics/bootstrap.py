@@ -411,13 +411,3 @@ def weighted_selective(errors: NDArray, weights: NDArray, ranked: _Ranked, *, co
     best = np.maximum(np.max(cand, axis=1, initial=0.0), first)
     cov_at = np.where(best >= 1, best / total, np.nan)
     return {"aurc": aurc, "augrc": augrc, "risk_at_cov": risk_at, "cov_at_risk": cov_at}
-
-
-def stack_strata(blocks: Sequence[NDArray]) -> NDArray:
-    """Weights of several independently resampled strata side by side (B, sum of n)."""
-    return np.hstack(blocks)
-
-
-def quantiles_of(values: Mapping[str, NDArray], level: float) -> dict[str, list[float] | None]:
-    """:func:`percentile_interval` of every named replicate array."""
-    return {k: percentile_interval(v, level) for k, v in values.items()}
