@@ -56,7 +56,9 @@ __all__ = ["BoardConfig", "BoardError", "BoardBusyError", "archive_digest", "lis
            "score_directory", "build_board", "board_lock", "LEADERBOARD_SCHEMA", "RESOURCE_STATUSES",
            "PRIMARY_COLUMNS", "LOCK_NAME", "add_rank_intervals"]
 
-LEADERBOARD_SCHEMA = "1.0"
+#: 1.1: every row's ``rank_interval`` ([best, worst]) and ``tied_with_leader``; the board's ``rank_intervals``
+#: (``metric``, ``level``, ``replicates``, ``seed``, ``method``, ``rows``; ``None`` when intervals are off).
+LEADERBOARD_SCHEMA = "1.1"
 #: Outcomes that depend on the sandbox limits rather than on the archive alone.
 RESOURCE_STATUSES = frozenset({"timeout", "memory-limit", "cpu-limit", "killed", "report-limit"})
 #: Columns shown first, in this order (Ashukha et al. 2020: CLL and DEE are the comparable headline numbers).
@@ -510,7 +512,8 @@ def _ensemble_report(record: dict[str, Any] | None) -> dict[str, Any] | None:
 
 def build_board(records: Sequence[dict[str, Any]], config: BoardConfig,
                 ensemble_record: dict[str, Any] | None = None) -> dict[str, Any]:
-    """Rows (scored uploads ranked by CLL, then accuracy; rejected ones after them) and column metadata."""
+    """Rows (scored uploads ranked by CLL, then accuracy; rejected ones after them; each with its
+    ``rank_interval`` and ``tied_with_leader``, :func:`add_rank_intervals`) and column metadata."""
     ens_report = _ensemble_report(ensemble_record)
     curve = None if ens_report is None else reference_curve(ens_report)[0]
     comparable: list[str] = []
