@@ -337,7 +337,8 @@ class _Ranked:
 
 
 def weighted_selective(errors: NDArray, weights: NDArray, ranked: _Ranked, *, coverage: float = 0.8,
-                       risk: float = 0.05, tables: tuple[NDArray, NDArray] | None = None) -> dict[str, NDArray]:
+                       risk: float = 0.05, tables: tuple[NDArray, NDArray] | None = None,
+                       detection_tpr: float | None = None) -> dict[str, NDArray]:
     r"""Selective-classification areas and points of each replicate (accept the least uncertain first).
 
     Parameters
@@ -348,6 +349,9 @@ def weighted_selective(errors: NDArray, weights: NDArray, ranked: _Ranked, *, co
     coverage, risk : the levels of ``risk_at_cov`` (risk of the ``max(1, ceil(coverage n))`` least uncertain)
         and ``cov_at_risk`` (largest coverage whose risk is <= ``risk``; NaN when none)
     tables : ``_harmonic_table(n)`` for the largest replicate size n, when the caller reuses it
+    detection_tpr : also return misclassification detection by the same uncertainty (positive = error):
+        ``auroc``, ``aupr``, ``fpr`` as :func:`weighted_detection` computes them, from the same cumulative sum
+        (only without tied uncertainties; otherwise use :func:`weighted_detection`)
 
     Returns
     -------
@@ -410,4 +414,34 @@ def weighted_selective(errors: NDArray, weights: NDArray, ranked: _Ranked, *, co
     first = lo[:, 0] if lo.shape[1] else total
     best = np.maximum(np.max(cand, axis=1, initial=0.0), first)
     cov_at = np.where(best >= 1, best / total, np.nan)
-    return {"aurc": aurc, "augrc": augrc, "risk_at_cov": risk_at, "cov_at_risk": cov_at}
+    out = {"aurc": aurc, "augrc": augrc, "risk_at_cov": risk_at, "cov_at_risk": cov_at}
+    if detection_tpr is not None and not r.tied:
+        out.update(_errors_detected(c, w[:, err_groups], err_groups, ranked, detection_tpr))
+    return out
+
+
+def _errors_detected(c: NDArray, w_err: NDArray, err_pos: NDArray, ranked: _Ranked, tpr: float
+                     ) -> dict[str, NDArray]:
+    """Misclassification AUROC, AP and FPR@TPR (positive = error, higher uncertainty = more positive) from the
+    cumulative weights ``c`` of all samples in increasing uncertainty (no ties), the errors' weights ``w_err``
+    and their sorted positions ``err_pos``: every quantity of :func:`weighted_detection` read at the errors."""
+    ce = _exclusive_cumsum(w_err).astype(np.float64)
+    tot_p = ce[:, -1]
+    tot_n = c[:, -1].astype(np.float64) - tot_p
+    below = c[:, err_pos].astype(np.float64) - ce[:, :-1]  # correct samples less uncertain than each error
+    wf = w_err.astype(np.float64)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        auroc = np.einsum("bj,bj->b", wf, below) / (tot_p * tot_n)
+        tp = tot_p[:, None] - ce[:, :-1]
+        fp = tot_n[:, None] - below + tp
+        np.maximum(fp, 1.0, out=fp)
+        aupr = np.einsum("bj,bj->b", wf, tp / fp) / tot_p
+        k = _smallest_count(tot_p, tpr)
+        j = np.array([np.searchsorted(ce[b, :-1], tot_p[b] - k[b], side="right") - 1 for b in range(ce.shape[0])])
+        j = np.clip(j, 0, max(err_pos.size - 1, 0))
+        rows = np.arange(ce.shape[0])
+        fpr = (tot_n - below[rows, j]) / tot_n if err_pos.size else np.full(ce.shape[0], np.nan)
+    bad = (tot_p == 0) | (tot_n == 0)
+    for a in (auroc, aupr, fpr):
+        a[bad] = np.nan
+    return {"auroc": auroc, "aupr": aupr, "fpr": fpr}

@@ -180,12 +180,16 @@ class LabelledStatistics:
             out["decision_cost_sum"] = out["decision_cost_mean"] * total
             out["decision_cost"] = out["decision_cost" + ("_sum" if self.cost_reduction == "sum" else "_mean")]
         w32 = weights.get(f"{self.unit}|f32", w)
-        for name, (pos, neg, order) in self.detection.items():
-            d = weighted_detection(order.pos, order.neg, w32[:, pos], w32[:, neg], tpr=self.tpr, order=order)
-            for key, v in d.items():
-                out[f"misclassification_{'fpr95' if key == 'fpr' else key}_{name}"] = v
         for name, ranked in self.ranked.items():
-            sel = weighted_selective(self.errors, w32, ranked, tables=self.tables)
+            detect = name in self.detection and not ranked.tied  # then detection shares the selective sort
+            sel = weighted_selective(self.errors, w32, ranked, tables=self.tables,
+                                     detection_tpr=self.tpr if detect else None)
+            if name in self.detection:
+                pos, neg, order = self.detection[name]
+                d = sel if detect else weighted_detection(order.pos, order.neg, w32[:, pos], w32[:, neg],
+                                                          tpr=self.tpr, order=order)
+                for key in ("auroc", "aupr", "fpr"):
+                    out[f"misclassification_{'fpr95' if key == 'fpr' else key}_{name}"] = d[key]
             if name in self.scores:
                 out[f"aurc_{name}"] = sel["aurc"]
             if name == "confidence":

@@ -151,3 +151,19 @@ def test_debiased_squared_error_of_weighted_bin_sums_equals_the_resampled_set_wi
         yb = np.bincount(cell[idx], weights=hit[idx], minlength=k)[ok] / n_b[ok]
         want = np.sum(n_b[ok] * ((cb - yb) ** 2 - yb * (1 - yb) / (n_b[ok] - 1))) / idx.size
         assert got[b] == pytest.approx(want, abs=1e-14)
+
+
+@pytest.mark.parametrize("seed", [5, 6])
+def test_misclassification_detection_from_the_selective_sort_equals_weighted_detection(seed):
+    """Without ties, the errors' detection read off the selective kernel's one cumulative sum equals
+    weighted_detection on the errors (positives) and the correct samples (negatives)."""
+    rng = np.random.default_rng(seed)
+    n = 300
+    u = rng.normal(size=n)
+    err = (rng.random(n) < 0.1 + 0.2 * (u > 0.5)).astype(float)
+    w = _counts(n, 6, seed)
+    got = weighted_selective(err, w, _Ranked.of(u), detection_tpr=0.95)
+    pos, neg = err > 0, err == 0
+    want = weighted_detection(u[pos], u[neg], w[:, pos], w[:, neg], tpr=0.95)
+    for key in ("auroc", "aupr", "fpr"):
+        assert got[key] == pytest.approx(want[key], abs=1e-12), key
