@@ -97,7 +97,8 @@ def _peer(n: int, c: int, scipy_resamples: int) -> list[dict]:
     ood = special.softmax(rng.normal(0, 0.5, (n, c)), axis=1)
     rows = []
 
-    from ubench.metrics.bootstrap import LinearColumns, _Sorted, weighted_detection
+    from ubench.metrics.bootstrap import LinearColumns
+    from ubench.metrics.bootstrap_ranking import _Sorted, weighted_detection
 
     class _One:
         """ubench's machinery for one statistic: counts, then its kernel (what the peer computes, no more)."""

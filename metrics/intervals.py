@@ -49,19 +49,8 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from .bootstrap import (
-    BOOTSTRAP_METHOD,
-    LinearColumns,
-    _harmonic_table,
-    _Ranked,
-    _Sorted,
-    bootstrap_counts,
-    count_blocks,
-    interval_rng,
-    percentile_interval,
-    weighted_detection,
-    weighted_selective,
-)
+from .bootstrap import BOOTSTRAP_METHOD, LinearColumns, bootstrap_counts, count_blocks, interval_rng, percentile_interval
+from .bootstrap_ranking import _harmonic_table, _Ranked, _Sorted, weighted_detection, weighted_selective
 from .calibration import _equal_width_bin_index
 from .calibration_debiased import debiased_squared_error, equal_mass_edges
 from .classification import _brier_per_sample, _nll_per_sample, _predictions

@@ -26,8 +26,8 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from .bootstrap import _Sorted, bootstrap_counts, count_blocks, interval_rng, percentile_interval, weighted_detection
-from .bootstrap import LinearColumns
+from .bootstrap import LinearColumns, bootstrap_counts, count_blocks, interval_rng, percentile_interval
+from .bootstrap_ranking import _Sorted, weighted_detection
 from .intervals import _unit_key, decode_samples
 
 __all__ = ["HIGHER_IS_BETTER", "PAIRED_KEYS", "bootstrap_p_value", "holm", "paired_comparisons", "rank_intervals",

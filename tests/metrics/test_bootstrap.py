@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: MIT
-"""The vectorised bootstrap kernels (``metrics/bootstrap.py``) against the statistic recomputed on the explicitly
+"""The vectorised bootstrap kernels (``metrics/bootstrap.py``, ``metrics/bootstrap_ranking.py``) against the statistic recomputed on the explicitly
 resampled arrays: a replicate with counts w is the multiset in which sample i appears w_i times, so every kernel
 must equal ubench's own point metric (itself pinned against scikit-learn elsewhere) on ``np.repeat(x, w)``. All-ones
 counts (the first replicate of every check) give the point estimate; ties and duplicated samples are exercised by
@@ -22,15 +22,13 @@ from ubench.metrics import (
     uce_error,
 )
 from ubench.metrics.bootstrap import (
-    _Ranked,
     bootstrap_counts,
     count_blocks,
     interval_rng,
     percentile_interval,
     weighted_binned_error,
-    weighted_detection,
-    weighted_selective,
 )
+from ubench.metrics.bootstrap_ranking import _Ranked, weighted_detection, weighted_selective
 from ubench.metrics.calibration import _equal_width_bin_index
 from ubench.metrics.calibration_debiased import debiased_squared_error, equal_mass_edges
 from ubench.metrics.uncertainty import _normalized_entropy
