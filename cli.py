@@ -395,6 +395,14 @@ def _protocol_options(f):
         click.option("--shift-temperature/--no-shift-temperature", "shift_temperature", default=None,
                      help="The shift paper's Temp Scaling: a temperature fitted on in-domain data (a validation "
                           "split if the archive has one) applied to every shifted split. [default: off]"),
+        click.option("--intervals/--no-intervals", "intervals", default=None,
+                     help="Bootstrap confidence intervals over the test samples beside every number "
+                          "(the report's 'intervals'; compare's paired differences, the leaderboard's rank "
+                          "intervals). [default: on]"),
+        click.option("--confidence", type=click.FloatRange(0.5, 1.0, max_open=True), default=None,
+                     help="Level of the intervals. [default: 0.95]"),
+        click.option("--bootstrap", "bootstrap", type=click.IntRange(min=10), default=None, metavar="B",
+                     help="Bootstrap replicates of the intervals (seeded by --seed). [default: 1000]"),
     ]
     for opt in reversed(opts):
         f = opt(f)
@@ -412,7 +420,8 @@ def _calibrator_names(calibrator=(), calibrators=None) -> tuple[str, ...] | None
 
 def _protocol_from(preset, placement, folds, repeats, seed, bins, smoothing, orders, cost_preset, cost_matrix,
                    member_curves=None, conformal_method=None, conformal_alpha=None, calibrator=(),
-                   calibrators=None, shift_temperature=None, odir=None):
+                   calibrators=None, shift_temperature=None, odir=None, intervals=None, confidence=None,
+                   bootstrap=None):
     from .scoring.protocols import Protocol, load_cost_matrix
 
     try:
@@ -422,7 +431,7 @@ def _protocol_from(preset, placement, folds, repeats, seed, bins, smoothing, ord
             orders=orders, cost_preset=cost_preset, cost_matrix=matrix, cost_source=cost_matrix,
             member_curves=member_curves, conformal_method=conformal_method, conformal_alpha=conformal_alpha,
             calibrators=_calibrator_names(calibrator, calibrators), shift_temperature=shift_temperature,
-            odir=odir)
+            odir=odir, intervals=intervals, confidence=confidence, bootstrap=bootstrap)
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None
 
@@ -537,6 +546,7 @@ def score(archive: Path, reference: Path | None, as_json: bool, html_path: Path 
     ubench score run.h5
     ubench score upload.h5 --reference test_labels.h5 --json
     ubench score run.h5 --protocol ursabench --cost-preset mnist --html report.html
+    ubench score run.h5 --confidence 0.9 --bootstrap 2000     # or --no-intervals
     """
     if (html_path is not None or ensemble is not None) and options.get("member_curves") is None:
         options["member_curves"] = True
@@ -676,10 +686,14 @@ def fingerprints(data_dirs: tuple[Path, ...], out: Path | None, check: bool) -> 
 @click.option("--sandbox/--no-sandbox", "sandbox", default=None,
               help="Read and score every archive in a limited child process, as `score` does.  "
                    "[default: on with --reference, off otherwise]")
+@click.option("--group-by", "group_by", type=click.Choice(("method",)), default=None,
+              help="One row per method: the archives of a method (its training seeds) give mean +- sd over runs "
+                   "and an interval holding run-to-run and test-sample variance (Bouthillier et al. 2021).")
 @_sandbox_limit_options
 def compare(archives: tuple[Path, ...], reference: Path | None, ensemble: Path | None, allow_mismatch: bool,
             reference_posterior: Path | None, as_json: bool, as_csv: bool, html_path: Path | None,
-            sandbox: bool | None, memory_limit: int, cpu_limit: int, timeout: float, **options) -> None:
+            sandbox: bool | None, memory_limit: int, cpu_limit: int, timeout: float, group_by: str | None = None,
+            **options) -> None:
     """Score several archives under one protocol: one table, methods as rows, comparable columns marked.
 
     \b
@@ -689,6 +703,11 @@ def compare(archives: tuple[Path, ...], reference: Path | None, ensemble: Path |
     ubench compare sgld.h5 swag.h5 --reference-posterior hmc.h5
     ubench compare de.h5 swag.h5 --csv > methods.csv
     ubench compare de.h5 mc_dropout.h5 swag.h5 --ensemble de.h5 --html compare.html
+    ubench compare de_s0.h5 de_s1.h5 de_s2.h5 swag_s0.h5 swag_s1.h5 --group-by method
+
+    With intervals on (the default), the methods are compared pairwise on their shared test samples (the same
+    bootstrap resamples for all): each column's best method is marked ^, and every method not distinguishable
+    from it (Holm-adjusted paired bootstrap p >= 1 - level) ~; the JSON's 'paired' lists every difference.
     """
     if as_json and as_csv:
         raise click.UsageError("--json and --csv both print to stdout: choose one")
@@ -700,6 +719,11 @@ def compare(archives: tuple[Path, ...], reference: Path | None, ensemble: Path |
     protocol = _protocol_from(**options)
     if ensemble is not None and not protocol.member_curves:  # DEE at the point the reference curve averages
         protocol = protocol.replace(dee_point=True)
+    paired = protocol.intervals and (len(archives) > 1 or group_by is not None)
+    if paired:  # per-sample statistics for the paired comparisons (not a setting: not in overrides)
+        import dataclasses
+
+        protocol = dataclasses.replace(protocol, sample_stats=True)
     _check_reference_or_exit(reference)
     sandboxed = sandbox if sandbox is not None else reference is not None
     # the task of every archive from its metadata first, so that one on another task is refused before any
@@ -719,27 +743,71 @@ def compare(archives: tuple[Path, ...], reference: Path | None, ensemble: Path |
             attach_dee(r, ens, curve=html_path is not None)  # the page draws every method's DEE curve
     if reference_posterior is not None:
         _add_posterior_agreement(reports, archives, reference_posterior)
+    comparison = _paired_comparison(reports, names, protocol, group_by) if paired else None
+    if ensemble is not None and protocol.intervals:
+        _add_dee_intervals(reports, ens)
     if progress is not None:
         progress.close()
     if html_path is not None:
         from .scoring.compare_html import write_compare_html
 
         _, figure_notes = write_compare_html(reports, names, html_path, limits=_sandbox_limits(
-            memory_limit, cpu_limit, timeout), ensemble=None if ensemble is None else str(ensemble))
+            memory_limit, cpu_limit, timeout), ensemble=None if ensemble is None else str(ensemble),
+            comparison=comparison)
         _echo(f"wrote {html_path}", err=True)
         for n in figure_notes:
             _echo(f"note: {n}", err=True)
     if as_json:
-        _echo_text(_dump_json({"methods": names, "protocol": protocol.to_dict(), "reports": reports,
-                               "ensemble": None if ensemble is None else str(ensemble)}))
+        out = {"methods": names, "protocol": protocol.to_dict(), "reports": reports,
+               "ensemble": None if ensemble is None else str(ensemble)}
+        if comparison is not None:
+            out.update(comparison)
+        _echo_text(_dump_json(out))
         return
-    from .scoring.tables import format_compare, format_csv, format_notes
+    from .scoring.tables import format_compare, format_csv, format_groups, format_notes
 
     if as_csv:
         _echo_text(format_csv(reports, names), nl=False)
+    elif group_by is not None and comparison is not None:
+        _echo_table(format_groups(comparison, styled=_styled()))
     else:
-        _echo_table(format_compare(reports, names, styled=_styled()))
+        _echo_table(format_compare(reports, names, styled=_styled(), comparison=comparison))
     _echo_text(format_notes(reports, names), err=True, nl=False)
+    for n in (comparison or {}).get("notes", ()):
+        _echo(f"note: {n}", err=True)
+
+
+def _paired_comparison(reports: list[dict], names: list[str], protocol, group_by: str | None) -> dict:
+    """``paired`` (and with ``--group-by method`` ``groups``) of compare's JSON; every report's ``samples`` is
+    dropped afterwards (they are the comparison's input, not its output)."""
+    from .scoring.compare import grouped_section, paired_section, strip_samples
+
+    settings = {"level": protocol.confidence, "n_replicates": protocol.bootstrap, "seed": protocol.seed,
+                "tpr": protocol.tpr}
+    try:
+        if group_by is not None:
+            out = grouped_section(reports, names, **settings)
+        else:
+            out = paired_section(reports, names, **settings)
+    except ValueError as exc:  # reports on other samples (already refused unless --allow-mismatch)
+        out = {"paired": [], "best": {}, "tied": {}, "notes": [f"no paired comparisons: {exc}"]}
+    strip_samples(reports)
+    out["paired_settings"] = {"level": protocol.confidence, "replicates": protocol.bootstrap, "seed": protocol.seed,
+                              "method": "paired percentile bootstrap", "adjustment": "holm"}
+    return out
+
+
+def _add_dee_intervals(reports: list[dict], ensemble_report: dict) -> None:
+    """``intervals.summary.dee`` of every report with a DEE and a CLL interval (``scoring/compare.py``)."""
+    from .scoring.compare import dee_interval
+    from .scoring.dee import DeeUnavailableError
+
+    for r in reports:
+        if r.get("intervals") and r["summary"].get("dee") is not None:
+            try:
+                r["intervals"]["summary"]["dee"] = dee_interval(r, ensemble_report)
+            except DeeUnavailableError:
+                pass
 
 
 def _refuse_other_task(name: str, first: str, diff: str) -> None:

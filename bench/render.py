@@ -39,6 +39,12 @@ SCRIPTS = {
     "bench_score": ("python bench/bench_score.py --repeats 3",
                     "`ubench score ARCHIVE --json` as a real subprocess (start-up included) on an archive from "
                     "`ArchiveWriter`."),
+    "bench_intervals": ("python bench/bench_intervals.py --repeats 3",
+                        "Bootstrap intervals (issue #26): `ubench score --json` (1,000 replicates) against "
+                        "`--no-intervals` as real subprocesses, calls alternating, medians; the rank intervals of a "
+                        "100-row board from its rows' per-sample CLL columns; and `scipy.stats.bootstrap` "
+                        "(percentile) on the same statistics, compared per replicate (scipy runs fewer resamples "
+                        "where each costs a protocol refit)."),
     "bench_memory": ("python bench/bench_memory.py --members 200",
                      "Sandboxed validation and scoring of one large archive: peak RSS of the child (`ru_maxrss`), "
                      "and the streamed report against the in-memory path."),

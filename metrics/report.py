@@ -26,6 +26,7 @@ from .decision import COST_PRESETS, cost_preset_for_dataset
 from .report_sections import *  # noqa: F403 -- the sections stay reachable as ubench.metrics.report.<name>
 from .report_sections import RENORMALISE_ABOVE, RowSums, SplitArrays, scores_for
 from .method_scores import MethodScore, method_scores_in_domain, method_scores_ood, method_scores_summary
+from .report_intervals import IntervalCollector
 from .shift_paper import confidence_curves as _confidence_curves
 from .ensemble import _smooth
 from .temperature import apply_temperature as _apply_temperature
@@ -173,6 +174,10 @@ class ReportBuilder:
         self._shift_ts: dict[str, Any] | None = None
         self._method_scores: dict[str, Mapping[str, MethodScore]] = {}  # issue #31: split -> its method scores
         self.cost_preset, self.cost_matrix = self._decision_cost_matrix(dataset)
+        # per-sample statistics for the report's confidence intervals (metrics/report_intervals.py); score.py
+        # sets intervals.units to each split's sample-ids digest
+        self.intervals = IntervalCollector(protocol, scores=self.scores, cost_preset=self.cost_preset,
+                                           cost_matrix=self.cost_matrix)
         if self.n_members == 1:
             self.notes.append("one member: its knowledge uncertainty (mutual information) is 0 for every sample, "
                               "so the knowledge-based detection scores (*_knowledge, aurc_knowledge) are null")
@@ -268,6 +273,7 @@ class ReportBuilder:
                                                                      self._method_scores[name], tpr=p.tpr)
             sec["notes"] = sec["notes"] + ms_notes
         self.sections["in_domain"][name] = sec
+        self.intervals.add_labelled("in_domain", name, arrays, labels, sec)
         if name == self.primary:
             self._primary_arrays = arrays
         if p.shift_temperature and n >= 2:
@@ -300,6 +306,7 @@ class ReportBuilder:
                 sec["temperature_scaled"] = {k: core[k] for k in ("accuracy", "nll", "brier", "ece")}
         sec.update(shift_kind=kind, shift_intensity=float(intensity))
         self.sections["shift"][name] = sec
+        self.intervals.add_labelled("shift", name, arrays, labels, sec)
 
     def _shift_temperature(self) -> dict[str, Any] | None:
         """Fit (once) the temperature applied to every shift split: on a validation-named in-domain split when the
@@ -357,6 +364,7 @@ class ReportBuilder:
                     sec["method_scores"] = method_scores_ood(self._method_scores[self.primary],
                                                              self._method_scores[name], tpr=p.tpr)
                 report["ood"][name] = sec
+                self.intervals.add_ood(name, self._primary_arrays, arrays, self.primary)
         report["shift_summary"] = shift_summary_section(report["shift"]) if report["shift"] else None
         if report["shift_summary"] is not None and self._shift_ts:
             report["shift_summary"]["temperature"] = self._shift_ts
@@ -368,5 +376,6 @@ class ReportBuilder:
             (report["in_domain"].get(primary) or {}).get("method_scores"),
             {n: sec["method_scores"] for n, sec in report["ood"].items() if "method_scores" in sec}) or None
         report["row_sums"] = self._row_sums()
+        self.intervals.finish(report)
         report["notes"] = self.notes
         return report

@@ -28,7 +28,7 @@ from .protocols import Protocol
 __all__ = ["MEMBER_CACHE_BLOCKS", "score_archive", "score_arrays", "run_score", "ProgressFn", "REPORT_SCHEMA_VERSION"]
 
 #: Version of the report layout (``scoring/REPORT_KEYS.md``); bumped when a key changes meaning or moves.
-REPORT_SCHEMA_VERSION = "1.1"
+REPORT_SCHEMA_VERSION = "1.2"
 
 #: ``progress(task, done, total)``: called while streaming; ``task`` names the split or sweep.
 ProgressFn = Callable[[str, int, int], None]
@@ -54,7 +54,8 @@ def _as_protocol(protocol: Protocol | str) -> Protocol:
 
 
 def score_archive(path: str | Path, *, reference: str | Path | None = None,
-                  protocol: Protocol | str = "pitfalls", limits: ReadLimits = ReadLimits()) -> dict:
+                  protocol: Protocol | str = "pitfalls", limits: ReadLimits = ReadLimits(),
+                  intervals: bool | None = None) -> dict:
     """Score an archive under ``protocol``; returns the report dict (``scoring/REPORT_KEYS.md``).
 
     Parameters
@@ -66,6 +67,8 @@ def score_archive(path: str | Path, *, reference: str | Path | None = None,
         :class:`Protocol` (``Protocol.preset(name).replace(bins=20)``).
     limits : the safe reader's limits; ``limits.block_bytes`` sets the streamed block size and, times
         ``MEMBER_CACHE_BLOCKS``, the largest member stack held in memory.
+    intervals : add the ``intervals`` object (bootstrap confidence intervals over the test samples); ``None``
+        follows ``protocol.intervals`` (on in every preset), ``True``/``False`` override it.
 
     Raises
     ------
@@ -74,7 +77,13 @@ def score_archive(path: str | Path, *, reference: str | Path | None = None,
     ReferenceError, ReferenceMismatchError
         The reference is unusable, or the archive differs from it (``.differences``).
     """
-    return run_score(path, reference=reference, protocol=protocol, limits=limits)
+    return run_score(path, reference=reference, protocol=_with_intervals(_as_protocol(protocol), intervals),
+                     limits=limits)
+
+
+def _with_intervals(protocol: Protocol, intervals: bool | None) -> Protocol:
+    """``protocol`` with its ``intervals`` setting replaced when ``intervals`` is not None."""
+    return protocol if intervals is None else protocol.replace(intervals=bool(intervals))
 
 
 def _aligned_rows(chunk_rows: int | None, rows: int) -> int:
@@ -259,6 +268,7 @@ def run_score(path: str | Path, *, reference: str | Path | None = None,
             known_inputs, known_notes = check_known_splits(h.dataset, h.splits)
             notes = notes + known_notes
         builder.notes[:0] = notes
+        builder.intervals.units = {name: _ids_digest(reader.sample_ids(name)) for name in h.splits}
         for name in _scoring_order(h):
             arrays = _stream_split(reader, name, builder, limits, progress)
             builder.add_method_scores(name, _method_scores(reader, name))
@@ -306,7 +316,7 @@ def _as_member_probs(x: ArrayLike, name: str, kind: str) -> np.ndarray:
 def score_arrays(member_probs: ArrayLike, labels: ArrayLike, *,
                  ood: ArrayLike | Mapping[str, ArrayLike] | None = None, protocol: Protocol | str = "pitfalls",
                  split: str = "test", method: str = "arrays", model: str = "unknown",
-                 dataset: str = "unknown", kind: str = "probs") -> dict:
+                 dataset: str = "unknown", kind: str = "probs", intervals: bool | None = None) -> dict:
     """Score in-memory predictions as ``ubench score`` scores an archive holding them; no file is read or written.
 
     Parameters
@@ -323,6 +333,7 @@ def score_arrays(member_probs: ArrayLike, labels: ArrayLike, *,
         (``dataset`` also picks the decision-cost matrix under ``cost_preset="auto"``).
     kind : ``"probs"`` (default) or ``"logits"``: logits become probabilities by a softmax in float64 (noted in
         the report); never guessed from the values.
+    intervals : as :func:`score_archive` (``None``: the protocol's setting, on in every preset).
 
     Returns
     -------
@@ -340,7 +351,7 @@ def score_arrays(member_probs: ArrayLike, labels: ArrayLike, *,
     from ..metrics.report import ReportBuilder
     from ..metrics.report_sections import split_arrays
 
-    protocol = _as_protocol(protocol)
+    protocol = _with_intervals(_as_protocol(protocol), intervals)
     if kind not in ("probs", "logits"):
         raise ValueError(f"kind must be 'probs' or 'logits'; found {kind!r}")
     probs = _as_member_probs(member_probs, "member_probs", kind)

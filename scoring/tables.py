@@ -25,7 +25,7 @@ from typing import Any
 from ..archive_schema.spec import LATENCY_ATTRIBUTES
 from .text import escape_text, shorten
 
-__all__ = ["format_score", "format_compare", "format_dee", "format_notes", "format_leaderboard", "format_csv",
+__all__ = ["format_score", "with_interval", "format_compare", "format_groups", "format_dee", "format_notes", "format_leaderboard", "format_csv",
            "leaderboard_csv", "report_rows", "report_frame", "compact", "natural_key", "COMPARE_COLUMNS",
            "DISPLAY_NAMES", "HIGHER_IS_BETTER", "LOWER_IS_BETTER", "display_name", "direction",
            "compare_cell", "compare_columns"]
@@ -170,11 +170,22 @@ def _rich_table(cells: list[list[str]]) -> list[str]:
     return out.getvalue().rstrip("\n").split("\n")
 
 
+def with_interval(value: Any, interval: Sequence[float] | None) -> Any:
+    """``value [low, high]`` (compact numbers) when the report has an interval for it, else the value itself."""
+    if interval is None or value is None or isinstance(value, bool):
+        return value
+    return f"{_fmt(value)} [{compact(interval[0])}, {compact(interval[1])}]"
+
+
+def _split_intervals(report: Mapping[str, Any], split: str) -> Mapping[str, Any]:
+    return ((report.get("intervals") or {}).get("splits") or {}).get(split) or {}
+
+
 def _split_items(section: Mapping[str, Any]) -> list[tuple[str, Any]]:
     return sorted(section.items(), key=lambda kv: natural_key(kv[0]))
 
 
-_IN_DOMAIN_KEYS = ("accuracy", "nll", "brier", "ece", "tace", "uce", "misclassification_auroc_total",
+_IN_DOMAIN_KEYS = ("accuracy", "nll", "brier", "ece", "l2_ce_debiased", "tace", "uce", "misclassification_auroc_total",
                    "misclassification_auroc_confidence", "aurc_confidence", "decision_cost")
 #: The calibrated rows: CLL and not calibrated_nll, which is -CLL (the same number twice, with opposite signs).
 _CAL_KEYS = ("cll", "temperature", "temperature_std", "calibrated_accuracy", "calibrated_brier", "calibrated_ece")
@@ -195,11 +206,16 @@ def format_score(report: Mapping[str, Any], *, styled: bool = False) -> str:
              f"labels from {escape_text(report['labels']['source'])}"
              + (f" {escape_text(report['labels']['reference']['path'])}" if report["labels"]["reference"] else ""),
              escape_text(report["protocol"]["description"]), ""]
+    iv = report.get("intervals")
+    if iv:
+        lines.insert(-1, f"[low, high]: {100 * iv['level']:g} % {iv['method']} bootstrap intervals over the test "
+                         f"samples ({iv['replicates']} replicates, seed {iv['seed']})")
     for name, sec in _split_items(report["in_domain"]):
         lines.append(f"in-domain split {_fmt(name)} (N = {sec['n_samples']}; {_ARROWS})")
-        rows = [(display_name(k), sec[k]) for k in _IN_DOMAIN_KEYS if k in sec]
+        ivs = _split_intervals(report, name)
+        rows = [(display_name(k), with_interval(sec[k], ivs.get(k))) for k in _IN_DOMAIN_KEYS if k in sec]
         cal = sec.get("calibrated") or {}
-        rows += [(display_name(k), cal[k]) for k in _CAL_KEYS if k in cal]
+        rows += [(display_name(k), with_interval(cal[k], ivs.get(k))) for k in _CAL_KEYS if k in cal]
         lines += ["  " + ln for ln in _table(("metric", "value"), rows, styled=styled)] + [""]
         if sec.get("calibrators"):
             lines.append(f"  post-hoc calibrators, held-out under test-time CV ({_fmt(name)})")
@@ -208,8 +224,9 @@ def format_score(report: Mapping[str, Any], *, styled: bool = False) -> str:
                                                   for c, v in sec["calibrators"].items()], styled=styled)] + [""]
     if report["ood"]:
         lines.append("OOD detection (positive = OOD)")
-        rows = [(name, s["against"], s["ood_auroc_total"], s["ood_auroc_knowledge"], s["ood_auroc_confidence"],
-                 s["ood_aupr_total"], s["ood_fpr95_total"]) for name, s in _split_items(report["ood"])]
+        rows = [(name, s["against"], *(with_interval(s[k], _split_intervals(report, name).get(k)) for k in (
+                 "ood_auroc_total", "ood_auroc_knowledge", "ood_auroc_confidence", "ood_aupr_total",
+                 "ood_fpr95_total"))) for name, s in _split_items(report["ood"])]
         lines += ["  " + ln for ln in _table(("split", "against", "AUROC tot ↑", "AUROC kn ↑", "AUROC conf ↑",
                                                "AUPR tot ↑", "FPR95 tot ↓"), rows, styled=styled)] + [""]
     if report.get("method_scores"):  # method-specific and logit scores (format 1.1)
@@ -282,23 +299,48 @@ def shift_rows(report: Mapping[str, Any]) -> list[tuple]:
     """(split, kind, intensity, accuracy, NLL, Brier, ECE) of every shift split, by kind then numeric intensity
     then natural split name (a report that went through JSON has its splits in name order, where rotate_105 sorts
     before rotate_15)."""
-    rows = [(name, s["shift_kind"], s["shift_intensity"], s["accuracy"], s["nll"], s["brier"], s["ece"])
+    rows = [(name, s["shift_kind"], s["shift_intensity"],
+             *(with_interval(s[k], _split_intervals(report, name).get(k)) for k in ("accuracy", "nll", "brier", "ece")))
             for name, s in report["shift"].items()]
     return sorted(rows, key=lambda r: (r[1], r[2], natural_key(r[0])))
 
 
-def format_compare(reports: Sequence[Mapping[str, Any]], names: Sequence[str], *, styled: bool = False) -> str:
-    """One table, methods as rows; ``*`` marks columns comparable across models (Ashukha et al. 2020)."""
+def _paired_mark(comparison: Mapping[str, Any] | None, key: str, name: str) -> str:
+    """``^`` for the best of a column, ``~`` for a method not distinguishable from it, else nothing (attached to
+    the number, so that a cell stays one word for whoever splits the table on white space)."""
+    if not comparison or key not in comparison.get("best", {}):
+        return ""
+    if comparison["best"][key] == name:
+        return "^"
+    return "~" if name in comparison["tied"].get(key, ()) else ""
+
+
+def format_compare(reports: Sequence[Mapping[str, Any]], names: Sequence[str], *, styled: bool = False,
+                   comparison: Mapping[str, Any] | None = None) -> str:
+    """One table, methods as rows; ``*`` marks columns comparable across models (Ashukha et al. 2020). With
+    ``comparison`` (``scoring/compare.py``'s paired section) ``^`` marks each column's best and ``~`` every method
+    not distinguishable from it (the intervals themselves are in ``--json`` and ``--html``)."""
     # a key is comparable when any report says so (a report leaves out the keys undefined on its own data)
     comparable = set().union(*(r["comparability"]["comparable"] for r in reports))
     cols = compare_columns(reports)
     header = ["method", "dataset"] + [h + direction(k) + ("*" if k in comparable else "") for k, h in cols]
-    rows = [[n, r["archive"].get("dataset")] + [compare_cell(r["summary"], k) for k, _ in cols]
-            for n, r in zip(names, reports)]
+
+    def cell(r, k, n):
+        v = compare_cell(r["summary"], k)
+        mark = _paired_mark(comparison, k, n)
+        return v if not mark or v is None else f"{_fmt(v)}{mark}"
+
+    rows = [[n, r["archive"].get("dataset")] + [cell(r, k, n) for k, _ in cols] for n, r in zip(names, reports)]
     lines = _table(header, rows, styled=styled)
     lines += ["", "* comparable across models (calibrated metrics, DEE, accuracy, OOD/shift scores); unmarked "
               "columns (uncalibrated NLL/Brier/ECE/TACE/UCE, misclassification AUROC) are not "
               f"(Ashukha et al. 2020). {_ARROWS}."]
+    iv = next((r["intervals"] for r in reports if r.get("intervals")), None)
+    if comparison and comparison.get("best"):
+        lines.append(f"^ best in its column; ~ not distinguishable from the best (paired bootstrap on the shared "
+                     f"samples, {iv['replicates'] if iv else ''} replicates, p >= {1 - iv['level'] if iv else 0.05:g} "
+                     "after Holm's adjustment over the comparisons with the best); every difference with its "
+                     "interval and p-value in --json (paired), the intervals in --json and --html.")
     if reports:
         lines.append(escape_text(reports[0]["protocol"]["description"]))
     header, rows = latency_table(reports, names)
@@ -318,6 +360,32 @@ def compare_cell(summary: Mapping[str, Any], key: str) -> Any:
     if key == "dee" and summary.get("dee") is None and summary.get("dee_below_one"):
         return "< 1"
     return summary.get(key)
+
+
+def format_groups(comparison: Mapping[str, Any], *, styled: bool = False) -> str:
+    """``compare --group-by method``: one row per method, ``mean ± sd [low, high]`` over its runs per comparable
+    key (``^``/``~`` as in :func:`format_compare`)."""
+    groups = comparison["groups"]
+    keys = [k for k, _ in COMPARE_COLUMNS if any(k in g["summary"] for g in groups)]
+    heads = dict(COMPARE_COLUMNS)
+    rows = []
+    for g in groups:
+        label = f"{g['method']} ({g['n_runs']} runs)"
+        cells = []
+        for k in keys:
+            s = g["summary"].get(k)
+            if s is None:
+                cells.append(None)
+                continue
+            iv = s["interval"]
+            text = f"{compact(s['mean'])} ± {compact(s['sd'])}" + (
+                f" [{compact(iv[0])}, {compact(iv[1])}]" if iv else "")
+            cells.append(text + _paired_mark(comparison, k, label))
+        rows.append([label, *cells])
+    lines = _table(["method", *(heads[k] + direction(k) for k in keys)], rows, styled=styled)
+    lines += ["", "mean ± sd over runs (training seeds) [interval of the method's expected value: runs and test "
+              "samples resampled together, Bouthillier et al. 2021]; ^ best, ~ not distinguishable from it."]
+    return "\n".join(lines).rstrip() + "\n"
 
 
 def format_dee(result: Mapping[str, Any], *, styled: bool = False) -> str:
@@ -341,10 +409,23 @@ _LEADERBOARD_NAMES = {"cll": "CLL", "dee": "DEE", "accuracy": "accuracy", "ood_a
 def format_leaderboard(board: Mapping[str, Any], *, styled: bool = False) -> str:
     """The terminal view of ``ubench leaderboard``: rank, upload, status and the headline columns."""
     keys = [c["key"] for c in board["columns"] if c["key"] in LEADERBOARD_TABLE_KEYS]
-    rows = [[row["rank"] or "", row["archive"] or "", row["status"], *(row["metrics"].get(k) for k in keys)]
-            for row in board["rows"]]
-    return "\n".join(_table(["#", "upload", "status", *(_LEADERBOARD_NAMES.get(k, k) + " " + direction(k)
-                                                         for k in keys)], rows, styled=styled)) + "\n"
+    rows = [[row["rank"] or "", _rank_interval_text(row), row["archive"] or "", row["status"],
+             *(row["metrics"].get(k) for k in keys)] for row in board["rows"]]
+    lines = _table(["#", "rank interval", "upload", "status",
+                    *(_LEADERBOARD_NAMES.get(k, k) + " " + direction(k) for k in keys)], rows, styled=styled)
+    info = board.get("rank_intervals")
+    if info and info.get("rows"):
+        lines += ["", f"rank interval: {100 * info['level']:g} % paired bootstrap interval of the rank by "
+                      f"{info['metric']} ({info['replicates']} replicates); = : tied with the leader (overlapping "
+                      "intervals). The order is by the point values."]
+    return "\n".join(lines) + "\n"
+
+
+def _rank_interval_text(row: Mapping[str, Any]) -> str:
+    iv = row.get("rank_interval")
+    if not iv:
+        return ""
+    return f"[{iv[0]}, {iv[1]}]" + (" =" if row.get("tied_with_leader") else "")
 
 
 def _csv_cell(v: Any) -> Any:
@@ -410,12 +491,15 @@ def format_csv(reports: Any, names: Sequence[str] | None = None) -> str:
 
 
 def leaderboard_csv(board: Mapping[str, Any]) -> str:
-    """``ubench leaderboard --csv``: rank, upload, status, method, model, n_members, then every metric column of
-    the board (as ``leaderboard.json`` orders them)."""
+    """``ubench leaderboard --csv``: rank, rank_interval (``[best, worst]``), tied_with_leader, upload, status,
+    method, model, n_members, then every metric column of the board (as ``leaderboard.json`` orders them)."""
     metric_keys = [c["key"] for c in board["columns"]]
-    rows = [{"rank": r["rank"], "upload": r["archive"], "status": r["status"], "method": r.get("method"),
-             "model": r.get("model"), "n_members": r.get("n_members"), **r["metrics"]} for r in board["rows"]]
-    return _csv(["rank", "upload", "status", "method", "model", "n_members", *metric_keys], rows)
+    rows = [{"rank": r["rank"], "rank_interval": None if not r.get("rank_interval") else
+             f"[{r['rank_interval'][0]}, {r['rank_interval'][1]}]", "tied_with_leader": r.get("tied_with_leader"),
+             "upload": r["archive"], "status": r["status"], "method": r.get("method"), "model": r.get("model"),
+             "n_members": r.get("n_members"), **r["metrics"]} for r in board["rows"]]
+    return _csv(["rank", "rank_interval", "tied_with_leader", "upload", "status", "method", "model", "n_members",
+                 *metric_keys], rows)
 
 
 def report_frame(reports: Any, names: Sequence[str] | None = None):

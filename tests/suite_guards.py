@@ -43,6 +43,7 @@ SLOW_TESTS = frozenset({
     # the figures' text measured in headless Chromium (two pages scored and drawn; 13 s of CPU)
     "tests/test_readme_fresh_clone.py::test_the_readme_commands_run_in_a_copy_of_the_clone_with_nothing_beside_it",
     "tests/scoring/test_figures_in_browser.py::test_figure_text_is_readable_at_100_percent",
+    "tests/metrics/test_interval_coverage.py::test_95_percent_intervals_cover_the_population_values_at_the_nominal_rate",  # 15-25 s
 })
 
 #: Top-level modules whose import makes a test a ``torch`` test.

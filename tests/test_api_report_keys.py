@@ -34,6 +34,8 @@ NAMED_CHILDREN = {
     ("archive", "splits"), ("in_domain",), ("ood",), ("shift",), ("shift_summary", "by_kind"),
     ("shift_summary", "groups", "by_intensity"), ("in_domain", "*", "rejection_curves"), ("ood", "*", "histograms"), ("ood", "*", "roc_curves"),
     ("method_scores",), ("in_domain", "*", "method_scores"), ("ood", "*", "method_scores"),
+    ("intervals", "summary"), ("intervals", "splits"), ("intervals", "splits", "*"), ("samples", "splits"),
+    ("samples", "splits", "*", "columns"), ("groups", "*", "summary"), ("best",), ("tied",),
 }
 #: Values that are free-form by design (documented as a whole), by the end of their path: not walked.
 OPAQUE = {("archive", "diagnostics"), ("protocol", "cost_matrix")}
