@@ -24,7 +24,7 @@ import numpy as np
 
 from ..archive_schema import SplitSpec
 from ..archive_schema.spec import ReadLimits, is_score_name
-from .npz import NpzStream, _npz_keys
+from .npz import NpzStream, npz_keys
 from .plan import ImportFailure, ImportPlan, Member
 
 __all__ = ["plan_openood", "KEYS"]
@@ -34,7 +34,7 @@ KEYS = ("pred", "conf", "label")
 
 def _read(path: Path) -> dict[str, np.ndarray]:
     """``pred``, ``conf`` and ``label`` of one score file, each (N,), checked before and after reading."""
-    keys = _npz_keys(path)
+    keys = npz_keys(path)
     missing = [k for k in KEYS if k not in keys]
     if missing:
         raise ImportFailure(f"{path}: not an OpenOOD score file: no array {missing[0]!r} (arrays: {keys}; expected "
