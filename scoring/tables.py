@@ -34,6 +34,7 @@ __all__ = ["format_score", "with_interval", "format_compare", "format_groups", "
 #: (``scoring/html.py``, ``scoring/leaderboard_html.py``), one place for the terminal tables too.
 DISPLAY_NAMES = {
     "accuracy": "accuracy", "nll": "NLL", "brier": "Brier", "ece": "ECE", "tace": "TACE", "uce": "UCE",
+    "l2_ce_debiased": "debiased L2 calibration error",
     "misclassification_auroc_total": "misclassification AUROC (total)",
     "misclassification_auroc_confidence": "misclassification AUROC (confidence)",
     "misclassification_auroc_knowledge": "misclassification AUROC (knowledge)",
@@ -54,8 +55,8 @@ HIGHER_IS_BETTER = frozenset({
 })
 #: Keys where a smaller value is better (↓). A key in neither (the temperature) has no better direction.
 LOWER_IS_BETTER = frozenset({
-    "nll", "brier", "ece", "tace", "uce", "aurc_confidence", "decision_cost", "calibrated_brier", "calibrated_ece",
-    "calibrated_nll", "ood_fpr95_total", "posterior_total_variation",
+    "nll", "brier", "ece", "l2_ce_debiased", "tace", "uce", "aurc_confidence", "decision_cost", "calibrated_brier",
+    "calibrated_ece", "calibrated_nll", "ood_fpr95_total", "posterior_total_variation",
 })
 
 
@@ -185,8 +186,9 @@ def _split_items(section: Mapping[str, Any]) -> list[tuple[str, Any]]:
     return sorted(section.items(), key=lambda kv: natural_key(kv[0]))
 
 
-_IN_DOMAIN_KEYS = ("accuracy", "nll", "brier", "ece", "l2_ce_debiased", "tace", "uce", "misclassification_auroc_total",
-                   "misclassification_auroc_confidence", "aurc_confidence", "decision_cost")
+_IN_DOMAIN_KEYS = ("accuracy", "nll", "brier", "ece", "l2_ce_debiased", "tace", "uce",
+                   "misclassification_auroc_total", "misclassification_auroc_confidence", "aurc_confidence",
+                   "decision_cost")
 #: The calibrated rows: CLL and not calibrated_nll, which is -CLL (the same number twice, with opposite signs).
 _CAL_KEYS = ("cll", "temperature", "temperature_std", "calibrated_accuracy", "calibrated_brier", "calibrated_ece")
 
