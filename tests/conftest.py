@@ -13,6 +13,10 @@
   run with the list. Only ``.git``, ``.hypothesis/`` (hypothesis's example database), ``.pytest_cache/``,
   ``__pycache__/``, virtual environments and pytest's ``--basetemp`` (when it lies inside) are ignored. Editing
   the tree while the suite runs trips it too: the list then shows your own edit.
+* Under CI (``CI=true``) a skip fails the test unless its reason is on ``suite_guards.CI_ALLOWED_SKIPS`` (no CUDA
+  GPU, no TensorRT): CI installs everything else the suite needs, so a skip there means a missing install step.
+  Skips at collection (a module-level ``importorskip``) become collection errors; xfail is not a skip. With
+  ``UBENCH_SKIP_SUMMARY=PATH`` the session's skips (reason, count) are written there (``.ci/run`` prints them).
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ from pathlib import Path
 import pytest
 from _pytest.doctest import DoctestModule  # not re-exported by pytest
 from hypothesis import HealthCheck, settings
-from suite_guards import SLOW_TESTS, torch_tests, tree_changes, tree_state
+from suite_guards import SLOW_TESTS, ci_allows_skip, skip_reason, torch_tests, tree_changes, tree_state
 
 settings.register_profile("dev", max_examples=25, deadline=None)
 settings.register_profile(
@@ -93,3 +97,44 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.torch)
         if item.nodeid.split("[", 1)[0] in SLOW_TESTS:
             item.add_marker(pytest.mark.slow)
+
+
+def _in_ci() -> bool:
+    return os.environ.get("CI", "").strip().lower() in ("true", "1")
+
+
+def _refuse_skip_in_ci(report: pytest.TestReport | pytest.CollectReport) -> None:
+    """Under CI, turn a skip whose reason is not on the allow-list into a failure naming the reason."""
+    if not report.skipped or hasattr(report, "wasxfail") or not _in_ci():
+        return
+    reason = skip_reason(report.longrepr)
+    if not ci_allows_skip(reason):
+        report.outcome = "failed"
+        report.longrepr = (f"CI=true, and this skipped for a reason not on the CI allow-list "
+                           f"(tests/suite_guards.py CI_ALLOWED_SKIPS): {reason}; .ci/run must install what it needs")
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
+    report = yield
+    _refuse_skip_in_ci(report)
+    return report
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_make_collect_report(collector: pytest.Collector):
+    report = yield
+    _refuse_skip_in_ci(report)
+    return report
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
+    path = os.environ.get("UBENCH_SKIP_SUMMARY")
+    if not path:
+        return
+    counts: dict[str, int] = {}
+    for report in terminalreporter.stats.get("skipped", []):
+        reason = skip_reason(report.longrepr)
+        counts[reason] = counts.get(reason, 0) + 1
+    lines = [f"{n:5d}  {reason}" for reason, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))]
+    Path(path).write_text("".join(line + "\n" for line in lines), encoding="utf-8")
