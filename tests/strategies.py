@@ -122,7 +122,7 @@ def edge_probs_and_labels(draw, n_bins: int, n=st.integers(1, 40), c=st.integers
     inner = bin_edges(n_bins)[1:-1].tolist() + [float(x) for x in extra]
     focus = draw(st.lists(st.sampled_from(inner or [0.5]), min_size=1, max_size=3))
     focus += [0.0, 1.0] if draw(st.integers(0, 3)) == 0 else []  # the outer edges now and then
-    pool = _with_neighbours(focus)
+    pool = _with_neighbours(focus + [1.0 - f for f in focus])  # 1 - f: a pair's other entry, on its own grid
     templates = draw(st.lists(edge_rows(pool, c), min_size=2, max_size=6))
     pick = np.arange(n) % len(templates) if draw(st.booleans()) else draw(
         hnp.arrays(np.int64, (n,), elements=st.integers(0, len(templates) - 1)))
