@@ -12,7 +12,9 @@
   session starts and compared when it ends; any file added, removed or modified under the repository fails the
   run with the list. Only ``.git``, ``.hypothesis/`` (hypothesis's example database), ``.pytest_cache/``,
   ``__pycache__/``, virtual environments and pytest's ``--basetemp`` (when it lies inside) are ignored. Editing
-  the tree while the suite runs trips it too: the list then shows your own edit.
+  the tree while the suite runs trips it too: the list then shows your own edit. Not under mutation testing
+  (``UBENCH_MUTATION`` set by ``bench/bench_mutation.py``: the tree is then mutmut's copy, which it writes).
+* Hypothesis profile ``mutation``: derandomized, no example database (a mutant's verdict is reproducible).
 * Under CI (``CI=true``) a skip fails the test unless its reason is on ``suite_guards.CI_ALLOWED_SKIPS`` (no CUDA
   GPU, no TensorRT): CI installs everything else the suite needs, so a skip there means a missing install step.
   Skips at collection (a module-level ``importorskip``) become collection errors; xfail is not a skip. With
@@ -38,6 +40,12 @@ settings.register_profile(
     derandomize=True,
     suppress_health_check=[HealthCheck.too_slow],
 )
+#: Mutation testing (bench/bench_mutation.py): the dev profile's size, derandomized and without the example database,
+#: so that a mutant's verdict never depends on an earlier run.
+settings.register_profile(
+    "mutation", max_examples=25, deadline=None, derandomize=True, database=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "dev"))
 
 REPO = Path(__file__).resolve().parents[1]
@@ -50,6 +58,8 @@ def _basetemp_skip(config: pytest.Config) -> tuple[Path, ...]:
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
+    if os.environ.get("UBENCH_MUTATION"):
+        return
     session.config.stash[_BEFORE] = tree_state(REPO, skip=_basetemp_skip(session.config))
 
 
@@ -57,6 +67,9 @@ def pytest_sessionstart(session: pytest.Session) -> None:
 def source_tree_unchanged(request):
     """Fail the session if any test added, removed or modified a file under the repository (use ``tmp_path``)."""
     config = request.config
+    if os.environ.get("UBENCH_MUTATION"):  # mutmut's working copy, which mutmut itself writes during the run
+        yield
+        return
     before = config.stash.get(_BEFORE, None)
     if before is None:  # this conftest was not loaded at session start
         before = tree_state(REPO, skip=_basetemp_skip(config))
