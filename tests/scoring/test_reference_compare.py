@@ -61,3 +61,24 @@ def test_every_split_is_checked_after_a_differing_one():
         "other": _ref_split("in_domain", 3)})) == [
         "extra split(s) not in the reference: test, blur_1, ood, x, y",
         "split 'other': sample ids differ first at index 1 (archive 2, reference 1; 2 differ in all)"]
+
+
+def test_inputs_fingerprints_differ_only_when_both_sides_have_one():
+    """SPEC.md 4.2: a split predicted on other inputs is a difference only when the archive and the reference
+    both carry an inputs_sha256 and they differ; the line shows the first 12 hex digits of each."""
+    a, b = "a" * 12 + "1" * 52, "b" * 12 + "2" * 52
+    ref = Reference(path="r", dataset="toy", n_classes=3, splits={
+        "both": _ref_split("in_domain", 2, inputs_sha256=a),
+        "same": _ref_split("in_domain", 2, inputs_sha256=a),
+        "ref_only": _ref_split("in_domain", 2, inputs_sha256=a),
+        "archive_only": _ref_split("in_domain", 2),
+        "neither": _ref_split("in_domain", 2),
+    })
+    header = SimpleNamespace(n_classes=3, splits={
+        "both": _split("in_domain", 2, inputs_sha256=b), "same": _split("in_domain", 2, inputs_sha256=a),
+        "ref_only": _split("in_domain", 2), "archive_only": _split("in_domain", 2, inputs_sha256=b),
+        "neither": _split("in_domain", 2)})
+    ids = {name: np.arange(2) for name in header.splits}
+    assert compare_to_reference(header, ids, ref) == [
+        "split 'both': predicted on other inputs: inputs_sha256 bbbbbbbbbbbb... differs from the reference's "
+        "aaaaaaaaaaaa... (SPEC.md section 4.2)"]
