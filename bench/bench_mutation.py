@@ -163,14 +163,14 @@ def _run_shard(shard: str, modules: list[str], workdir: Path, max_children: int,
         if res.returncode != 0:
             raise SystemExit(f"mutmut failed on {module} (exit {res.returncode}); see its output above")
         codes = _verdicts(shard_dir, module)
-        rows[:] = [r for r in rows if r["module"] != module] + [_row(shard, module, codes, (time.monotonic() - t0) / 60,
-                                                                     before)]
-        rows.sort(key=lambda r: (r["shard"], r["module"]))
+        row = _row(shard, module, codes, (time.monotonic() - t0) / 60, before)
+        # merge into the rows on disk now: another shard may have written its rows since this run started
+        rows[:] = sorted([r for r in _load_rows() if r["module"] != module] + [row],
+                         key=lambda r: (r["shard"], r["module"]))
         recorder.write(rows, _summary(rows), settings={"max_children": max_children, "tool": "mutmut " + _mutmut_version()})
         done = i + 1
         left = (time.monotonic() - started) / done * (len(modules) - done)
-        print(f"[{shard}] {module}: score {rows[-1]['score'] if rows else None}; ~{left / 60:.0f} min left",
-              flush=True)
+        print(f"[{shard}] {module}: score {row['score']}; ~{left / 60:.0f} min left", flush=True)
 
 
 def _mutmut_version() -> str:
