@@ -51,5 +51,5 @@ def test_every_configured_path_is_a_shard_unit_and_the_config_parses(bench, tmp_
     bench._write_config(tmp_path, modules, tests)
     written = tomllib.loads((tmp_path / "pyproject.toml").read_text())["tool"]["mutmut"]
     assert written["source_paths"] == ["ubench/archive_schema/validator.py"]
-    assert written["pytest_add_cli_args_test_selection"] == ["ubench/tests/archive_schema"]
+    assert written["pytest_add_cli_args_test_selection"] == [f"ubench/{t}" for t in tests]
     assert written["pytest_add_cli_args"] == conf["pytest_add_cli_args"]
