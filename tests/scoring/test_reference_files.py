@@ -1,0 +1,69 @@
+# SPDX-License-Identifier: MIT
+"""write_reference and read_reference on the archives and files that exercise their other branches: values that
+fail the archive's value checks, splits without sample ids or labels, the inputs fingerprint, and reference
+datasets of the wrong type (mutation survivors of scoring/reference.py, issue #27 item 8)."""
+
+from __future__ import annotations
+
+import re
+
+import h5py
+import numpy as np
+import pytest
+from scoring_archives import build_archive, write_plain_archive
+
+from ubench.archive_schema import ArchiveWriter, SplitSpec
+from ubench.scoring.reference import ReferenceError, read_reference, write_reference
+
+
+def test_reference_of_an_archive_whose_values_fail_their_checks(tmp_path):
+    """A reference needs only labels and sample ids: write_reference reads the archive without its value checks,
+    so predictions off the simplex (rows summing to 2) do not stop it."""
+    y = np.array([0, 1, 2, 1])
+    probs = np.full((2, 4, 3), 2.0 / 3.0)
+    up = write_plain_archive(tmp_path / "bad.h5", {"test": probs}, {"test": y}, {"test": "in_domain"}, 3)
+    ref = read_reference(write_reference(up, tmp_path / "ref.h5"))
+    assert np.array_equal(ref.splits["test"].labels, y)
+    assert np.array_equal(ref.splits["test"].sample_ids, np.arange(4))
+
+
+@pytest.mark.parametrize("dataset, message", [
+    ("sample_ids", "split 'test' of {path} has no sample_ids; a reference needs them"),
+    ("labels", "split 'test' (in_domain) of {path} has no labels"),
+])
+def test_a_split_without_ids_or_labels_cannot_make_a_reference(tmp_path, dataset, message):
+    up = write_plain_archive(tmp_path / "up.h5", {"test": np.full((1, 3, 2), 0.5)}, {"test": np.array([0, 1, 1])},
+                             {"test": "in_domain"}, 2)
+    with h5py.File(up, "a") as f:
+        del f[f"splits/test/{dataset}"]
+    with pytest.raises(ReferenceError, match=re.escape(message.format(path=up))):
+        write_reference(up, tmp_path / "ref.h5")
+    assert not (tmp_path / "ref.h5").exists()
+
+
+def test_the_reference_keeps_the_inputs_fingerprint(tmp_path):
+    """The fingerprint of the inputs a split was predicted on (SPEC.md 4.2) goes into the reference unchanged."""
+    sha = "0123456789abcdef" * 4
+    y = np.array([0, 1, 1, 0])
+    w = ArchiveWriter(tmp_path / "a.h5", method="deep_ensemble", model="mlp", dataset="toy", n_classes=2,
+                      splits={"test": SplitSpec(role="in_domain", dataset="toy", labels=y, sample_ids=np.arange(4),
+                                                inputs_sha256=sha),
+                              "ood": SplitSpec(role="ood", dataset="noise", sample_ids=np.arange(2))})
+    w.add_member({"test": np.full((4, 2), 0.5, np.float32), "ood": np.full((2, 2), 0.5, np.float32)}, seed=0)
+    w.finalize()
+    ref = read_reference(write_reference(tmp_path / "a.h5", tmp_path / "ref.h5"))
+    assert ref.splits["test"].inputs_sha256 == sha and ref.splits["ood"].inputs_sha256 is None
+
+
+@pytest.mark.parametrize("data", [np.arange(120, dtype=np.float64), np.arange(120, dtype=np.int64).reshape(60, 2),
+                                  np.array([b"x"] * 120)])
+def test_reference_ids_must_be_a_1d_integer_dataset(tmp_path, data):
+    path, _ = build_archive(tmp_path / "a.h5")
+    ref = write_reference(path, tmp_path / "ref.h5")
+    with h5py.File(ref, "a") as f:
+        del f["splits/test/sample_ids"]
+        f["splits/test/sample_ids"] = data
+    with pytest.raises(ReferenceError, match=re.escape(f"{ref}: /splits/test/sample_ids must be a 1-d integer "
+                                                       "dataset")):
+        read_reference(ref)
+    assert read_reference(write_reference(path, tmp_path / "ok.h5")).splits["test"].sample_ids.dtype == np.int64
