@@ -5,6 +5,7 @@
     python bench/bench_mutation.py metrics/calibration.py archive_schema/validator.py
     python bench/bench_mutation.py --list                # the units, their shard and last score
     python bench/bench_mutation.py --force serve/app.py  # rerun although the source did not change
+    python bench/bench_mutation.py --collect metrics/calibration.py  # record an interrupted run's verdicts
 
 Why mutmut (3.x) rather than cosmic-ray: mutmut runs the tests once to record which tests reach which function,
 then forks the warm pytest process for each mutant and runs only those tests (``-x``), all mutants of a module
@@ -123,7 +124,8 @@ def _row(shard: str, module: str, codes: dict, minutes: float, before: list[floa
     unchecked = sum(v is None for v in counted.values())
     return {"module": module, "shard": shard, "mutants": len(codes), "equivalent": len(equivalent),
             "killed": killed, "survived": len(survived), "no_tests": no_tests, "timeout": timeout,
-            "not_checked": unchecked, "score": round(killed / len(counted), 4) if counted else None,
+            "not_checked": unchecked,
+            "score": round(killed / (len(counted) - unchecked), 4) if len(counted) > unchecked else None,
             "minutes": round(minutes, 1), "load_before": before[0], "load_after": loadavg()[0],
             "date": time.strftime("%Y-%m-%d", time.gmtime()), "sha256": _sha(module)[:16],
             "survivors": survived}
@@ -138,33 +140,45 @@ def _summary(rows: list[dict]) -> list[dict]:
     for shard, target in TARGETS.items():
         mine = [r for r in rows if r["shard"] == shard]
         units = len(SHARDS[shard][0])
-        counted = sum(r["mutants"] - r["equivalent"] for r in mine)
+        counted = sum(r["mutants"] - r["equivalent"] - r["not_checked"] for r in mine)
+        unchecked = sum(r["not_checked"] for r in mine)
         killed = sum(r["killed"] for r in mine)
         score = killed / counted if counted else None
         result = (f"{killed} of {counted} killed ({score:.1%}) in {len(mine)} of {units} modules"
+                  + (f", {unchecked} mutants not yet checked" if unchecked else "")
                   if counted else f"not run: python bench/bench_mutation.py {' '.join(SHARDS[shard][0][:1])}")
+        complete = len(mine) == units and not unchecked
         out.append({"what": f"mutants killed in {shard}", "workload": "mutmut, non-equivalent mutants",
-                    "result": result, "target": f">= {target:.0%}",
-                    "met": None if not counted or len(mine) < units else score >= target})
+                    "result": result, "target": f">= {target:.0%}", "met": score >= target if complete else None})
     return out
 
 
 def _run_shard(shard: str, modules: list[str], workdir: Path, max_children: int, recorder: Recorder,
-               rows: list[dict]) -> None:
-    all_modules, tests = SHARDS[shard]
+               rows: list[dict], *, force: bool = False, collect: bool = False) -> None:
+    _, tests = SHARDS[shard]
     shard_dir = workdir / shard
-    _sync(shard_dir / "ubench")
-    _write_config(shard_dir, all_modules, tests)
+    if not collect:
+        _sync(shard_dir / "ubench")
     env = dict(os.environ, UBENCH_MUTATION="1", HYPOTHESIS_PROFILE="mutation", PYTHONDONTWRITEBYTECODE="1")
     started = time.monotonic()
     for i, module in enumerate(modules):
         t0, before = time.monotonic(), loadavg()
         print(f"[{shard}] {module} ({i + 1}/{len(modules)})", flush=True)
-        res = subprocess.run([sys.executable, "-m", "mutmut", "run", "--max-children", str(max_children),
-                              _unit_of(shard, module) + ".*"], cwd=shard_dir, env=env)
-        if res.returncode != 0:
-            raise SystemExit(f"mutmut failed on {module} (exit {res.returncode}); see its output above")
+        if not collect:
+            # One module's source path at a time, no mutant names: mutmut then tests only the mutants without a
+            # verdict (an interrupted run resumes; a changed function's mutants are re-tested), and the shard's
+            # test statistics (which tests reach which function) are shared by its modules.
+            _write_config(shard_dir, [module], tests)
+            if force:
+                (shard_dir / "mutants" / "ubench" / (module + ".meta")).unlink(missing_ok=True)
+            res = subprocess.run([sys.executable, "-m", "mutmut", "run", "--max-children", str(max_children)],
+                                 cwd=shard_dir, env=env)
+            if res.returncode != 0:
+                raise SystemExit(f"mutmut failed on {module} (exit {res.returncode}); see its output above")
         codes = _verdicts(shard_dir, module)
+        if not codes:
+            print(f"[{shard}] {module}: no verdicts in {shard_dir} yet", flush=True)
+            continue
         row = _row(shard, module, codes, (time.monotonic() - t0) / 60, before)
         # merge into the rows on disk now: another shard may have written its rows since this run started
         rows[:] = sorted([r for r in _load_rows() if r["module"] != module] + [row],
@@ -188,6 +202,8 @@ def main(argv=None) -> int:
     ap.add_argument("--max-children", type=int, default=2)
     ap.add_argument("--force", action="store_true", help="rerun units whose source did not change")
     ap.add_argument("--list", action="store_true")
+    ap.add_argument("--collect", action="store_true",
+                    help="only record the verdicts mutmut has so far (an interrupted run), without running it")
     args = ap.parse_args(argv)
     rows = _load_rows()
     last = {r["module"]: r for r in rows}
@@ -204,13 +220,14 @@ def main(argv=None) -> int:
     if unknown:
         raise SystemExit(f"not a mutation unit: {', '.join(unknown)} (see --list)")
     chosen = args.modules or [m for m in known if known[m] != "serve"]
-    if not args.force:
+    if not (args.force or args.collect):
         chosen = [m for m in chosen if m not in last or last[m]["sha256"] != _sha(m)[:16] or args.modules]
     recorder = Recorder(__file__, "mutmut")
     for shard in SHARDS:
         mine = [m for m in chosen if known[m] == shard]
         if mine:
-            _run_shard(shard, mine, args.workdir, args.max_children, recorder, rows)
+            _run_shard(shard, mine, args.workdir, args.max_children, recorder, rows, force=args.force,
+                       collect=args.collect)
     return 0
 
 

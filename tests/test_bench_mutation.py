@@ -22,13 +22,14 @@ def bench():
 
 
 def test_score_counts_kills_over_non_equivalent_mutants(bench, monkeypatch):
-    """killed (exit 1 or 3) / (mutants - equivalent); survivors, 'no tests' and timeouts are not kills."""
+    """killed (exit 1 or 3) / (mutants - equivalent - not yet checked); survivors, 'no tests' and timeouts are not
+    kills; an interrupted run's unchecked mutants are counted apart and leave the target undecided."""
     monkeypatch.setattr(bench, "EQUIVALENT", {"m.x_f__mutmut_5": "why"})
     codes = {"m.x_f__mutmut_1": 1, "m.x_f__mutmut_2": 3, "m.x_f__mutmut_3": 0, "m.x_f__mutmut_4": 33,
-             "m.x_f__mutmut_5": 0, "m.x_f__mutmut_6": 36, "m.x_f__mutmut_7": 1}
+             "m.x_f__mutmut_5": 0, "m.x_f__mutmut_6": 36, "m.x_f__mutmut_7": 1, "m.x_f__mutmut_8": None}
     row = bench._row("metrics", "metrics/calibration.py", codes, 1.0, [1.0, 1.0, 1.0])
-    assert (row["mutants"], row["equivalent"], row["killed"], row["survived"], row["no_tests"], row["timeout"]) == \
-        (7, 1, 3, 1, 1, 1)
+    assert (row["mutants"], row["equivalent"], row["killed"], row["survived"], row["no_tests"], row["timeout"],
+            row["not_checked"]) == (8, 1, 3, 1, 1, 1, 1)
     assert row["score"] == pytest.approx(3 / 6, abs=1e-4)
     assert row["survivors"] == ["m.x_f__mutmut_3"]
     summary = {s["what"]: s for s in bench._summary([row])}
