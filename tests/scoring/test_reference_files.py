@@ -67,3 +67,38 @@ def test_reference_ids_must_be_a_1d_integer_dataset(tmp_path, data):
                                                        "dataset")):
         read_reference(ref)
     assert read_reference(write_reference(path, tmp_path / "ok.h5")).splits["test"].sample_ids.dtype == np.int64
+
+
+def test_the_reference_file_layout(tmp_path):
+    """The file write_reference makes: the root's format, version, kind, dataset, class count, creation time (UTC,
+    to the second) and writer; /splits with each split's kind, role, dataset and size, in the archive's order
+    (an archive whose splits are creation-ordered 'beta', 'alpha' keeps that order, not h5py's alphabetical one);
+    read_reference returns the splits in that order, with their datasets."""
+    from test_reference import _two_in_domain  # the creation-ordered plain archive of test_reference.py
+    import ubench
+    from ubench.scoring.reference import REFERENCE_FORMAT
+
+    path, _ = build_archive(tmp_path / "a.h5")
+    ref_path = write_reference(path, tmp_path / "ref.h5")
+    order = ["blur_1", "blur_2", "noise_1", "ood", "test"]  # the writer's archive lists them alphabetically
+    with h5py.File(ref_path, "r") as f:
+        attrs = dict(f.attrs)
+        assert (attrs["ubench_format"], attrs["ubench_format_version"]) == REFERENCE_FORMAT
+        assert attrs["ubench_kind"] == "reference" and attrs["dataset"] == "toy" and attrs["n_classes"] == 5
+        assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\+00:00", attrs["created"]), attrs["created"]
+        assert attrs["writer"] == f"ubench {ubench.__version__}"
+        assert f["splits"].attrs["ubench_kind"] == "splits" and list(f["splits"]) == order
+        sg = f["splits/ood"]
+        assert dict(sg.attrs) == {"ubench_kind": "split", "role": "ood", "dataset": "noise", "n_samples": 60}
+        assert dict(f["splits/blur_2"].attrs)["shift_intensity"] == 2.0
+    ref = read_reference(ref_path)
+    assert list(ref.splits) == order and ref.dataset == "toy"
+    assert [s.dataset for s in ref.splits.values()] == ["toy", "toy", "toy", "noise", "toy"]
+    rng = np.random.default_rng(0)
+    y = rng.integers(0, 3, 10)
+    probs = {name: np.full((1, 10, 3), 1 / 3) for name in ("alpha", "beta")}
+    ordered = _two_in_domain(tmp_path / "ordered.h5", probs, y, ("beta", "alpha"))
+    ref_path = write_reference(ordered, tmp_path / "ordered_ref.h5")
+    with h5py.File(ref_path, "r") as f:
+        assert list(f["splits"]) == ["beta", "alpha"]
+    assert list(read_reference(ref_path).splits) == ["beta", "alpha"]
