@@ -102,3 +102,50 @@ def test_the_reference_file_layout(tmp_path):
     with h5py.File(ref_path, "r") as f:
         assert list(f["splits"]) == ["beta", "alpha"]
     assert list(read_reference(ref_path).splits) == ["beta", "alpha"]
+
+
+def test_read_reference_names_what_is_wrong(tmp_path):
+    """A missing file, a file that is not HDF5 (with the reader's reason), and a split without its required
+    'role' attribute each get their own one-line error naming the path."""
+    missing = tmp_path / "nope.h5"
+    with pytest.raises(ReferenceError, match=f"^{re.escape(str(missing))}: no such reference file$"):
+        read_reference(missing)
+    junk = tmp_path / "junk.h5"
+    junk.write_bytes(b"\x89HDF\r\n\x1a\n" + b"\0" * 600)  # the signature, then nothing HDF5 can open
+    with pytest.raises(ReferenceError, match=f"^{re.escape(str(junk))}: not an HDF5 file \\(.+\\)$"):
+        read_reference(junk)
+    path, _ = build_archive(tmp_path / "a.h5")
+    ref = write_reference(path, tmp_path / "ref.h5")
+    with h5py.File(ref, "a") as f:
+        del f["splits/test"].attrs["role"]
+    with pytest.raises(ReferenceError, match=f"^{re.escape(str(ref))}: attribute 'role' missing at /splits/test$"):
+        read_reference(ref)
+
+
+def test_string_attributes_stored_as_bytes_read_as_text(tmp_path):
+    """HDF5 fixed-length strings come back as bytes: the reader decodes them (role, dataset, shift kind)."""
+    path, _ = build_archive(tmp_path / "a.h5")
+    ref = write_reference(path, tmp_path / "ref.h5")
+    with h5py.File(ref, "a") as f:
+        for key, value in (("role", b"shift"), ("dataset", b"toy"), ("shift_kind", b"blur")):
+            f["splits/blur_1"].attrs[key] = np.bytes_(value)
+    split = read_reference(ref).splits["blur_1"]
+    assert (split.role, split.dataset, split.shift_kind) == ("shift", "toy", "blur")
+
+
+def test_primary_split_choice_and_refusal(tmp_path):
+    """Without --primary the first in-domain split in the archive's order is the primary (none when there is no
+    in-domain split); a --primary that is not an in-domain split is refused, listing the in-domain splits in
+    order ('none' when there are none)."""
+    from test_reference import _two_in_domain
+
+    y = np.random.default_rng(0).integers(0, 3, 10)
+    probs = {name: np.full((1, 10, 3), 1 / 3) for name in ("alpha", "beta")}
+    ordered = _two_in_domain(tmp_path / "ordered.h5", probs, y, ("beta", "alpha"))
+    assert read_reference(write_reference(ordered, tmp_path / "r1.h5")).primary == "beta"
+    with pytest.raises(ReferenceError, match=re.escape("in-domain splits: beta, alpha")):
+        write_reference(ordered, tmp_path / "r2.h5", primary="gamma")
+    only_ood = write_plain_archive(tmp_path / "ood.h5", {"ood": np.full((1, 4, 3), 1 / 3)}, {}, {"ood": "ood"}, 3)
+    assert read_reference(write_reference(only_ood, tmp_path / "r3.h5")).primary is None
+    with pytest.raises(ReferenceError, match=re.escape("is not an in-domain split of") + ".*in-domain splits: none$"):
+        write_reference(only_ood, tmp_path / "r4.h5", primary="ood")
