@@ -61,7 +61,15 @@ SHARDS = {
 TARGETS = {"metrics": 0.90, "serve": 0.90}
 
 #: mutant name -> why no input tells it apart from the original.
-EQUIVALENT: dict[str, str] = {}
+EQUIVALENT: dict[str, str] = {
+    "ubench.scoring.reference.x__attr__mutmut_15":
+        "skips the bytes branch: archive_schema.scan.read_attr returns text as str (strict UTF-8), never bytes",
+    "ubench.scoring.reference.x__attr__mutmut_17":
+        "skips .item() of numpy scalars: every numeric attribute is converted by its caller (int(), float()) and "
+        "a numpy scalar in a text attribute compares unequal to every role or kind either way",
+    "ubench.scoring.reference.x_read_reference__mutmut_35":
+        "required=None instead of False for ubench_format: both falsy, the same branch",
+}
 
 KILLED = {1, 3}
 TIMEOUT = {36, -24, 24, 152, 255}
