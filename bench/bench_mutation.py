@@ -6,6 +6,7 @@
     python bench/bench_mutation.py --list                # the units, their shard and last score
     python bench/bench_mutation.py --force serve/app.py  # rerun although the source did not change
     python bench/bench_mutation.py --collect metrics/calibration.py  # record an interrupted run's verdicts
+    python bench/bench_mutation.py --survivors scoring/reference.py  # re-test the survivors after new tests
 
 Why mutmut (3.x) rather than cosmic-ray: mutmut runs the tests once to record which tests reach which function,
 then forks the warm pytest process for each mutant and runs only those tests (``-x``), all mutants of a module
@@ -162,7 +163,7 @@ def _summary(rows: list[dict]) -> list[dict]:
 
 
 def _run_shard(shard: str, modules: list[str], workdir: Path, max_children: int, recorder: Recorder,
-               rows: list[dict], *, force: bool = False, collect: bool = False) -> None:
+               rows: list[dict], *, force: bool = False, collect: bool = False, survivors: bool = False) -> None:
     _, tests = SHARDS[shard]
     shard_dir = workdir / shard
     if not collect:
@@ -179,7 +180,11 @@ def _run_shard(shard: str, modules: list[str], workdir: Path, max_children: int,
             _write_config(shard_dir, [module], tests)
             if force:
                 (shard_dir / "mutants" / "ubench" / (module + ".meta")).unlink(missing_ok=True)
-            res = subprocess.run([sys.executable, "-m", "mutmut", "run", "--max-children", str(max_children)],
+            # --survivors: re-test by name the mutants that survived or met no test (after new tests were written)
+            names = [k for k, v in _verdicts(shard_dir, module).items() if v in (0, 5, 33)] if survivors else []
+            if survivors and not names:
+                print(f"[{shard}] {module}: no survivors to re-test", flush=True)
+            res = subprocess.run([sys.executable, "-m", "mutmut", "run", "--max-children", str(max_children), *names],
                                  cwd=shard_dir, env=env)
             if res.returncode != 0:
                 raise SystemExit(f"mutmut failed on {module} (exit {res.returncode}); see its output above")
@@ -210,6 +215,8 @@ def main(argv=None) -> int:
     ap.add_argument("--max-children", type=int, default=2)
     ap.add_argument("--force", action="store_true", help="rerun units whose source did not change")
     ap.add_argument("--list", action="store_true")
+    ap.add_argument("--survivors", action="store_true",
+                    help="re-test only the mutants that survived or met no test (after writing tests that kill them)")
     ap.add_argument("--collect", action="store_true",
                     help="only record the verdicts mutmut has so far (an interrupted run), without running it")
     args = ap.parse_args(argv)
@@ -228,14 +235,14 @@ def main(argv=None) -> int:
     if unknown:
         raise SystemExit(f"not a mutation unit: {', '.join(unknown)} (see --list)")
     chosen = args.modules or [m for m in known if known[m] != "serve"]
-    if not (args.force or args.collect):
+    if not (args.force or args.collect or args.survivors):
         chosen = [m for m in chosen if m not in last or last[m]["sha256"] != _sha(m)[:16] or args.modules]
     recorder = Recorder(__file__, "mutmut")
     for shard in SHARDS:
         mine = [m for m in chosen if known[m] == shard]
         if mine:
             _run_shard(shard, mine, args.workdir, args.max_children, recorder, rows, force=args.force,
-                       collect=args.collect)
+                       collect=args.collect, survivors=args.survivors)
     return 0
 
 
