@@ -63,6 +63,14 @@ TARGETS = {"metrics": 0.90, "serve": 0.90}
 
 #: mutant name -> why no input tells it apart from the original.
 EQUIVALENT: dict[str, str] = {
+    **{f"ubench.metrics.calibration.x__equal_count_abs_gaps_counting__mutmut_{k}":
+       "astype(None) is astype(float64), and copy=None/True/default only decides whether a read-only result is a "
+       "copy" for k in (2, 3, 5, 7, 9, 10, 12, 14)},
+    **{f"ubench.metrics.calibration.x__equal_count_abs_gaps_counting__mutmut_{k}":
+       "searchsorted's default side is 'left'" for k in (31, 50)},
+    **{f"ubench.metrics.calibration.x__classwise_ece__mutmut_{k}":
+       "np.zeros' default dtype and astype(None) are float64" for k in (6, 8, 12, 14, 29)},
+    "ubench.metrics.calibration.x__classwise_ece__mutmut_38": "searchsorted's default side is 'left'",
     "ubench.scoring.reference.x__attr__mutmut_15":
         "skips the bytes branch: archive_schema.scan.read_attr returns text as str (strict UTF-8), never bytes",
     "ubench.scoring.reference.x__attr__mutmut_17":

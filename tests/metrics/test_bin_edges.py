@@ -221,3 +221,25 @@ def test_tace_compares_float32_probabilities_on_their_exact_value():
     assert v0 > 1e-3
     # class 0 keeps v0 (label 1: |0 - v0|), class 1 keeps v1 (label 1: |1 - v1|); one bin each, N C = 2
     assert M.tace_error(p, np.array([1]), n_bins=1) == pytest.approx((v0 + (1 - v1)) / 2, abs=1e-15)
+
+
+@pytest.mark.parametrize("layout", ["remainder_last", "balanced"])
+@given(values=st.lists(st.sampled_from([-0.5, -0.25, -0.0, 0.0, 0.25, 0.5, 0.75]), min_size=1, max_size=60),
+       data=st.data(), n_bins=st.integers(1, 12))
+def test_equal_count_counting_kernel_with_ties_at_every_cut(values, data, n_bins, layout):
+    """The counting kernel (taken for negative values): runs of tied values straddle the equal-count cuts, hits
+    and misses mixed; the per-bin gaps equal a (value, hit) lexsort cut into the same runs (misses first)."""
+    from ubench.metrics.calibration import _equal_count_abs_gaps
+
+    v = np.array(values + [-1.0])  # one negative value: the counting path
+    hits = np.array(data.draw(st.lists(st.booleans(), min_size=v.size, max_size=v.size)), dtype=np.float64)
+    order = np.lexsort((hits, v))
+    n = v.size
+    if layout == "balanced":
+        parts = [p for p in np.array_split(order, n_bins) if p.size]
+    else:
+        size = n // n_bins
+        cuts = [0, n] if size == 0 else [i * size for i in range(n_bins)] + [n]
+        parts = [order[a:b] for a, b in zip(cuts[:-1], cuts[1:])]
+    expected = sum(abs(hits[p].sum() - v[p].sum()) for p in parts)
+    assert _equal_count_abs_gaps(v, hits, n_bins, layout) == pytest.approx(expected, abs=1e-12)
