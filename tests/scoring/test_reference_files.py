@@ -149,3 +149,66 @@ def test_primary_split_choice_and_refusal(tmp_path):
     assert read_reference(write_reference(only_ood, tmp_path / "r3.h5")).primary is None
     with pytest.raises(ReferenceError, match=re.escape("is not an in-domain split of") + ".*in-domain splits: none$"):
         write_reference(only_ood, tmp_path / "r4.h5", primary="ood")
+
+
+@pytest.mark.parametrize("where, name", [("/", "ubench_format"), ("/", "ubench_format_version"), ("/", "ubench_kind"),
+                                         ("/", "n_classes"), ("/", "dataset"), ("/", "primary"),
+                                         ("/splits/test", "role"), ("/splits/test", "dataset"),
+                                         ("/splits/blur_1", "shift_kind")])
+def test_an_oversized_attribute_is_refused_naming_where_it_is(tmp_path, where, name):
+    """Every attribute is read within the limits: one over ``max_attr_bytes`` fails the read with its group and
+    its name (before its value is used)."""
+    from ubench.archive_schema.spec import ReadLimits
+
+    path, _ = build_archive(tmp_path / "a.h5")
+    ref = write_reference(path, tmp_path / "ref.h5", primary="test")
+    with h5py.File(ref, "a") as f:
+        f[where].attrs[name] = "x" * 5000
+    with pytest.raises(ReferenceError, match=f"^reference {re.escape(str(ref))}: {where}: attribute '{name}' "):
+        read_reference(ref, limits=ReadLimits(max_attr_bytes=4096))
+
+
+@pytest.mark.parametrize("attrs, message", [
+    ({"ubench_format": "prediction-archive"}, "{ref} is a prediction archive, not a ubench reference file (the label "
+     "file that `ubench reference ARCHIVE --out REF.h5` writes from a trusted archive)"),
+    ({"ubench_format": None}, "{ref}: not a ubench reference file (ubench_format None, version '1.1'"),
+    ({"ubench_format_version": None}, "{ref}: not a ubench reference file (ubench_format 'ubench-reference', "
+     "version None"),
+    ({"ubench_format_version": "9.9"}, "{ref}: not a ubench reference file (ubench_format 'ubench-reference', "
+     "version '9.9'"),
+    ({"ubench_kind": "archive"}, "{ref}: not a ubench reference file"),
+    ({"ubench_kind": None}, "{ref}: not a ubench reference file"),
+])
+def test_the_reference_header_is_checked(tmp_path, attrs, message):
+    """The format, version and kind decide whether a file is a reference; a missing one is a wrong file, not a
+    missing attribute."""
+    from ubench.scoring.reference import REFERENCE_FORMAT
+
+    path, _ = build_archive(tmp_path / "a.h5")
+    ref = write_reference(path, tmp_path / "ref.h5")
+    with h5py.File(ref, "a") as f:
+        for key, value in attrs.items():
+            if value is None:
+                del f.attrs[key]
+            else:
+                f.attrs[key] = value
+    expected = message.format(ref=ref).replace("'ubench-reference'", repr(REFERENCE_FORMAT[0])) \
+        .replace("'1.1'", repr(REFERENCE_FORMAT[1]))
+    with pytest.raises(ReferenceError, match="^" + re.escape(expected)):
+        read_reference(ref)
+
+
+@pytest.mark.parametrize("edit, message", [
+    (lambda f: (f.__delitem__("splits"), f.create_dataset("splits", data=[1])), "{ref}: no /splits group"),
+    (lambda f: f.__delitem__("splits"), "{ref}: no /splits group"),
+    (lambda f: (f["splits"].__delitem__("ood"), f["splits"].create_dataset("ood", data=[1])),
+     "{ref}: /splits/ood must be a group"),
+    (lambda f: f["splits/ood"].__delitem__("sample_ids"), "{ref}: /splits/ood/sample_ids missing"),
+])
+def test_the_reference_splits_are_checked(tmp_path, edit, message):
+    path, _ = build_archive(tmp_path / "a.h5")
+    ref = write_reference(path, tmp_path / "ref.h5")
+    with h5py.File(ref, "a") as f:
+        edit(f)
+    with pytest.raises(ReferenceError, match="^" + re.escape(message.format(ref=ref)) + "$"):
+        read_reference(ref)
