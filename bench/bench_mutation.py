@@ -71,6 +71,18 @@ EQUIVALENT: dict[str, str] = {
     **{f"ubench.metrics.calibration.x__classwise_ece__mutmut_{k}":
        "np.zeros' default dtype and astype(None) are float64" for k in (6, 8, 12, 14, 29)},
     "ubench.metrics.calibration.x__classwise_ece__mutmut_38": "searchsorted's default side is 'left'",
+    **{f"ubench.metrics.calibration.x__classwise_ece__mutmut_{k}":
+       "the upper clip of the bin index: searchsorted(edges, p, 'left') - 1 <= n_bins - 1 for every p <= 1, and "
+       "validated probabilities are <= 1" for k in (44, 51)},
+    "ubench.metrics.calibration.x__uce__mutmut_4": "astype(None) is astype(float64)",
+    "ubench.metrics.calibration.x__classwise_uce__mutmut_4": "astype(None) is astype(float64)",
+    "ubench.metrics.calibration.x_adaptive_calibration_error__mutmut_10":
+        "conf_dtype float64 instead of the input's: the float32 confidences are exact in float64 and the (value, "
+        "hit) order and the float64 sums are the same",
+    "ubench.metrics.calibration.x_max_calibration_error__mutmut_15":
+        "nonempty=None: indexing with None adds an axis, and an empty bin's gap |0 - 0| = 0 never raises the max",
+    "ubench.metrics.calibration.x_max_calibration_error__mutmut_16":
+        "counts >= 0 keeps the empty bins, whose gap |0 - 0| = 0 never raises the max",
     "ubench.scoring.reference.x__attr__mutmut_15":
         "skips the bytes branch: archive_schema.scan.read_attr returns text as str (strict UTF-8), never bytes",
     "ubench.scoring.reference.x__attr__mutmut_17":

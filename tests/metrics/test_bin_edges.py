@@ -243,3 +243,32 @@ def test_equal_count_counting_kernel_with_ties_at_every_cut(values, data, n_bins
         parts = [order[a:b] for a, b in zip(cuts[:-1], cuts[1:])]
     expected = sum(abs(hits[p].sum() - v[p].sum()) for p in parts)
     assert _equal_count_abs_gaps(v, hits, n_bins, layout) == pytest.approx(expected, abs=1e-12)
+
+
+def test_classwise_ece_over_several_row_blocks():
+    """Classwise ECE accumulates its bins over row blocks (2^17 entries each): on 40,000 x 8 rows (three blocks)
+    it equals the hand bins over all rows at once."""
+    rng = np.random.default_rng(11)
+    z = rng.normal(scale=2.0, size=(40_000, 8))
+    p = np.exp(z - z.max(1, keepdims=True))
+    p /= p.sum(1, keepdims=True)
+    y = rng.integers(0, 8, 40_000)
+    cw = sum(hand_error(p[:, k], (y == k).astype(float), 10) for k in range(8)) / 8
+    assert M.classwise_calibration_error(p, y, n_bins=10) == pytest.approx(cw, abs=1e-13)
+
+
+def test_uce_and_its_error_messages_use_the_arguments_given():
+    """n_bins reaches UCE and classwise UCE (two bins split normalized entropies 0.47 and 0.88 that 15 keep apart
+    too, so one bin is the telling case), and a bad probs argument is named in ECE's message."""
+    p = np.array([[0.9, 0.1], [0.3, 0.7], [0.1, 0.9], [0.7, 0.3]])
+    y = np.array([0, 0, 1, 1])  # each class: right at entropy 0.47, wrong at 0.88
+    u = entropy(p) / np.log(2)
+    err = (p.argmax(1) != y).astype(float)
+    for n_bins in (1, 2, 15):
+        assert M.uce_error(p, y, n_bins=n_bins) == pytest.approx(hand_error(u, err, n_bins), abs=1e-15)
+        cw = np.mean([hand_error(u[y == k], err[y == k], n_bins) for k in (0, 1)])
+        assert M.classwise_uce_error(p, y, n_bins=n_bins) == pytest.approx(cw, abs=1e-15)
+    for f in (M.uce_error, M.classwise_uce_error):
+        assert f(p, y, n_bins=1) != pytest.approx(f(p, y, n_bins=15), abs=1e-6)
+    with pytest.raises(ValueError, match=r"^probs rows must sum to 1"):
+        M.expected_calibration_error(np.array([[0.5, 0.6]]), np.array([0]))
