@@ -29,7 +29,7 @@ from pathlib import Path
 import pytest
 from _pytest.doctest import DoctestModule  # not re-exported by pytest
 from hypothesis import HealthCheck, settings
-from suite_guards import SLOW_TESTS, ci_allows_skip, skip_reason, torch_tests, tree_changes, tree_state
+from suite_guards import SLOW_TESTS, refuse_skip_in_ci, skip_reason, torch_tests, tree_changes, tree_state
 
 settings.register_profile("dev", max_examples=25, deadline=None)
 settings.register_profile(
@@ -112,32 +112,17 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.slow)
 
 
-def _in_ci() -> bool:
-    return os.environ.get("CI", "").strip().lower() in ("true", "1")
-
-
-def _refuse_skip_in_ci(report: pytest.TestReport | pytest.CollectReport) -> None:
-    """Under CI, turn a skip whose reason is not on the allow-list into a failure naming the reason."""
-    if not report.skipped or hasattr(report, "wasxfail") or not _in_ci():
-        return
-    reason = skip_reason(report.longrepr)
-    if not ci_allows_skip(reason):
-        report.outcome = "failed"
-        report.longrepr = (f"CI=true, and this skipped for a reason not on the CI allow-list "
-                           f"(tests/suite_guards.py CI_ALLOWED_SKIPS): {reason}; .ci/run must install what it needs")
-
-
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     report = yield
-    _refuse_skip_in_ci(report)
+    refuse_skip_in_ci(report)
     return report
 
 
 @pytest.hookimpl(wrapper=True)
 def pytest_make_collect_report(collector: pytest.Collector):
     report = yield
-    _refuse_skip_in_ci(report)
+    refuse_skip_in_ci(report)
     return report
 
 

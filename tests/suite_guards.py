@@ -63,6 +63,23 @@ def ci_allows_skip(reason: str) -> bool:
     return any(re.search(pattern, reason) for pattern, _ in CI_ALLOWED_SKIPS)
 
 
+def in_ci(environ=os.environ) -> bool:
+    """Whether this run is CI's (``CI=true``, as CI sets it; ``1`` too)."""
+    return environ.get("CI", "").strip().lower() in ("true", "1")
+
+
+def refuse_skip_in_ci(report, environ=os.environ) -> None:
+    """Under CI, turn a skipped test or collection report whose reason is not on the allow-list into a failure
+    naming the reason (xfail, reported as skipped with ``wasxfail``, is left alone); outside CI change nothing."""
+    if not report.skipped or hasattr(report, "wasxfail") or not in_ci(environ):
+        return
+    reason = skip_reason(report.longrepr)
+    if not ci_allows_skip(reason):
+        report.outcome = "failed"
+        report.longrepr = (f"CI=true, and this skipped for a reason not on the CI allow-list "
+                           f"(tests/suite_guards.py CI_ALLOWED_SKIPS): {reason}; .ci/run must install what it needs")
+
+
 def skip_reason(longrepr) -> str:
     """The reason of a skipped report (``(path, line, "Skipped: reason")`` or a plain string), without the prefix."""
     text = longrepr[2] if isinstance(longrepr, tuple) and len(longrepr) == 3 else str(longrepr)

@@ -19,6 +19,7 @@ from suite_guards import (
     SLOW_TESTS,
     ci_allows_skip,
     defines_test,
+    refuse_skip_in_ci,
     skip_reason,
     torch_tests,
     tree_changes,
@@ -288,25 +289,27 @@ def test_ci_allow_list(reason, allowed):
     assert len(CI_ALLOWED_SKIPS) == 2
 
 
-def test_skips_pass_outside_ci(tmp_path):
-    """Without CI the hook changes nothing: the same module's skips are skips (one in-process collection check of
-    the report rewrite: a CollectReport of a module-level importorskip stays skipped)."""
-    import conftest
+def test_skips_pass_outside_ci():
+    """Without CI the hook changes nothing (a module-level importorskip's CollectReport stays skipped); with CI=true
+    or CI=1 it fails, naming the reason; an xfail report is never touched."""
     import pytest as _pytest_mod
 
-    report = _pytest_mod.CollectReport("tests/test_missing.py", "skipped",
-                                       ("tests/test_missing.py", 3, "Skipped: could not import 'x'"), [])
-    old = os.environ.pop("CI", None)
-    try:
-        conftest._refuse_skip_in_ci(report)
-        assert report.skipped
-        os.environ["CI"] = "true"
-        conftest._refuse_skip_in_ci(report)
-        assert report.failed and "could not import 'x'" in str(report.longrepr)
-    finally:
-        os.environ.pop("CI", None)
-        if old is not None:
-            os.environ["CI"] = old
+    def report():
+        return _pytest_mod.CollectReport("tests/test_missing.py", "skipped",
+                                         ("tests/test_missing.py", 3, "Skipped: could not import 'x'"), [])
+
+    for env in ({}, {"CI": "false"}, {"CI": ""}):
+        r = report()
+        refuse_skip_in_ci(r, env)
+        assert r.skipped, env
+    for env in ({"CI": "true"}, {"CI": "1"}, {"CI": " TRUE "}):
+        r = report()
+        refuse_skip_in_ci(r, env)
+        assert r.failed and "could not import 'x'" in str(r.longrepr), env
+    r = report()
+    r.wasxfail = "known"
+    refuse_skip_in_ci(r, {"CI": "true"})
+    assert r.skipped
 
 
 def test_ci_script_runs_the_readmes_test_command_and_installs_what_the_skips_need():
