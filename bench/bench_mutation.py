@@ -54,7 +54,7 @@ SHARDS = {
     # the archive tests that validate in-process (the crash tests' children import the installed ubench instead)
     "validator": (["archive_schema/validator.py"], [f"tests/archive_schema/test_archive_{t}.py" for t in
                                                     ("hostile", "spec_plain", "frozen", "describe", "roundtrip")]),
-    "reference": (["scoring/reference.py"], ["tests/scoring/test_reference.py"]),
+    "reference": (["scoring/reference.py"], [f"tests/scoring/test_reference{t}.py" for t in ("", "_compare", "_files")]),
     "serve": (["serve/app.py"], ["tests/serve"]),
 }
 
@@ -83,6 +83,18 @@ EQUIVALENT: dict[str, str] = {
         "nonempty=None: indexing with None adds an axis, and an empty bin's gap |0 - 0| = 0 never raises the max",
     "ubench.metrics.calibration.x_max_calibration_error__mutmut_16":
         "counts >= 0 keeps the empty bins, whose gap |0 - 0| = 0 never raises the max",
+    **{f"ubench.metrics.calibration.x__equal_count_abs_gaps__mutmut_{k}":
+       "sends the input to the counting kernel (or keeps zeros there), which computes the same (value, hit)-sorted "
+       "equal-count gaps exactly: the two kernels are two exact implementations of one definition"
+       for k in (17, 18, 19, 20, 22, 24, 25)},
+    **{f"ubench.metrics.calibration.x__equal_count_abs_gaps__mutmut_{k}":
+       "astype(None) is float64: the hit counts and value sums are exact either way" for k in (41, 54)},
+    **{f"ubench.metrics.calibration.x__top1_checked__mutmut_{k}":
+       "the buffers' dtype (float64 by default instead of intp or the input's float32): predictions are only "
+       "compared with labels, and float32 confidences are exact in float64" for k in (4, 6, 9, 11, 12, 13)},
+    **{f"ubench.metrics.calibration.x_checked_top1__mutmut_{k}":
+       "conf_dtype None or float64: float32 confidences are exact in float64, so every sort and sum agrees"
+       for k in (24, 28)},
     "ubench.scoring.reference.x__attr__mutmut_15":
         "skips the bytes branch: archive_schema.scan.read_attr returns text as str (strict UTF-8), never bytes",
     "ubench.scoring.reference.x__attr__mutmut_17":

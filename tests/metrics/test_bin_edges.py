@@ -272,3 +272,11 @@ def test_uce_and_its_error_messages_use_the_arguments_given():
         assert f(p, y, n_bins=1) != pytest.approx(f(p, y, n_bins=15), abs=1e-6)
     with pytest.raises(ValueError, match=r"^probs rows must sum to 1"):
         M.expected_calibration_error(np.array([[0.5, 0.6]]), np.array([0]))
+
+
+def test_adaptive_ece_refuses_an_unknown_layout_and_names_bad_probs():
+    p, y = np.array([[0.75, 0.25]]), np.array([0])
+    with pytest.raises(ValueError, match=r"^layout must be one of \('remainder_last', 'balanced'\), got 'even'$"):
+        M.adaptive_calibration_error(p, y, layout="even")
+    with pytest.raises(ValueError, match=r"^probs rows must sum to 1"):
+        M.adaptive_calibration_error(np.array([[0.5, 0.6]]), y)
