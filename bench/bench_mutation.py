@@ -95,6 +95,23 @@ EQUIVALENT: dict[str, str] = {
     **{f"ubench.metrics.calibration.x_checked_top1__mutmut_{k}":
        "conf_dtype None or float64: float32 confidences are exact in float64, so every sort and sum agrees"
        for k in (24, 28)},
+    "ubench.metrics.calibration.x__equal_width_bin_index__mutmut_11":
+        "the product in float32 for float32 input: it is off by less than a bin, and the two corrections against "
+        "the float64 edges that follow put every value in its (lo, hi] bin (tests/metrics/test_bin_index.py)",
+    "ubench.metrics.calibration.x__equal_width_bin_index__mutmut_23":
+        "clipping the first index to 1: the lower correction that follows moves every value <= edges[1] back",
+    "ubench.metrics.calibration.x__equal_width_error__mutmut_7":
+        "bincount without minlength: the missing trailing bins are empty and add 0 to the sum of |gaps|",
+    **{f"ubench.metrics.calibration.x__top1__mutmut_{k}": "astype(None) is astype(float64)" for k in (4, 7)},
+    "ubench.metrics.calibration.x__top1_checked__mutmut_53": "astype(None) is astype(float64)",
+    "ubench.metrics.calibration.x__top1_checked__mutmut_14":
+        "confidences kept as float32 where float64 was asked: the bins compare them with float64 edges and the "
+        "gaps are summed in float64, exactly as their float64 copies",
+    "ubench.metrics.calibration.x__top1_checked__mutmut_20":
+        "blocks of at least 2 rows instead of 1 (only past 2^18 classes): blocking does not change any value",
+    **{f"ubench.metrics.calibration.x__top1_checked__mutmut_{k}":
+       "the value check without the precomputed block max: it computes the same max itself (speed only)"
+       for k in (44, 46)},
     "ubench.scoring.reference.x__attr__mutmut_15":
         "skips the bytes branch: archive_schema.scan.read_attr returns text as str (strict UTF-8), never bytes",
     "ubench.scoring.reference.x__attr__mutmut_17":
