@@ -242,6 +242,9 @@ def _run_shard(shard: str, modules: list[str], workdir: Path, max_children: int,
             print(f"[{shard}] {module}: no verdicts in {shard_dir} yet", flush=True)
             continue
         row = _row(shard, module, codes, (time.monotonic() - t0) / 60, before)
+        previous = next((r for r in _load_rows() if r["module"] == module), None)
+        if collect and previous is not None:  # nothing ran: keep the last run's time, load and date
+            row.update({k: previous[k] for k in ("minutes", "load_before", "load_after", "date")})
         # merge into the rows on disk now: another shard may have written its rows since this run started
         rows[:] = sorted([r for r in _load_rows() if r["module"] != module] + [row],
                          key=lambda r: (r["shard"], r["module"]))
