@@ -89,10 +89,18 @@ SCRIPTS = {
                         "timed host to host (copy in, run, copy back), beside ONNX Runtime on the CPU threads of "
                         "the same machine; a digits deep ensemble (3 MLPs) trained on the GPU, members one after "
                         "another against stacked in one module. TensorRT: see the README's edge section."),
+    "bench_mutation": ("python bench/bench_mutation.py",
+                       "Mutation testing (mutmut, not in CI), one row per module: mutants made, judged equivalent "
+                       "(listed with why in the script's EQUIVALENT), killed, survived, reached by no selected test, "
+                       "timed out; score = killed / non-equivalent; `survivors` names the mutants left "
+                       "(`mutmut show NAME` in the shard's workdir). Sharded by module and incremental: a module "
+                       "whose source is unchanged keeps its row; each row has its own date and load."),
     "bench_serve": ("python bench/bench_serve.py",
                     "`ubench serve` on loopback: uploads accepted per second with 8 clients while scoring runs, POST "
                     "and GET latency, and the time from an upload to its leaderboard row, with 1 and 2 workers."),
 }
+#: Row keys kept in a script's JSON but not shown in RESULTS.md (long lists: the JSON is where to read them).
+HIDDEN_COLUMNS = {"bench_mutation": {"survivors"}}
 FASHION_COLUMNS = (("method", "method"), ("members", "M"), ("accuracy", "accuracy"), ("nll", "NLL"), ("cll", "CLL"),
                    ("dee", "DEE"), ("ood_auroc_mnist", "OOD AUROC MNIST"), ("ood_auroc_notmnist", "OOD AUROC notMNIST"),
                    ("own_score", "own score"), ("ood_auroc_own_mnist", "own-score OOD AUROC MNIST"),
@@ -207,7 +215,8 @@ def render_results_md(results: dict[str, dict]) -> str:
             out += [f"Settings: {_fmt(doc['settings'])}.", ""]
         rows = doc.get("rows") or []
         if rows:
-            cols = list(dict.fromkeys(k for r in rows for k in r))
+            hidden = HIDDEN_COLUMNS.get(stem, set())
+            cols = [k for k in dict.fromkeys(k for r in rows for k in r) if k not in hidden]
             out += ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
             out += ["| " + " | ".join(_fmt(r.get(c)) for c in cols) + " |" for r in rows]
             out.append("")

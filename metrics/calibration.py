@@ -390,9 +390,10 @@ def _tace(probs: NDArray, labels: NDArray, n_bins: int = DEFAULT_BINS, threshold
     # strided columns would stream the whole matrix from memory once per class.
     by_class = np.ascontiguousarray(probs.T)
     total = 0.0
+    t = np.float64(threshold)  # a float64 scalar: float32 input is compared on its exact value, not at float32
     for k in range(c):
         col = by_class[k]
-        keep = col > threshold
+        keep = col > t
         total += _equal_count_abs_gaps(col[keep], labels[keep] == k, n_bins)
     return total / (n * c)
 
@@ -408,7 +409,7 @@ def tace_error(
     labels : ndarray of shape (n_samples,), integers in ``[0, n_classes)``
     n_bins : int, default=15
     threshold : float in ``[0, 1)``, default=1e-3
-        Only probabilities strictly above it are binned.
+        Only probabilities strictly above it are binned (compared in float64 on the exact input value).
 
     Returns
     -------
