@@ -1,6 +1,7 @@
 # SPDX-License-Identifier: MIT
-"""The service's leaderboard: rows from the database, columns headline-first, as JSON, CSV and one self-contained
-HTML page (no external resource; a strict Content-Security-Policy; every string from an upload escaped)."""
+"""The service's leaderboard as CSV and as self-contained HTML pages (no external resource; a strict
+Content-Security-Policy; every string from an upload escaped), from the rows ``serve/board.py`` stores. The HTML
+board shows one page of rows at a time (:data:`PAGE_ROWS`) with links to the others."""
 
 from __future__ import annotations
 
@@ -8,35 +9,25 @@ import csv
 import io
 from typing import Any
 
-from ..scoring.leaderboard import BoardConfig, build_board
 from ..scoring.leaderboard_html import _CSS, _JS, _LABELS
 from ..scoring.text import escape_text, html_text
 
-__all__ = ["board_rows", "board_csv", "board_html", "CSP", "HEADLINE"]
+__all__ = ["board_csv", "board_html", "message_page", "CSP", "PAGE_ROWS"]
 
 #: The page's Content-Security-Policy: nothing external, inline style and the sorting script only.
 CSP = ("default-src 'none'; style-src 'unsafe-inline'; script-src 'unsafe-inline'; img-src data:; "
        "base-uri 'none'; form-action 'none'; frame-ancestors 'none'")
-#: Columns shown first, in this order (issue #18 item 4).
-HEADLINE = ("cll", "dee", "accuracy", "ood_auroc_total", "calibrated_brier")
+#: Rows on one HTML page of the board.
+PAGE_ROWS = 100
 
 
 def _e(v: Any) -> str:
     return html_text("" if v is None else str(v), limit=200)
 
 
-def board_rows(scored: list[dict], teams: dict[int, str], config: BoardConfig) -> dict[str, Any]:
-    """``build_board`` over the scored submissions, each row extended with its submission id, team and date."""
-    records = [{**s["record"], "archive": s["id"], "cached": False} for s in scored]
-    board = build_board(records, config)
-    by_id = {s["id"]: s for s in scored}
-    for row in board["rows"]:
-        s = by_id[row["archive"]]
-        row.update(submission=s["id"], team=teams.get(s["team_id"]), submitted=s["created"].isoformat()
-                   if hasattr(s["created"], "isoformat") else str(s["created"]), method_name=s["method"])
-    board["columns"] = ([c for k in HEADLINE for c in board["columns"] if c["key"] == k]
-                        + [c for c in board["columns"] if c["key"] not in HEADLINE])
-    return board
+def message_page(text: str) -> str:
+    """A page that says one thing (a hidden board, a missing report)."""
+    return f"<!DOCTYPE html><title>ubench</title><p>{_e(text)}</p>"
 
 
 def _csv_text(v: Any) -> str:
@@ -58,7 +49,21 @@ def board_csv(board: dict[str, Any]) -> str:
     return out.getvalue()
 
 
-def board_html(board: dict[str, Any], *, title: str = "ubench leaderboard", note: str = "") -> str:
+def _pager(page: int, total: int) -> str:
+    pages = max(1, -(-total // PAGE_ROWS))
+    first, last = (page - 1) * PAGE_ROWS + 1, min(page * PAGE_ROWS, total)
+    links = []
+    if page > 1:
+        links.append(f'<a href="/?page={page - 1}">previous</a>')
+    if page < pages:
+        links.append(f'<a href="/?page={page + 1}">next</a>')
+    shown = f"rows {first}-{last} of {total}" if total else "no scored submission yet"
+    return f'<p class="meta">{shown} (page {page} of {pages}) {" ".join(links)}</p>'
+
+
+def board_html(board: dict[str, Any], *, page: int = 1, total: int | None = None, title: str = "ubench leaderboard",
+               note: str = "") -> str:
+    """One page of the board: ``board["rows"]`` are that page's rows, ``total`` the board's row count."""
     cols = board["columns"]
     head = ['<th class="l">#</th>', '<th class="l">team</th>', '<th class="l">method</th>',
             '<th class="l">submitted</th>']
@@ -88,12 +93,13 @@ def board_html(board: dict[str, Any], *, title: str = "ubench leaderboard", note
 <h1>{_e(title)}</h1>
 <div class="meta">ubench {_e(board["ubench_version"])}; protocol <code>{_e((board["config"].get("protocol") or {}).get("name"))}</code>;
 labels from the host's reference <code>{_e(board["config"].get("reference_sha256"))}</code>. {_e(note)}</div>
+{_pager(page, len(board["rows"]) if total is None else total)}
 <table id="board"><thead><tr>{"".join(head)}</tr></thead>
 <tbody>
 {chr(10).join(body)}
 </tbody></table>
 <p>Columns marked * may be compared across models, † may not. Ranked by CLL (higher is better); click a header
-to sort.</p>
+to sort this page.</p>
 <script>{_JS}</script>
 </body></html>
 """
