@@ -13,8 +13,8 @@ Routes, and who may read them:
 - ``GET /api/submissions/{id}``: the submitting team only (its token; another team's id, or an unknown one, is
   404 alike). The status, the findings of a rejection and, once results are public, the summary and timing.
 - ``GET /api/leaderboard`` (``?offset``, ``?limit``; ``?format=csv`` for every row), ``GET /`` (``?page``), ``GET
-  /submissions/{id}`` (a scored submission's report): public, and before ``--hidden-until`` refused to everyone
-  (403, 403, 404), the submitting team included.
+  /submissions/{id}`` (a scored submission's report): public, and before ``--hidden-until`` refused to everyone,
+  the submitting team included (403; a page saying so; 404).
 
 Before ``--hidden-until`` nothing from which a result could be derived leaves the server (issue #25 item 1): no
 metric, rank, report or timing; a team sees its uploads' status and the findings of a rejection only.
@@ -34,7 +34,6 @@ from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse, Res
 from sqlalchemy.exc import SQLAlchemyError
 from starlette.concurrency import run_in_threadpool
 
-from .. import __version__
 from ..scoring.leaderboard import BoardConfig
 from .db import DB_NAME, Database, Refusal
 from .pages import CSP, PAGE_ROWS, board_csv, board_html, message_page
@@ -184,27 +183,24 @@ def create_app(cfg: ServeConfig) -> FastAPI:
             return _json_error(403, hidden_message())
         if format == "csv":
             page = db.board_page(0, None)
-            return PlainTextResponse(board_csv({"columns": json.loads(page["columns"]),
-                                                "rows": [json.loads(r) for r in page["rows"]]}),
-                                     media_type="text/csv")
+            return PlainTextResponse(board_csv(page["columns"], page["rows"]), media_type="text/csv")
         if format != "json" or offset < 0 or not 1 <= limit <= API_PAGE_ROWS[1]:
             return _json_error(400, f"format is json or csv, offset at least 0, limit 1 to {API_PAGE_ROWS[1]}")
         page = db.board_page(offset, limit)
-        # The stored rows are JSON already (serve/board.py): the body is put together, not re-encoded.
-        body = (f'{{"columns":{page["columns"]},"config":{page["config"]},"counts":{json.dumps(db.counts())},'
-                f'"generated":{json.dumps(_iso(page["generated"]))},"limit":{limit},"offset":{offset},'
-                f'"rows":[{",".join(page["rows"])}],"total":{page["total"]}}}')
-        return Response(body, media_type="application/json")
+        # The stored rows are JSON already (serve/board.py): each gets its rank and is joined, not re-encoded.
+        rows = ",".join(f'{{"rank":{json.dumps(rank)},{text[1:]}' for rank, text in page["rows"])
+        head = json.dumps({"columns": page["columns"], "config": page["config"], "counts": db.counts(),
+                           "generated": _iso(page["generated"]), "limit": limit, "offset": offset,
+                           "total": page["total"]})
+        return Response(f'{head[:-1]},"rows":[{rows}]}}', media_type="application/json")
 
     @app.get("/", response_class=HTMLResponse)
     def page(page: int = 1):
         if hidden():
-            return _html(message_page(f"Results are hidden until {cfg.hidden_until.isoformat()}."), 403)
+            return _html(message_page(f"Results are hidden until {cfg.hidden_until.isoformat()}."))
         page = max(1, page)
-        got = db.board_page((page - 1) * PAGE_ROWS, PAGE_ROWS)
-        board = {"columns": json.loads(got["columns"]), "config": json.loads(got["config"]),
-                 "rows": [json.loads(r) for r in got["rows"]], "ubench_version": __version__}
-        return _html(board_html(board, page=page, total=got["total"]))
+        got = db.board_page((page - 1) * PAGE_ROWS, PAGE_ROWS, html=True)
+        return _html(board_html(got["columns"], got["config"], got["rows"], page=page, total=got["total"]))
 
     @app.get("/submissions/{sid}", response_class=HTMLResponse)
     def report_page(sid: str):

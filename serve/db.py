@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import (Boolean, Column, DateTime, ForeignKey, Index, Integer, MetaData, String, Table, Text,
+from sqlalchemy import (Boolean, Column, DateTime, Float, ForeignKey, Index, Integer, MetaData, String, Table, Text,
                         bindparam, create_engine, delete, event, func, insert, inspect, or_, select, text, update)
 from sqlalchemy.engine import Connection, Engine
 
@@ -93,11 +93,16 @@ reservations = Table(
 )
 
 board = Table(
-    "board_rows", metadata,  # the materialised board: one row per scored submission
+    "board_rows", metadata,  # the materialised board: one row per scored submission (serve/board.py)
     Column("submission_id", String(36), ForeignKey("submissions.id"), primary_key=True),
-    Column("entry", Text, nullable=False),  # what the ranking reads of the result (JSON, serve/board.py)
+    Column("entry", Text, nullable=False),  # what the ranking reads of the result (JSON)
+    Column("ranked", Boolean),  # the ranking's keys, set when the row is rendered: has metrics,
+    Column("cll", Float),  # its CLL,
+    Column("accuracy", Float),  # its accuracy
     Column("position", Integer, index=True),  # order on the board (1 = top); NULL until the next refresh
-    Column("row", Text),  # the row as the API serves it (JSON), rank included
+    Column("rank", Integer),  # rank among ranked rows (NULL for a row without metrics)
+    Column("row", Text),  # the row as the API serves it (JSON, its rank left out); NULL until rendered
+    Column("cells", Text),  # the row's HTML cells after its rank
     Column("extras", Text),  # per-row values computed across all rows by the refresh (JSON; issue #26)
 )
 
@@ -107,7 +112,9 @@ board_meta = Table(
     Column("changes", Integer, nullable=False),  # bumped whenever an entry is added or replaced
     Column("built_from", Integer),  # the ``changes`` the stored positions were computed from
     Column("columns", Text),  # JSON list of the board's columns
+    Column("column_state", Text),  # JSON: metric keys seen and comparability lists, merged row by row
     Column("config", Text),  # JSON: the scoring configuration the board was built under
+    Column("renderer", String(64)),  # the ubench version that rendered the stored rows
     Column("generated", DateTime(timezone=True)),
 )
 
@@ -257,8 +264,8 @@ class Database:
         before :meth:`complete_upload` or :meth:`release_upload`."""
         now = _now()
         with self._writing() as c:
-            if self.engine.dialect.name != "sqlite":
-                c.execute(select(teams.c.id).where(teams.c.id == team_id).with_for_update())
+            if self.engine.dialect.name != "sqlite":  # FOR NO KEY UPDATE: inserts naming the team still go on
+                c.execute(select(teams.c.id).where(teams.c.id == team_id).with_for_update(key_share=True))
             c.execute(delete(reservations).where(reservations.c.team_id == team_id, reservations.c.expires < now))
             running = c.execute(select(func.count()).select_from(reservations)
                                 .where(reservations.c.team_id == team_id)).scalar_one()
@@ -401,70 +408,98 @@ class Database:
 
     # --- the materialised board ------------------------------------------------------------------------------
     def _put_entries(self, c: Connection, entries: list[tuple[str, dict]]) -> None:
+        # the counter first: like store_board, lock the one meta row before any board row (no deadlock)
+        c.execute(update(board_meta).where(board_meta.c.id == 1).values(changes=board_meta.c.changes + 1))
         for sid, entry in entries:
             text_ = json.dumps(entry, sort_keys=True, allow_nan=False)
-            if c.execute(update(board).where(board.c.submission_id == sid).values(entry=text_)).rowcount == 0:
+            if c.execute(update(board).where(board.c.submission_id == sid)  # re-scored: rendered again
+                         .values(entry=text_, row=None, cells=None)).rowcount == 0:
                 c.execute(insert(board).values(submission_id=sid, entry=text_))
-        c.execute(update(board_meta).where(board_meta.c.id == 1).values(changes=board_meta.c.changes + 1))
 
     def add_board_entries(self, entries: list[tuple[str, dict]]) -> None:
         """Add (or replace) the board entries of scored submissions, e.g. those scored before the board existed."""
         with self.engine.begin() as c:
             self._put_entries(c, entries)
 
-    def scored_without_entry(self) -> list[dict]:
-        """Scored submissions that have no board entry yet, with their result records."""
+    def scored_without_entry(self, limit: int = 500) -> list[dict]:
+        """Up to ``limit`` scored submissions that have no board entry yet, with their result records."""
         with self.engine.connect() as c:
             rows = c.execute(select(submissions.c.id, results.c.record)
                              .join(results, results.c.key == submissions.c.result_key)
                              .outerjoin(board, board.c.submission_id == submissions.c.id)
-                             .where(submissions.c.status == "scored", board.c.submission_id.is_(None))).all()
+                             .where(submissions.c.status == "scored", board.c.submission_id.is_(None))
+                             .limit(limit)).all()
         return [{"id": r.id, "record": json.loads(r.record)} for r in rows]
 
-    def board_inputs(self) -> tuple[int, list[dict]]:
-        """What a refresh ranks: the change counter, then every entry with its submission's team, date and method."""
+    def board_state(self) -> dict:
+        """The board's change counter and what its last refresh stored (columns, column state, renderer)."""
         with self.engine.connect() as c:
-            changes = c.execute(select(board_meta.c.changes).where(board_meta.c.id == 1)).scalar_one()
-            rows = c.execute(select(board.c.submission_id, board.c.entry, submissions.c.created,
-                                    submissions.c.method, teams.c.name)
-                             .join(submissions, submissions.c.id == board.c.submission_id)
-                             .join(teams, teams.c.id == submissions.c.team_id)).all()
-        return changes, [{"id": r.submission_id, "entry": json.loads(r.entry), "created": r.created,
-                          "method": r.method, "team": r.name} for r in rows]
+            m = c.execute(select(board_meta).where(board_meta.c.id == 1)).mappings().one()
+        return {"changes": m["changes"], "columns": json.loads(m["columns"] or "null"),
+                "column_state": json.loads(m["column_state"] or "null"), "renderer": m["renderer"]}
 
-    def store_board(self, changes: int, rows: list[tuple[str, int, str, str | None]], *, columns: str,
-                    config: str) -> bool:
-        """Store a refresh computed from the entries at ``changes``: each ``(submission id, position, row JSON,
-        extras JSON)``, written only where it differs, and the columns and configuration. False (nothing
-        written) when the entries changed since: the refresh that follows that change stores the board."""
+    def board_pending(self, *, every: bool = False) -> list[dict]:
+        """Entries to render (new or re-scored; ``every`` row with ``every``), each with its submission's team,
+        date and method."""
+        query_ = (select(board.c.submission_id, board.c.entry, submissions.c.created, submissions.c.method,
+                         teams.c.name)
+                  .join(submissions, submissions.c.id == board.c.submission_id)
+                  .join(teams, teams.c.id == submissions.c.team_id))
+        if not every:
+            query_ = query_.where(board.c.row.is_(None))
+        with self.engine.connect() as c:
+            rows = c.execute(query_).all()
+        return [{"id": r.submission_id, "entry": json.loads(r.entry), "created": r.created, "method": r.method,
+                 "team": r.name} for r in rows]
+
+    def board_keys(self) -> list[tuple[str, bool, float | None, float | None]]:
+        """The ranking keys of every rendered row: (submission id, has metrics, CLL, accuracy)."""
+        with self.engine.connect() as c:
+            return [tuple(r) for r in c.execute(select(board.c.submission_id, board.c.ranked, board.c.cll,
+                                                       board.c.accuracy).where(board.c.row.is_not(None)))]
+
+    def store_board(self, changes: int, *, rendered: list[dict], order: list[tuple[str, int, int | None, str | None]],
+                    columns: str, column_state: str, config: str, renderer: str) -> bool:
+        """Store a refresh computed from the entries at ``changes``: the ``rendered`` rows (``id``, ``ranked``,
+        ``cll``, ``accuracy``, ``row``, ``cells``), every row's ``(id, position, rank, extras)`` (written where it
+        differs), the columns and configuration. False (nothing written) when the entries changed since: the
+        refresh that follows that change stores the board."""
         with self._writing() as c:
             now = c.execute(select(board_meta.c.changes).where(board_meta.c.id == 1).with_for_update()).scalar_one()
             if now != changes:
                 return False
-            old = {r.submission_id: (r.position, r.row, r.extras)
-                   for r in c.execute(select(board.c.submission_id, board.c.position, board.c.row, board.c.extras))}
-            changed = [{"b_sid": sid, "b_pos": pos, "b_row": row, "b_extras": extras}
-                       for sid, pos, row, extras in rows if old.get(sid) != (pos, row, extras)]
-            if changed:
-                c.execute(update(board).where(board.c.submission_id == bindparam("b_sid"))
-                          .values(position=bindparam("b_pos"), row=bindparam("b_row"),
-                                  extras=bindparam("b_extras")), changed)
+            if rendered:
+                c.execute(update(board).where(board.c.submission_id == bindparam("b_id"))
+                          .values(ranked=bindparam("b_ranked"), cll=bindparam("b_cll"),
+                                  accuracy=bindparam("b_accuracy"), row=bindparam("b_row"),
+                                  cells=bindparam("b_cells")),
+                          [{f"b_{k}": v for k, v in r.items()} for r in rendered])
+            old = {r.submission_id: (r.position, r.rank, r.extras)
+                   for r in c.execute(select(board.c.submission_id, board.c.position, board.c.rank, board.c.extras))}
+            moved = [{"b_id": sid, "b_position": pos, "b_rank": rank, "b_extras": extras}
+                     for sid, pos, rank, extras in order if old.get(sid) != (pos, rank, extras)]
+            if moved:
+                c.execute(update(board).where(board.c.submission_id == bindparam("b_id"))
+                          .values(position=bindparam("b_position"), rank=bindparam("b_rank"),
+                                  extras=bindparam("b_extras")), moved)
             c.execute(update(board_meta).where(board_meta.c.id == 1)
-                      .values(built_from=changes, columns=columns, config=config, generated=_now()))
+                      .values(built_from=changes, columns=columns, column_state=column_state, config=config,
+                              renderer=renderer, generated=_now()))
         return True
 
-    def board_page(self, offset: int, limit: int | None) -> dict:
-        """Rows ``offset .. offset + limit`` of the board in order (their JSON texts), with the total, the columns
-        and the configuration (JSON texts) of the last refresh."""
+    def board_page(self, offset: int, limit: int | None, *, html: bool = False) -> dict:
+        """Rows ``offset .. offset + limit`` of the board in order, each ``(rank, row JSON)`` (``(rank, cells)``
+        with ``html``), with the total and the columns and configuration of the last refresh."""
+        text_ = board.c.cells if html else board.c.row
         with self.engine.connect() as c:
             meta = c.execute(select(board_meta.c.columns, board_meta.c.config, board_meta.c.generated)
                              .where(board_meta.c.id == 1)).one()
             total = c.execute(select(func.count()).select_from(board).where(board.c.position.is_not(None))
                               ).scalar_one()
-            rows = [r for (r,) in c.execute(select(board.c.row).where(board.c.position.is_not(None))
-                                            .order_by(board.c.position).offset(offset).limit(limit))]
-        return {"columns": meta.columns or "[]", "config": meta.config or "{}", "generated": meta.generated,
-                "total": total, "rows": rows}
+            rows = [tuple(r) for r in c.execute(select(board.c.rank, text_).where(board.c.position.is_not(None))
+                                                .order_by(board.c.position).offset(offset).limit(limit))]
+        return {"columns": json.loads(meta.columns or "[]"), "config": json.loads(meta.config or "{}"),
+                "generated": meta.generated, "total": total, "rows": rows}
 
 
 #: The SQLite database's file name under ``--data-dir``.

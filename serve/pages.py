@@ -1,18 +1,21 @@
 # SPDX-License-Identifier: MIT
 """The service's leaderboard as CSV and as self-contained HTML pages (no external resource; a strict
-Content-Security-Policy; every string from an upload escaped), from the rows ``serve/board.py`` stores. The HTML
-board shows one page of rows at a time (:data:`PAGE_ROWS`) with links to the others."""
+Content-Security-Policy; every string from an upload escaped, in :func:`row_cells` when the row is stored), from
+the rows ``serve/board.py`` stores. The HTML board shows one page of rows at a time (:data:`PAGE_ROWS`) with links
+to the others."""
 
 from __future__ import annotations
 
 import csv
 import io
+import json
 from typing import Any
 
+from .. import __version__
 from ..scoring.leaderboard_html import _CSS, _JS, _LABELS
 from ..scoring.text import escape_text, html_text
 
-__all__ = ["board_csv", "board_html", "message_page", "CSP", "PAGE_ROWS"]
+__all__ = ["board_csv", "board_html", "row_cells", "message_page", "CSP", "PAGE_ROWS"]
 
 #: The page's Content-Security-Policy: nothing external, inline style and the sorting script only.
 CSP = ("default-src 'none'; style-src 'unsafe-inline'; script-src 'unsafe-inline'; img-src data:; "
@@ -37,16 +40,37 @@ def _csv_text(v: Any) -> str:
     return "'" + text if text[:1] in ("=", "+", "-", "@") else text
 
 
-def board_csv(board: dict[str, Any]) -> str:
-    """One line per row: rank, submission, team, method, submitted, then every metric column."""
+def _with_rank(rank: int | None, row: str) -> dict[str, Any]:
+    return {"rank": rank, **json.loads(row)}
+
+
+def board_csv(columns: list[dict], rows: list[tuple[int | None, str]]) -> str:
+    """One line per stored row (``(rank, row JSON)``): rank, submission, team, method, submitted, every metric."""
     out = io.StringIO()
     w = csv.writer(out)
-    keys = [c["key"] for c in board["columns"]]
+    keys = [c["key"] for c in columns]
     w.writerow(["rank", "submission", "team", "method", "submitted", *keys])
-    for r in board["rows"]:
-        w.writerow([r["rank"], r["submission"], _csv_text(r.get("team")), _csv_text(r.get("method_name") or r["method"]),
-                    r["submitted"], *[r["metrics"].get(k) for k in keys]])
+    for rank, text in rows:
+        r = _with_rank(rank, text)
+        w.writerow([r["rank"], r["submission"], _csv_text(r.get("team")),
+                    _csv_text(r.get("method_name") or r["method"]), r["submitted"],
+                    *[r["metrics"].get(k) for k in keys]])
     return out.getvalue()
+
+
+def row_cells(row: dict[str, Any], columns: list[dict]) -> str:
+    """A board row's cells after its rank (team, method, date, each column's value, the report link): rendered
+    once when the row is stored (serve/board.py), so a page request only joins stored cells."""
+    cells = [f'<td class="l" data-v="{_e(row.get("team"))}">{_e(row.get("team"))}</td>',
+             f'<td class="l" data-v="{_e(row.get("method_name") or row["method"])}">'
+             f'{_e(row.get("method_name") or row["method"])}</td>',
+             f'<td class="l" data-v="{_e(row["submitted"])}">{_e(row["submitted"][:19])}</td>']
+    for c in columns:
+        v = row["metrics"].get(c["key"])
+        cells.append(f'<td data-v="{"" if v is None else repr(float(v))}">'
+                     f'{"" if v is None else f"{float(v):.4g}"}</td>')
+    cells.append(f'<td class="l"><a href="/submissions/{_e(row["submission"])}">report</a></td>')
+    return "".join(cells)
 
 
 def _pager(page: int, total: int) -> str:
@@ -61,42 +85,30 @@ def _pager(page: int, total: int) -> str:
     return f'<p class="meta">{shown} (page {page} of {pages}) {" ".join(links)}</p>'
 
 
-def board_html(board: dict[str, Any], *, page: int = 1, total: int | None = None, title: str = "ubench leaderboard",
-               note: str = "") -> str:
-    """One page of the board: ``board["rows"]`` are that page's rows, ``total`` the board's row count."""
-    cols = board["columns"]
+def board_html(columns: list[dict], config: dict, rows: list[tuple[int | None, str]], *, page: int = 1,
+               total: int = 0, title: str = "ubench leaderboard") -> str:
+    """One page of the board from stored rows (``(rank, cells)``, :func:`row_cells`); ``total`` rows in all."""
     head = ['<th class="l">#</th>', '<th class="l">team</th>', '<th class="l">method</th>',
             '<th class="l">submitted</th>']
-    for c in cols:
+    for c in columns:
         label = _LABELS.get(c["key"], c["key"])
         mark = "" if c["comparable"] else " †"
         cls = ' class="nc"' if c["comparable"] is False else ""
         head.append(f'<th{cls} title="{_e(c["key"])}">{_e(label)}{"*" if c["comparable"] else ""}{mark}</th>')
     head.append('<th class="l">report</th>')
-    body = []
-    for r in board["rows"]:
-        cells = [f'<td class="l" data-v="{_e(r["rank"])}">{_e(r["rank"])}</td>',
-                 f'<td class="l" data-v="{_e(r.get("team"))}">{_e(r.get("team"))}</td>',
-                 f'<td class="l" data-v="{_e(r.get("method_name") or r["method"])}">'
-                 f'{_e(r.get("method_name") or r["method"])}</td>',
-                 f'<td class="l" data-v="{_e(r["submitted"])}">{_e(r["submitted"][:19])}</td>']
-        for c in cols:
-            v = r["metrics"].get(c["key"])
-            cells.append(f'<td data-v="{"" if v is None else repr(float(v))}">'
-                         f'{"" if v is None else f"{float(v):.4g}"}</td>')
-        cells.append(f'<td class="l"><a href="/submissions/{_e(r["submission"])}">report</a></td>')
-        body.append(f'<tr>{"".join(cells)}</tr>')
+    body = "\n".join(f'<tr><td class="l" data-v="{"" if rank is None else rank}">{"" if rank is None else rank}'
+                     f'</td>{cells}</tr>' for rank, cells in rows)
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8">
 <meta http-equiv="Content-Security-Policy" content="{CSP}">
 <title>{_e(title)}</title><style>{_CSS}</style></head><body>
 <h1>{_e(title)}</h1>
-<div class="meta">ubench {_e(board["ubench_version"])}; protocol <code>{_e((board["config"].get("protocol") or {}).get("name"))}</code>;
-labels from the host's reference <code>{_e(board["config"].get("reference_sha256"))}</code>. {_e(note)}</div>
-{_pager(page, len(board["rows"]) if total is None else total)}
+<div class="meta">ubench {_e(__version__)}; protocol <code>{_e((config.get("protocol") or {}).get("name"))}</code>;
+labels from the host's reference <code>{_e(config.get("reference_sha256"))}</code>.</div>
+{_pager(page, total)}
 <table id="board"><thead><tr>{"".join(head)}</tr></thead>
 <tbody>
-{chr(10).join(body)}
+{body}
 </tbody></table>
 <p>Columns marked * may be compared across models, † may not. Ranked by CLL (higher is better); click a header
 to sort this page.</p>

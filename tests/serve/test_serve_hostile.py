@@ -26,7 +26,7 @@ EXAMPLES = Path(EXAMPLE).parent
 JUNK = b"\x89HDF\r\n\x1a\n" + bytes(range(256)) * 8  # an upload the scorer rejects quickly
 
 
-# --- fixtures --------------------------------------------------------------------------------------------------
+# --- fixtures --------------------------------------------------------------------------------------------------------
 
 @pytest.fixture(scope="module")
 def reference(tmp_path_factory) -> Path:
@@ -87,6 +87,20 @@ class Host:
         return sorted(p.name for d in ("uploads", "incoming") for p in (self.data / d).iterdir())
 
 
+@pytest.fixture
+def new_host(tmp_path, reference):
+    """``new_host(*teams)``: a Host on SQLite under this test's directory; its servers are stopped at teardown."""
+    made = []
+
+    def make(*teams: str) -> Host:
+        made.append(Host(tmp_path / f"host{len(made)}", reference, None, *teams))
+        return made[-1]
+
+    yield make
+    for h in made:
+        h.stop()
+
+
 @pytest.fixture(params=["sqlite", "postgresql"])
 def host(request, tmp_path, reference):
     h = Host(tmp_path, reference, _db_url(request, request.param), "alpha", "beta")
@@ -105,7 +119,7 @@ def hostile(request, tmp_path_factory, reference):
     assert "Traceback" not in h.servers[0].log()  # no request ended in an unhandled exception
 
 
-# --- raw HTTP ----------------------------------------------------------------------------------------------------
+# --- raw HTTP --------------------------------------------------------------------------------------------------------
 
 def _reply(data: bytes) -> tuple[int | None, dict]:
     if not data.startswith(b"HTTP/1.1 "):
@@ -184,7 +198,7 @@ def upload(srv: Server, token: str, data: bytes = JUNK, **fields):
                       files={"archive": ("run.h5", data)}, data=fields, timeout=60)
 
 
-# --- item 1 and 16: --hidden-until and every route's authentication ----------------------------------------------
+# --- item 1 and 16: --hidden-until and every route's authentication --------------------------------------------------
 
 ROUTES = ("status-scored", "status-rejected", "board-json", "board-csv", "board-page", "report", "upload")
 
@@ -207,15 +221,17 @@ def _expected(route: str, who: str, public: bool) -> int:
         return {"none": 401, "wrong": 401, "owner": 200, "other": 404}[who]
     if route == "report":
         return 200 if public else 404
+    if route == "board-page":
+        return 200  # before the deadline, a page that says so
     return 200 if public else 403
 
 
-def test_hidden_results_and_every_routes_authentication(tmp_path, reference):
+def test_hidden_results_and_every_routes_authentication(new_host):
     """Items 1 and 16: before --hidden-until no route tells anyone (the submitting team included) a metric, a
     rank, a report or a timing, and a team's own status says the status and a rejection's findings only; after
     it, the board is public and the status complete. Every route with no token, a wrong token, the owning team
     and another team, in both phases: another team's submission is a 404 like an unknown id."""
-    h = Host(tmp_path, reference, None, "alpha", "beta")
+    h = new_host("alpha", "beta")
     tokens = {"none": None, "wrong": "not-a-token", "owner": h.tokens["alpha"], "other": h.tokens["beta"]}
     srv = h.server("--hidden-until", "2999-01-01T00:00:00")
     ids = {"scored": upload(srv, h.tokens["alpha"], EXAMPLE.read_bytes(), method="de").json()["id"],
@@ -231,7 +247,7 @@ def test_hidden_results_and_every_routes_authentication(tmp_path, reference):
         for who, token in tokens.items():
             r = _call(srv, route, token, ids)
             assert r.status_code == _expected(route, who, public=False), (route, who, r.text)
-            hidden_bodies.append(r.text)
+            hidden_bodies.append((route, r.text))
     own = _call(srv, "status-scored", tokens["owner"], ids).json()
     assert own["status"] == "scored" and set(own) == {"id", "status", "sha256", "size", "method", "created",
                                                       "hidden_until"}
@@ -250,10 +266,11 @@ def test_hidden_results_and_every_routes_authentication(tmp_path, reference):
     assert _call(srv, "status-rejected", tokens["owner"], ids).json()["outcome"] in ("rejected", "unreadable")
     rows = httpx.get(srv.url + "/api/leaderboard").json()["rows"]
     assert [r["submission"] for r in rows] == [ids["scored"]]
-    secrets = [ids["scored"], own["sha256"]] + [
-        f for k in ("cll", "accuracy", "nll", "ece") for f in (repr(own["summary"][k]), f"{own['summary'][k]:.4g}")]
-    leaked = [(s, b[:80]) for s in secrets for b in hidden_bodies if s in b and not b.startswith('{"id"')]
-    assert leaked == []  # hidden routes named neither the row nor a metric (the owner's status has its own id)
+    metrics = [f for k in ("cll", "accuracy", "nll", "ece")
+               for f in (repr(own["summary"][k]), f"{own['summary'][k]:.4g}", f"{own['summary'][k]:.4f}")]
+    leaked = [(route, m) for route, body in hidden_bodies for m in metrics if m in body]
+    leaked += [(route, "id") for route, body in hidden_bodies if route.startswith("board") and ids["scored"] in body]
+    assert leaked == []  # no hidden answer held a metric; no board named the row
     _assert_private(h.data)
 
 
@@ -275,7 +292,7 @@ def _assert_private(data: Path) -> None:
         assert any(s[0].startswith(sub + "/") for s in seen), sub
 
 
-# --- item 2: quotas under parallel uploads ------------------------------------------------------------------------
+# --- item 2: quotas under parallel uploads ---------------------------------------------------------------------------
 
 class _Held:
     """An upload whose head and first half are sent and whose second half is held back."""
@@ -351,7 +368,7 @@ def test_parallel_uploads_hold_the_daily_quota_and_the_concurrency_limit(host):
     assert host.sql("select count(*) from reservations") == [(0,)]
 
 
-# --- item 4: malformed multipart bodies ---------------------------------------------------------------------------
+# --- item 4: malformed multipart bodies ------------------------------------------------------------------------------
 
 BAD_BODIES = {  # name: (request bytes given a token, expected status, words in the error)
     "not multipart": (lambda t: post(t, b"raw").replace(b"multipart/form-data; boundary=b0undary", b"text/plain"),
@@ -408,7 +425,7 @@ def test_malformed_multipart_bodies_are_400_with_one_line_and_store_nothing(host
     assert hostile.sql("select count(*) from reservations") == [(0,)]
 
 
-# --- item 5: slow clients ------------------------------------------------------------------------------------------
+# --- item 5: slow clients --------------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("hostile", ["sqlite"], indirect=True)
 def test_slow_clients_meet_the_header_timeout_and_the_upload_deadline(hostile):
@@ -487,7 +504,7 @@ def test_bad_form_fields_are_400_before_anything_is_stored(hostile):
     assert got == [("m" * 200, "line one\nline two\ttab")]
 
 
-# --- item 6: round-robin scheduling and the sandbox limits --------------------------------------------------------
+# --- item 6: round-robin scheduling and the sandbox limits -----------------------------------------------------------
 
 @pytest.fixture(params=["sqlite", "postgresql"])
 def database(request, tmp_path):
@@ -535,7 +552,7 @@ def test_serve_takes_the_sandbox_limits_like_leaderboard(hostile):
     assert helps == {1}
 
 
-# --- item 8: leases, the error path, .staging leftovers ---------------------------------------------------------------
+# --- item 8: leases, the error path, .staging leftovers --------------------------------------------------------------
 
 def test_error_path_gives_back_only_its_own_claim_and_attempts_are_bounded(database):
     """Item 8 and 10: a worker's error path requeues its own claim and no other server's; an expired lease is
@@ -589,10 +606,11 @@ def test_second_server_leaves_live_claims_and_staging_and_a_lone_server_cleans_u
     assert not live.exists() and list((host.data / "incoming").iterdir()) == []
 
 
-# --- item 10: planted links and bounded attempts -----------------------------------------------------------------------
+# --- item 10: planted links and bounded attempts ---------------------------------------------------------------------
 
 def test_planted_links_are_refused_at_start_with_one_line(tmp_path, reference):
-    """Item 10: a symbolic link in place of uploads/, reports/, board/results or the database is refused at start (exit 2, one line naming it, no traceback) and nothing is written where it points."""
+    """Item 10: a symbolic link in place of uploads/, reports/, board/results or the database is refused at start
+    (exit 2, one line naming it, no traceback) and nothing is written where it points."""
     outside = tmp_path / "outside"
     outside.mkdir()
     procs = {}
@@ -605,19 +623,26 @@ def test_planted_links_are_refused_at_start_with_one_line(tmp_path, reference):
         procs[name] = (subprocess.Popen([sys.executable, "-m", "ubench.cli", "serve", "--reference", str(reference),
                                          "--data-dir", str(data), "--port", "1"], stdout=subprocess.PIPE,
                                         stderr=subprocess.PIPE, text=True), target)
-    for name, (proc, target) in procs.items():
-        out, err = proc.communicate(timeout=120)
-        assert proc.returncode == 2 and "Traceback" not in err, (name, err)
+    try:
+        results = {name: (proc.communicate(timeout=120)[1], proc.returncode, target)
+                   for name, (proc, target) in procs.items()}
+    finally:
+        for proc, _ in procs.values():
+            if proc.poll() is None:  # a server that started anyway (the bug): stopped here
+                proc.kill()
+                proc.wait()
+    for name, (err, returncode, target) in results.items():
+        assert returncode == 2 and "Traceback" not in err, (name, err)
         lines = err.strip().splitlines()
         assert len(lines) == 1 and "symbolic link" in lines[0] and name in lines[0], (name, err)
         assert (list(target.iterdir()) if target.is_dir() else target.read_bytes()) in ([], b""), name
 
 
-def test_a_submission_that_keeps_failing_is_rejected_after_max_attempts(tmp_path, reference):
+def test_a_submission_that_keeps_failing_is_rejected_after_max_attempts(new_host, tmp_path):
     """Item 10: a results link planted while the server runs makes every scoring attempt fail (the scorer refuses
     to follow it): the submission is tried --max-attempts times and then rejected with a reason, not retried for
     ever; the link's target stays empty."""
-    h = Host(tmp_path, reference, None, "alpha")
+    h = new_host("alpha")
     srv = h.server("--max-attempts", "2")
     outside = tmp_path / "outside"
     outside.mkdir()
@@ -629,10 +654,9 @@ def test_a_submission_that_keeps_failing_is_rejected_after_max_attempts(tmp_path
     assert done["status"] == "rejected" and [f["check"] for f in done["findings"]] == ["attempts"]
     assert "2 attempt" in done["findings"][0]["message"] and str(tmp_path) not in json.dumps(done)
     assert h.sql("select attempts from submissions") == [(2,)] and list(outside.iterdir()) == []
-    srv.stop()
 
 
-# --- item 11: a data directory or database that cannot be used -----------------------------------------------------
+# --- item 11: a data directory or database that cannot be used -------------------------------------------------------
 
 def _unprivileged() -> list[str]:
     """A prefix that runs a command without root's permission override (file modes apply to it), or nothing when
@@ -670,7 +694,11 @@ def test_unusable_data_dir_or_database_is_one_line_and_exit_2(tmp_path, referenc
              for name, cmd in commands.items()]
     try:
         for name, cmd, proc in procs:
-            _, err = proc.communicate(timeout=120)
+            try:
+                _, err = proc.communicate(timeout=120)
+            finally:
+                if proc.poll() is None:
+                    proc.kill()
             lines = err.strip().splitlines()
             assert proc.returncode == 2 and len(lines) == 1 and lines[0].startswith("error: "), (name, cmd, err)
             assert "Traceback" not in err
@@ -680,7 +708,7 @@ def test_unusable_data_dir_or_database_is_one_line_and_exit_2(tmp_path, referenc
     assert list(ro_dir.iterdir()) == [] and list(ro_parent.iterdir()) == []
 
 
-# --- item 7: the materialised board -----------------------------------------------------------------------------------
+# --- item 7: the materialised board ----------------------------------------------------------------------------------
 
 def test_board_is_materialised_when_scored_and_served_without_the_records(host):
     """Item 7: a scored submission's board row is stored when it is scored; the routes serve the stored rows (the
@@ -706,3 +734,58 @@ def test_board_is_materialised_when_scored_and_served_without_the_records(host):
     assert page.status_code == 200 and first in page.text and second in page.text
     csv = httpx.get(srv.url + "/api/leaderboard", params={"format": "csv"}).text.splitlines()
     assert len(csv) == 3 and second in csv[1]
+
+
+def test_refresh_orders_and_ranks_the_stored_rows_as_build_board_does(tmp_path, reference):
+    """Item 7: the stored board (rows rendered once, ordered by their stored keys on every refresh) equals
+    ``build_board`` over the full records: ties in CLL broken by accuracy, then by id; rows without CLL after the
+    others; rows without metrics unranked at the end; a better row added later moves everyone below it down; a
+    refresh computed from entries that changed meanwhile stores nothing."""
+    import random
+
+    from ubench.scoring.leaderboard import BoardConfig, build_board
+    from ubench.serve.board import board_entry, refresh_board
+    from ubench.serve.db import Database
+
+    config = BoardConfig.create(reference=reference)
+    db = Database(f"sqlite:///{tmp_path / 'b.db'}")
+    db.add_team("t")
+    tid = next(iter(db.team_names()))
+    rng = random.Random(7)
+    records = {}
+
+    def add(summary):
+        sid = db.complete_upload("r", tid, f"{len(records):064x}", 1, None, None)
+        rec = {"sha256": f"{len(records):064x}", "outcome": {"status": "ok", "exit_code": 0, "findings": [],
+               "report": {"summary": summary, "archive": {"method": "m"}, "comparability": {"comparable": ["cll"]}}}}
+        db.add_board_entries([(sid, board_entry(rec))])
+        records[sid] = rec
+
+    for i in range(40):
+        summary = {"cll": rng.choice([-0.5, -0.25, rng.uniform(-1, 0)]), "accuracy": rng.choice([0.9, 0.8]),
+                   "ece": rng.random()}
+        if i % 9 == 0:
+            summary.pop("cll")
+        if i % 13 == 0:
+            summary = {}
+        if i % 11 == 5:
+            summary = {"ece": rng.random()}  # ranked: it has a metric, though neither CLL nor accuracy
+        add(summary)
+
+    def stored():
+        page = db.board_page(0, None)
+        return [(json.loads(row)["submission"], rank) for rank, row in page["rows"]]
+
+    def expected():
+        board = build_board([{**r, "archive": sid} for sid, r in records.items()], config)
+        return [(r["archive"], r["rank"]) for r in board["rows"]]
+
+    assert refresh_board(db, config) and stored() == expected()
+    assert [r for _, r in stored()][-4:] == [None] * 4 and stored()[0][1] == 1
+    add({"cll": 0.0, "accuracy": 1.0})  # the best row arrives
+    assert refresh_board(db, config) and stored() == expected() and stored()[0][0] == list(records)[-1]
+    changes = db.board_state()["changes"]
+    db.add_board_entries([])  # an entry changed after a refresh read the entries: that refresh stores nothing
+    assert not db.store_board(changes, rendered=[], order=[], columns="[]", column_state="{}", config="{}",
+                              renderer="x")
+    db.engine.dispose()

@@ -37,8 +37,13 @@ def upgrade() -> None:
         "board_rows",
         sa.Column("submission_id", sa.String(36), sa.ForeignKey("submissions.id"), primary_key=True),
         sa.Column("entry", sa.Text, nullable=False),
+        sa.Column("ranked", sa.Boolean),
+        sa.Column("cll", sa.Float),
+        sa.Column("accuracy", sa.Float),
         sa.Column("position", sa.Integer),
+        sa.Column("rank", sa.Integer),
         sa.Column("row", sa.Text),
+        sa.Column("cells", sa.Text),
         sa.Column("extras", sa.Text),
     )
     op.create_index("ix_board_rows_position", "board_rows", ["position"])
@@ -48,7 +53,9 @@ def upgrade() -> None:
         sa.Column("changes", sa.Integer, nullable=False),
         sa.Column("built_from", sa.Integer),
         sa.Column("columns", sa.Text),
+        sa.Column("column_state", sa.Text),
         sa.Column("config", sa.Text),
+        sa.Column("renderer", sa.String(64)),
         sa.Column("generated", sa.DateTime(timezone=True)),
     )
     op.bulk_insert(meta, [{"id": 1, "changes": 0}])
