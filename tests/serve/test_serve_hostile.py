@@ -580,10 +580,11 @@ def test_error_path_gives_back_only_its_own_claim_and_attempts_are_bounded(datab
     assert not database.finish(c2["id"], "server-2", "k", "2" * 64, {"outcome": {"status": "ok"}}, "scored")
 
 
+@pytest.mark.parametrize("host", ["postgresql"], indirect=True)
 def test_second_server_leaves_live_claims_and_staging_and_a_lone_server_cleans_up(host):
-    """Item 8 with two real servers on one database (SQLite in a shared data directory, PostgreSQL): a second
-    server starting while the first scores takes none of its claims (every submission claimed once) and keeps its
-    private copies; a server starting alone removes what killed servers left in board/.staging-* and incoming/."""
+    """Item 8 with two real servers on one PostgreSQL database and one data directory: a second server starting
+    while the first scores takes none of its claims (every submission claimed once) and keeps its private copies;
+    a server starting alone removes what killed servers left in board/.staging-* and incoming/."""
     a = host.server("--lease", "5")
     token = host.tokens["alpha"]
     ids = [upload(a, token, (EXAMPLES / n).read_bytes()).json()["id"] for n in ("digits_sgd.h5",
@@ -687,8 +688,7 @@ def test_unusable_data_dir_or_database_is_one_line_and_exit_2(tmp_path, referenc
              "read-only database": ["--data-dir", str(ro_db)],
              "unreachable PostgreSQL": ["--data-dir", str(tmp_path / "pg"), "--db", dead_pg]}
     commands = {name: ["serve", "--reference", str(reference), "--port", "1", *args] for name, args in cases.items()}
-    commands.update({f"team add, {name}": ["serve", "team", "add", "x", *cases[name]]
-                     for name in ("read-only parent", "read-only database")})
+    commands["team add, read-only database"] = ["serve", "team", "add", "x", *cases["read-only database"]]
     procs = [(name, cmd, subprocess.Popen([*_unprivileged(), sys.executable, "-m", "ubench.cli", *cmd],
                                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
              for name, cmd in commands.items()]
@@ -710,6 +710,7 @@ def test_unusable_data_dir_or_database_is_one_line_and_exit_2(tmp_path, referenc
 
 # --- item 7: the materialised board ----------------------------------------------------------------------------------
 
+@pytest.mark.parametrize("host", ["sqlite"], indirect=True)  # PostgreSQL: test_serve.py's boards
 def test_board_is_materialised_when_scored_and_served_without_the_records(host):
     """Item 7: a scored submission's board row is stored when it is scored; the routes serve the stored rows (the
     result records can be emptied and the board stays), paged; a better upload re-ranks the stored rows."""
