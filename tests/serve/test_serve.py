@@ -101,6 +101,17 @@ class Server:
         raise AssertionError(f"submission {sid} not done: {body}")
 
 
+def wait_board(srv: Server, n_rows: int, timeout: float = 120) -> dict:
+    """``GET /api/leaderboard`` (up to 1,000 rows) once it holds ``n_rows`` rows: a scored submission's row appears
+    with the board's next refresh, right after its status says ``scored``."""
+    end = time.monotonic() + timeout
+    while True:
+        board = httpx.get(srv.url + "/api/leaderboard", params={"limit": 1000}, timeout=30).json()
+        if board["total"] >= n_rows or time.monotonic() > end:
+            return board
+        time.sleep(0.1)
+
+
 def query(data: Path, sql: str, db_url: str | None = None) -> list[tuple]:
     """Rows of ``sql`` from the service's database (SQLite under ``data`` or ``db_url``), read with SQLAlchemy."""
     from sqlalchemy import create_engine, text
@@ -144,7 +155,7 @@ def test_upload_becomes_a_row_with_its_report(host):
     sid = r.json()["id"]
     done = srv.wait_done(token, sid)
     assert done["status"] == "scored" and done["summary"]["accuracy"] > 0.9
-    board = httpx.get(srv.url + "/api/leaderboard").json()
+    board = wait_board(srv, 1)
     assert [row["submission"] for row in board["rows"]] == [sid] and board["rows"][0]["team"] == "alpha"
     assert [c["key"] for c in board["columns"]][:2] == ["cll", "accuracy"]
     page = httpx.get(srv.url + "/")
@@ -234,7 +245,7 @@ def test_scheduler_scores_on_an_existing_dask_cluster(tmp_path):
             sid = srv.upload(token, EXAMPLE, method="on-dask").json()["id"]
             done = srv.wait_done(token, sid)
             assert done["status"] == "scored" and done["summary"]["accuracy"] > 0.9
-            rows = httpx.get(srv.url + "/api/leaderboard").json()["rows"]
+            rows = wait_board(srv, 1)["rows"]
             assert [r["submission"] for r in rows] == [sid]
         finally:
             srv.stop()

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from conftest import create_database  # noqa: E402
-from test_serve import EXAMPLE, Server, _ubench, httpx, query  # the same real server (this directory is on sys.path)
+from test_serve import EXAMPLE, Server, _ubench, httpx, query, wait_board  # the same real server (tests/serve)
 
 EXAMPLES = Path(EXAMPLE).parent
 JUNK = b"\x89HDF\r\n\x1a\n" + bytes(range(256)) * 8  # an upload the scorer rejects quickly
@@ -264,7 +264,7 @@ def test_hidden_results_and_every_routes_authentication(new_host):
     own = _call(srv, "status-scored", tokens["owner"], ids).json()
     assert own["summary"]["accuracy"] > 0.9 and own["started"] and own["finished"] and own["report"]
     assert _call(srv, "status-rejected", tokens["owner"], ids).json()["outcome"] in ("rejected", "unreadable")
-    rows = httpx.get(srv.url + "/api/leaderboard").json()["rows"]
+    rows = wait_board(srv, 1)["rows"]
     assert [r["submission"] for r in rows] == [ids["scored"]]
     metrics = [f for k in ("cll", "accuracy", "nll", "ece")
                for f in (repr(own["summary"][k]), f"{own['summary'][k]:.4g}", f"{own['summary'][k]:.4f}")]
@@ -581,7 +581,7 @@ def test_error_path_gives_back_only_its_own_claim_and_attempts_are_bounded(datab
 
 
 @pytest.mark.parametrize("host", ["postgresql"], indirect=True)
-def test_second_server_leaves_live_claims_and_staging_and_a_lone_server_cleans_up(host):
+def test_second_server_takes_no_live_claim_and_a_lone_one_cleans_up(host):
     """Item 8 with two real servers on one PostgreSQL database and one data directory: a second server starting
     while the first scores takes none of its claims (every submission claimed once) and keeps its private copies;
     a server starting alone removes what killed servers left in board/.staging-* and incoming/."""
@@ -720,11 +720,7 @@ def test_board_is_materialised_when_scored_and_served_without_the_records(host):
     assert srv.wait_done(token, first)["status"] == "scored"
     second = upload(srv, token, EXAMPLE.read_bytes(), method="de").json()["id"]
     assert srv.wait_done(token, second)["status"] == "scored"
-    for _ in range(100):
-        board = httpx.get(srv.url + "/api/leaderboard").json()
-        if board["total"] == 2:
-            break
-        time.sleep(0.1)
+    board = wait_board(srv, 2)
     assert [(r["submission"], r["rank"]) for r in board["rows"]] == [(second, 1), (first, 2)]  # DE's CLL is higher
     assert host.sql("select submission_id, position from board_rows order by position") == [(second, 1), (first, 2)]
     host.execute("update results set record = 'not json'")  # nothing re-reads the records per request
