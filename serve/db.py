@@ -14,9 +14,10 @@ once. Queued submissions are claimed round-robin across teams (the team served l
 
 Quotas are reservations: a row in ``reservations`` is written when an upload *starts*, in a transaction that counts
 the team's uploads of the last 24 hours and its uploads in progress and refuses past the limits, atomically across
-servers (SQLite: ``BEGIN IMMEDIATE``, one writer at a time; PostgreSQL: the team's row locked ``FOR UPDATE``, which
-serialises one team's reservations and nothing else: no retry loop as a serializable transaction would need, and
-other teams never wait). A finished upload turns its reservation into its submission in one transaction; a failed
+servers (SQLite: ``BEGIN IMMEDIATE``, one writer at a time; PostgreSQL: the team's row locked ``FOR NO KEY
+UPDATE``, which serialises one team's reservations and nothing else: no retry loop as a serializable transaction
+would need, no lock key to keep unique as with an advisory lock, other teams never wait, and inserts that name the
+team, which take a key-share lock, go on). A finished upload turns its reservation into its submission in one transaction; a failed
 one deletes it; one whose server died expires (its expiry is the upload's deadline plus a margin).
 """
 

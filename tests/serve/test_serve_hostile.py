@@ -5,6 +5,7 @@ sockets (malformed bodies, slow clients). Each test names the item it pins."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -582,24 +583,45 @@ def test_error_path_gives_back_only_its_own_claim_and_attempts_are_bounded(datab
 
 @pytest.mark.parametrize("host", ["postgresql"], indirect=True)
 def test_second_server_takes_no_live_claim_and_a_lone_one_cleans_up(host):
-    """Item 8 with two real servers on one PostgreSQL database and one data directory: a second server starting
-    while the first scores takes none of its claims (every submission claimed once) and keeps its private copies;
-    a server starting alone removes what killed servers left in board/.staging-* and incoming/."""
-    a = host.server("--lease", "5")
-    token = host.tokens["alpha"]
-    ids = [upload(a, token, (EXAMPLES / n).read_bytes()).json()["id"] for n in ("digits_sgd.h5",
-                                                                                "digits_deep_ensemble.h5")]
-    for _ in range(300):
-        if host.sql("select count(*) from submissions where status = 'scoring'") == [(1,)]:
-            break
-        time.sleep(0.05)
-    live = host.data / "board" / ".staging-live"
-    live.mkdir()
-    b = host.server("--lease", "5")  # starts while a's claim is live
-    assert live.is_dir()  # a is alive: its copies are not b's to remove
-    for sid in ids:
-        assert a.wait_done(token, sid)["status"] == "scored"
-    assert sorted(host.sql("select attempts, lease_owner from submissions")) == [(1, None), (1, None)]
+    """Item 8 with real servers on one PostgreSQL database and one data directory. A claim whose server is alive
+    (here a thread renewing its lease through the store, as a server's heartbeat does) is left alone by a server
+    that starts and runs beside it; once its heartbeat stops and the lease expires, that server takes it over and
+    scores it (a second attempt). A server starting beside a live one keeps the private copies under
+    board/.staging-*; one starting alone removes them and the bodies that killed servers left in incoming/."""
+    from ubench.serve.db import Database
+
+    (host.data / "uploads").mkdir(mode=0o700, exist_ok=True)
+    sha = hashlib.sha256(JUNK).hexdigest()
+    (host.data / "uploads" / f"{sha}.h5").write_bytes(JUNK)
+    db = Database(host.db_url)
+    tid = db.team_for_token(host.tokens["alpha"])["id"]
+    sid = db.complete_upload("r", tid, sha, len(JUNK), "ghost's", None)
+    assert db.claim_next("ghost-server", lease=3)["id"] == sid
+    alive = threading.Event()
+    alive.set()
+
+    def heartbeat():
+        while alive.is_set():
+            db.renew_leases("ghost-server", [sid], lease=3)
+            time.sleep(0.5)
+
+    beat = threading.Thread(target=heartbeat)
+    beat.start()
+    try:
+        a = host.server("--lease", "2")  # its start-up and its own heartbeats (every 0.5 s) pass the live claim
+        live = host.data / "board" / ".staging-live"
+        live.mkdir()
+        b = host.server("--lease", "2")
+        time.sleep(1.5)
+        assert host.sql("select status, attempts, lease_owner from submissions") == [("scoring", 1, "ghost-server")]
+        assert live.is_dir()  # a is alive: its copies are not b's to remove
+    finally:
+        alive.clear()
+        beat.join()
+    done = a.wait_done(host.tokens["alpha"], sid, timeout=120)  # the lease runs out: a or b scores it
+    assert done["status"] == "rejected" and host.sql("select attempts from submissions") == [(2,)]
+    assert not db.finish(sid, "ghost-server", "k", sha, {"outcome": {"status": "ok"}}, "scored")  # too late
+    db.engine.dispose()
     a.stop()
     b.stop()
     (host.data / "incoming" / "cut.part").write_bytes(b"x")
@@ -647,8 +669,10 @@ def test_a_submission_that_keeps_failing_is_rejected_after_max_attempts(new_host
     srv = h.server("--max-attempts", "2")
     outside = tmp_path / "outside"
     outside.mkdir()
-    os.rmdir(h.data / "board" / "results")
-    (h.data / "board" / "results").symlink_to(outside)
+    results = h.data / "board" / "results"
+    if results.is_dir():
+        results.rmdir()
+    results.symlink_to(outside)
     token = h.tokens["alpha"]
     sid = upload(srv, token, JUNK).json()["id"]
     done = srv.wait_done(token, sid, timeout=60)
