@@ -475,6 +475,8 @@ def test_slow_clients_meet_the_header_timeout_and_the_upload_deadline(hostile):
                 reply = s.recv(65536)
                 break
             except socket.timeout:
+                if time.monotonic() - t0 > 8:
+                    break  # no deadline (the bug): the reply check below fails
                 s.sendall(bytes([byte]))
         elapsed = time.monotonic() - t0
     assert reply.startswith(b"HTTP/1.1 408") and b"deadline" in reply and 2 < elapsed < 6
