@@ -25,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import datetime as _dt
 import json
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,7 +37,7 @@ from starlette.concurrency import run_in_threadpool
 
 from ..scoring.leaderboard import BoardConfig
 from .db import DB_NAME, Database, Refusal
-from .pages import CSP, PAGE_ROWS, board_csv, board_html, message_page
+from .pages import CSP, PAGE_ROWS, board_csv, board_html, board_tr, message_page
 from .storage import UploadError, open_data_dir, receive_upload
 from .worker import Scorer
 
@@ -177,6 +178,31 @@ def create_app(cfg: ServeConfig) -> FastAPI:
             out["report"] = f"/submissions/{sid}"
         return out
 
+    pages: dict[tuple, tuple] = {}  # the last refresh's board pages as served, dropped when the board changes
+    pages_lock = threading.Lock()
+
+    def board_page(offset: int, limit: int | None, *, html: bool) -> tuple:
+        """``(page, joined rows)`` of the stored board (``db.board_page``), kept until the next refresh stores the
+        board (its ``generated`` time changes): a request then costs one small query."""
+        version = db.board_version()
+        key = (offset, limit, html)
+        with pages_lock:
+            if pages.get("version") != version:
+                pages.clear()
+                pages["version"] = version
+            hit = pages.get(key)
+        if hit is None:
+            page = db.board_page(offset, limit, html=html)
+            if html:
+                rows = "\n".join(board_tr(rank, cells) for rank, cells in page["rows"])
+            else:  # the stored rows are JSON already (serve/board.py): each gets its rank, none is re-encoded
+                rows = ",".join(f'{{"rank":{json.dumps(rank)},{text[1:]}' for rank, text in page["rows"])
+            hit = (page, rows)
+            with pages_lock:
+                if pages.get("version") == version and len(pages) < 256:
+                    pages[key] = hit
+        return hit
+
     @app.get("/api/leaderboard")
     def leaderboard(format: str = "json", offset: int = 0, limit: int = API_PAGE_ROWS[0]):
         if hidden():
@@ -186,9 +212,7 @@ def create_app(cfg: ServeConfig) -> FastAPI:
             return PlainTextResponse(board_csv(page["columns"], page["rows"]), media_type="text/csv")
         if format != "json" or offset < 0 or not 1 <= limit <= API_PAGE_ROWS[1]:
             return _json_error(400, f"format is json or csv, offset at least 0, limit 1 to {API_PAGE_ROWS[1]}")
-        page = db.board_page(offset, limit)
-        # The stored rows are JSON already (serve/board.py): each gets its rank and is joined, not re-encoded.
-        rows = ",".join(f'{{"rank":{json.dumps(rank)},{text[1:]}' for rank, text in page["rows"])
+        page, rows = board_page(offset, limit, html=False)
         head = json.dumps({"columns": page["columns"], "config": page["config"], "counts": db.counts(),
                            "generated": _iso(page["generated"]), "limit": limit, "offset": offset,
                            "total": page["total"]})
@@ -199,8 +223,8 @@ def create_app(cfg: ServeConfig) -> FastAPI:
         if hidden():
             return _html(message_page(f"Results are hidden until {cfg.hidden_until.isoformat()}."))
         page = max(1, page)
-        got = db.board_page((page - 1) * PAGE_ROWS, PAGE_ROWS, html=True)
-        return _html(board_html(got["columns"], got["config"], got["rows"], page=page, total=got["total"]))
+        got, rows = board_page((page - 1) * PAGE_ROWS, PAGE_ROWS, html=True)
+        return _html(board_html(got["columns"], got["config"], rows, page=page, total=got["total"]))
 
     @app.get("/submissions/{sid}", response_class=HTMLResponse)
     def report_page(sid: str):

@@ -17,8 +17,9 @@ the team's uploads of the last 24 hours and its uploads in progress and refuses 
 servers (SQLite: ``BEGIN IMMEDIATE``, one writer at a time; PostgreSQL: the team's row locked ``FOR NO KEY
 UPDATE``, which serialises one team's reservations and nothing else: no retry loop as a serializable transaction
 would need, no lock key to keep unique as with an advisory lock, other teams never wait, and inserts that name the
-team, which take a key-share lock, go on). A finished upload turns its reservation into its submission in one transaction; a failed
-one deletes it; one whose server died expires (its expiry is the upload's deadline plus a margin).
+team, which take a key-share lock, go on). A finished upload turns its reservation into its submission in one
+transaction; a failed one deletes it; one whose server died expires (its expiry is the upload's deadline plus a
+margin).
 """
 
 from __future__ import annotations
@@ -487,6 +488,11 @@ class Database:
                       .values(built_from=changes, columns=columns, column_state=column_state, config=config,
                               renderer=renderer, generated=_now()))
         return True
+
+    def board_version(self) -> Any:
+        """When the board was last stored (a page read before that is stale)."""
+        with self.engine.connect() as c:
+            return c.execute(select(board_meta.c.generated).where(board_meta.c.id == 1)).scalar_one()
 
     def board_page(self, offset: int, limit: int | None, *, html: bool = False) -> dict:
         """Rows ``offset .. offset + limit`` of the board in order, each ``(rank, row JSON)`` (``(rank, cells)``

@@ -15,7 +15,7 @@ from .. import __version__
 from ..scoring.leaderboard_html import _CSS, _JS, _LABELS
 from ..scoring.text import escape_text, html_text
 
-__all__ = ["board_csv", "board_html", "row_cells", "message_page", "CSP", "PAGE_ROWS"]
+__all__ = ["board_csv", "board_html", "board_tr", "row_cells", "message_page", "CSP", "PAGE_ROWS"]
 
 #: The page's Content-Security-Policy: nothing external, inline style and the sorting script only.
 CSP = ("default-src 'none'; style-src 'unsafe-inline'; script-src 'unsafe-inline'; img-src data:; "
@@ -73,6 +73,12 @@ def row_cells(row: dict[str, Any], columns: list[dict]) -> str:
     return "".join(cells)
 
 
+def board_tr(rank: int | None, cells: str) -> str:
+    """A stored row on a page: its rank cell, then its stored :func:`row_cells`."""
+    shown = "" if rank is None else rank
+    return f'<tr><td class="l" data-v="{shown}">{shown}</td>{cells}</tr>'
+
+
 def _pager(page: int, total: int) -> str:
     pages = max(1, -(-total // PAGE_ROWS))
     first, last = (page - 1) * PAGE_ROWS + 1, min(page * PAGE_ROWS, total)
@@ -85,9 +91,9 @@ def _pager(page: int, total: int) -> str:
     return f'<p class="meta">{shown} (page {page} of {pages}) {" ".join(links)}</p>'
 
 
-def board_html(columns: list[dict], config: dict, rows: list[tuple[int | None, str]], *, page: int = 1,
-               total: int = 0, title: str = "ubench leaderboard") -> str:
-    """One page of the board from stored rows (``(rank, cells)``, :func:`row_cells`); ``total`` rows in all."""
+def board_html(columns: list[dict], config: dict, rows: str, *, page: int = 1, total: int = 0,
+               title: str = "ubench leaderboard") -> str:
+    """One page of the board around its ``rows`` (:func:`board_tr` of each, joined); ``total`` rows in all."""
     head = ['<th class="l">#</th>', '<th class="l">team</th>', '<th class="l">method</th>',
             '<th class="l">submitted</th>']
     for c in columns:
@@ -96,8 +102,6 @@ def board_html(columns: list[dict], config: dict, rows: list[tuple[int | None, s
         cls = ' class="nc"' if c["comparable"] is False else ""
         head.append(f'<th{cls} title="{_e(c["key"])}">{_e(label)}{"*" if c["comparable"] else ""}{mark}</th>')
     head.append('<th class="l">report</th>')
-    body = "\n".join(f'<tr><td class="l" data-v="{"" if rank is None else rank}">{"" if rank is None else rank}'
-                     f'</td>{cells}</tr>' for rank, cells in rows)
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8">
 <meta http-equiv="Content-Security-Policy" content="{CSP}">
@@ -108,7 +112,7 @@ labels from the host's reference <code>{_e(config.get("reference_sha256"))}</cod
 {_pager(page, total)}
 <table id="board"><thead><tr>{"".join(head)}</tr></thead>
 <tbody>
-{body}
+{rows}
 </tbody></table>
 <p>Columns marked * may be compared across models, † may not. Ranked by CLL (higher is better); click a header
 to sort this page.</p>

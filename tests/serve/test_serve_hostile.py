@@ -5,6 +5,7 @@ sockets (malformed bodies, slow clients). Each test names the item it pins."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -295,6 +296,25 @@ def _assert_private(data: Path) -> None:
 
 # --- item 2: quotas under parallel uploads ---------------------------------------------------------------------------
 
+@contextlib.contextmanager
+def _reservation_in_progress(host: Host, team: str):
+    """Hold what a reservation of ``team`` holds while it counts (PostgreSQL: the team's row, SQLite: the write
+    lock) on a connection of its own; yields the function that commits it."""
+    from sqlalchemy import create_engine, text
+
+    engine = create_engine(host.db_url or f"sqlite:///{host.data / 'ubench-serve.db'}")
+    conn = engine.connect()
+    if host.db_url:
+        conn.execute(text("SELECT id FROM teams WHERE name = :n FOR UPDATE"), {"n": team})
+    else:
+        conn.exec_driver_sql("BEGIN IMMEDIATE")
+    try:
+        yield conn.commit
+    finally:
+        conn.close()
+        engine.dispose()
+
+
 class _Held:
     """An upload whose head and first half are sent and whose second half is held back."""
 
@@ -328,8 +348,9 @@ class _Held:
 
 def test_parallel_uploads_hold_the_daily_quota_and_the_concurrency_limit(host):
     """Item 2: twenty uploads of one team released together against --max-per-day 3 (one SQLite server, or three
-    servers on one PostgreSQL) give exactly three 202s; uploads held open count against --max-concurrent across
-    servers from their first byte, and one that fails gives its place back."""
+    servers on one PostgreSQL) give exactly three 202s; reservations wait for one in progress elsewhere; uploads
+    held open count against --max-concurrent across servers from their first byte, and one that fails gives its
+    place back."""
     n_servers = 3 if host.db_url else 1
     servers = [host.server("--max-per-day", "3", "--max-concurrent", "20", wait=False) for _ in range(n_servers)]
     for s in servers:
@@ -346,6 +367,18 @@ def test_parallel_uploads_hold_the_daily_quota_and_the_concurrency_limit(host):
     assert sorted(codes) == [202] * 3 + [429] * 17
     assert host.sql("select count(*) from submissions") == [(3,)]
     assert len(list((host.data / "uploads").glob("*.h5"))) <= 3
+
+    # Another team's reservation in progress elsewhere (its transaction holding the team's row on PostgreSQL, the
+    # write lock on SQLite): the servers' reservations for that team wait for it instead of counting past it.
+    with _reservation_in_progress(host, "beta") as done:
+        with ThreadPoolExecutor(5) as ex:
+            futures = [ex.submit(upload, servers[i % n_servers], host.tokens["beta"], JUNK + b"b%d" % i)
+                       for i in range(5)]
+            time.sleep(1.5)
+            assert not any(f.done() for f in futures)  # all wait for the lock
+            done()
+            codes = sorted(f.result().status_code for f in futures)
+    assert codes == [202] * 3 + [429] * 2
     for s in servers:
         s.stop()
 
@@ -739,11 +772,14 @@ def test_unusable_data_dir_or_database_is_one_line_and_exit_2(tmp_path, referenc
 @pytest.mark.parametrize("host", ["sqlite"], indirect=True)  # PostgreSQL: test_serve.py's boards
 def test_board_is_materialised_when_scored_and_served_without_the_records(host):
     """Item 7: a scored submission's board row is stored when it is scored; the routes serve the stored rows (the
-    result records can be emptied and the board stays), paged; a better upload re-ranks the stored rows."""
+    result records can be emptied and the board stays), paged; a better upload re-ranks the stored rows, and the
+    pages served before show the new board."""
     srv = host.server()
     token = host.tokens["alpha"]
     first = upload(srv, token, (EXAMPLES / "digits_sgd.h5").read_bytes(), method="sgd").json()["id"]
     assert srv.wait_done(token, first)["status"] == "scored"
+    assert wait_board(srv, 1)["total"] == 1
+    assert first in httpx.get(srv.url + "/").text  # this page is kept until the board changes
     second = upload(srv, token, EXAMPLE.read_bytes(), method="de").json()["id"]
     assert srv.wait_done(token, second)["status"] == "scored"
     board = wait_board(srv, 2)
