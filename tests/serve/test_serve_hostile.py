@@ -522,7 +522,8 @@ def test_slow_clients_meet_the_header_timeout_and_the_upload_deadline(hostile):
 def test_bad_form_fields_are_400_before_anything_is_stored(hostile):
     """Item 9 (SQLite and PostgreSQL): a method over 200 characters, a NUL in the method or the notes, notes over
     4096 characters, a field that is not UTF-8: 400 naming the field, no row and no file (the archive part comes
-    after the field, and before it); exactly 200 characters and notes with line breaks are accepted."""
+    after the field, and before it); a row the database refuses leaves no file either; exactly 200 characters and
+    notes with line breaks are accepted."""
     srv, token = hostile.servers[0], hostile.tokens["alpha"]
     before, stored = hostile.sql("select count(*) from submissions")[0][0], hostile.stored()
     bad = {"method": ["m" * 201, "de\x00ep", "\xff"], "notes": ["n\x00", "n" * 4097]}
@@ -534,6 +535,18 @@ def test_bad_form_fields_are_400_before_anything_is_stored(hostile):
                 code, body = raw(srv.port, post(token, form(b"b0undary", parts[::1 if order == "field first" else -1])))
                 assert code == 400 and repr(name) in body["error"], (name, value[:10], order, body)
     assert hostile.stored() == stored and hostile.sql("select count(*) from submissions")[0][0] == before
+    # the database itself refuses the row (a rule the host added): 503, and the stored file does not stay behind
+    refuse = ("ALTER TABLE submissions ADD CONSTRAINT no_boom CHECK (method <> 'boom')" if hostile.db_url else
+              "CREATE TRIGGER no_boom BEFORE INSERT ON submissions WHEN NEW.method = 'boom' "
+              "BEGIN SELECT RAISE(ABORT, 'no boom'); END")
+    hostile.execute(refuse)
+    try:
+        r = upload(srv, token, JUNK + b"boom", method="boom")
+    finally:
+        hostile.execute("ALTER TABLE submissions DROP CONSTRAINT no_boom" if hostile.db_url else
+                        "DROP TRIGGER no_boom")
+    assert r.status_code == 503 and "nothing was stored" in r.json()["error"]
+    assert hostile.stored() == stored and hostile.sql("select count(*) from reservations") == [(0,)]
     r = upload(srv, token, JUNK + b"ok", method="m" * 200, notes="line one\nline two\ttab")
     assert r.status_code == 202
     got = hostile.sql(f"select method, notes from submissions where id = '{r.json()['id']}'")
