@@ -85,7 +85,8 @@ class Host:
             s.stop()
 
     def stored(self) -> list[str]:
-        """Upload files and unfinished bodies in the data directory."""
+        """Upload files and unfinished bodies in the data directory (the scorer deletes a rejected upload's file
+        meanwhile, so tests check that nothing was added)."""
         return sorted(p.name for d in ("uploads", "incoming") for p in (self.data / d).iterdir())
 
 
@@ -452,7 +453,7 @@ def test_malformed_multipart_bodies_are_400_with_one_line_and_store_nothing(host
         code, body = raw(srv.port, request(token))
         got[name] = (code, body.get("error", body))
         assert code == status and words in body["error"] and "\n" not in body["error"], (name, code, body)
-    assert hostile.stored() == stored and hostile.sql("select count(*) from submissions") == before
+    assert set(hostile.stored()) <= set(stored) and hostile.sql("select count(*) from submissions") == before
     # a body promising more than it sends, from a client that then stops writing: nothing stored either
     assert raw(srv.port, post(token, good_form(), length=len(good_form()) + 500), half_close=True)[0] in (None, 400)
     assert raw(srv.port, post(token, good_form()))[0] == 202  # the same body, whole, is fine
@@ -516,7 +517,7 @@ def test_slow_clients_meet_the_header_timeout_and_the_upload_deadline(hostile):
                 s.sendall(bytes([byte]))
         elapsed = time.monotonic() - t0
     assert reply.startswith(b"HTTP/1.1 408") and b"deadline" in reply and 2 < elapsed < 6
-    assert hostile.stored() == stored and hostile.sql("select count(*) from reservations") == [(0,)]
+    assert set(hostile.stored()) <= set(stored) and hostile.sql("select count(*) from reservations") == [(0,)]
     assert httpx.get(srv.url + "/openapi.json").status_code == 200
 
 
@@ -537,7 +538,7 @@ def test_bad_form_fields_are_400_before_anything_is_stored(hostile):
                 parts = [part(name, raw_value), part("archive", JUNK, filename="r.h5")]
                 code, body = raw(srv.port, post(token, form(b"b0undary", parts[::1 if order == "field first" else -1])))
                 assert code == 400 and repr(name) in body["error"], (name, value[:10], order, body)
-    assert hostile.stored() == stored and hostile.sql("select count(*) from submissions")[0][0] == before
+    assert set(hostile.stored()) <= set(stored) and hostile.sql("select count(*) from submissions")[0][0] == before
     # the database itself refuses the row (a rule the host added): 503, and the stored file does not stay behind
     refuse = ("ALTER TABLE submissions ADD CONSTRAINT no_boom CHECK (method <> 'boom')" if hostile.db_url else
               "CREATE TRIGGER no_boom BEFORE INSERT ON submissions WHEN NEW.method = 'boom' "
@@ -549,7 +550,7 @@ def test_bad_form_fields_are_400_before_anything_is_stored(hostile):
         hostile.execute("ALTER TABLE submissions DROP CONSTRAINT no_boom" if hostile.db_url else
                         "DROP TRIGGER no_boom")
     assert r.status_code == 503 and "nothing was stored" in r.json()["error"]
-    assert hostile.stored() == stored and hostile.sql("select count(*) from reservations") == [(0,)]
+    assert set(hostile.stored()) <= set(stored) and hostile.sql("select count(*) from reservations") == [(0,)]
     r = upload(srv, token, JUNK + b"ok", method="m" * 200, notes="line one\nline two\ttab")
     assert r.status_code == 202
     got = hostile.sql(f"select method, notes from submissions where id = '{r.json()['id']}'")
