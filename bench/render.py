@@ -85,7 +85,10 @@ SCRIPTS = {
                         "another against stacked in one module. TensorRT: see the README's edge section."),
     "bench_serve": ("python bench/bench_serve.py",
                     "`ubench serve` on loopback: uploads accepted per second with 8 clients while scoring runs, POST "
-                    "and GET latency, and the time from an upload to its leaderboard row, with 1 and 2 workers."),
+                    "and GET latency, and the time from an upload to its leaderboard row, with 1 and 2 workers; "
+                    "then the public board's latency (`GET /`, `GET /api/leaderboard`) at 10,000 scored rows "
+                    "(filled through the store) with 8 keep-alive readers for 30 s while a ninth client uploads "
+                    "the bundled examples, and the time of one full refresh of the board at that size."),
 }
 FASHION_COLUMNS = (("method", "method"), ("members", "M"), ("accuracy", "accuracy"), ("nll", "NLL"), ("cll", "CLL"),
                    ("dee", "DEE"), ("ood_auroc_mnist", "OOD AUROC MNIST"), ("ood_auroc_notmnist", "OOD AUROC notMNIST"),
