@@ -22,6 +22,10 @@ __all__ = ["board_entry", "refresh_board", "backfill_entries", "render_rows", "b
 
 #: Columns shown first, in this order (issue #18 item 4).
 HEADLINE = ("cll", "dee", "accuracy", "ood_auroc_total", "calibrated_brier")
+#: Row values that ``build_board`` computes across the rows it is given (the rank itself; the rank intervals of
+#: issue #26 where ``build_board`` has them): rendering a few new rows cannot know them, :func:`refresh_board`
+#: sets the rank for every row, and values like the intervals belong in its per-row ``extras``.
+ACROSS_ROWS = ("rank", "rank_interval", "tied_with_leader")
 
 
 def board_entry(record: dict[str, Any]) -> dict[str, Any]:
@@ -47,22 +51,28 @@ def _json(obj: Any) -> str:
     return json.dumps(obj, sort_keys=True, allow_nan=False, separators=(",", ":"))
 
 
-def render_rows(pending: list[dict[str, Any]], config: BoardConfig) -> list[dict[str, Any]]:
+def render_rows(pending: list[dict[str, Any]], config: BoardConfig) -> list[tuple[dict[str, Any], bool]]:
     """``build_board`` over the entries (``Database.board_pending``): each row as served, with its submission id,
-    team, date and the method name the team gave (its ``rank`` is the one among these rows only)."""
+    team, date and the method name the team gave, and whether ``build_board`` ranks it. The values it computes
+    across the rows it is given (:data:`ACROSS_ROWS`) are left out: among a few new rows they mean nothing."""
     rows = build_board([{**i["entry"], "archive": i["id"], "cached": False} for i in pending], config)["rows"]
     by_id = {i["id"]: i for i in pending}
+    out = []
     for row in rows:
         i = by_id[row["archive"]]
         row.update(submission=i["id"], team=i["team"], submitted=_date(i["created"]), method_name=i["method"])
-    return rows
+        ranked = row["rank"] is not None
+        for across in ACROSS_ROWS:
+            row.pop(across, None)
+        out.append((row, ranked))
+    return out
 
 
-def merge_column_state(state: dict | None, pending: list[dict[str, Any]], rows: list[dict[str, Any]]) -> dict:
+def merge_column_state(state: dict | None, pending: list[dict[str, Any]], rows: list[tuple[dict, bool]]) -> dict:
     """The metric keys seen and the comparability lists in first-seen order, as ``build_board`` merges them over
     its records, extended by the pending entries and their rendered ``rows``."""
     state = state or {"present": [], "comparable": [], "not_comparable": []}
-    present = set(state["present"]).union(*(r["metrics"] for r in rows))
+    present = set(state["present"]).union(*(r["metrics"] for r, _ in rows))
     out = {"present": sorted(present), "comparable": list(state["comparable"]),
            "not_comparable": list(state["not_comparable"])}
     for i in pending:
@@ -115,8 +125,7 @@ def refresh_board(db: Database, config: BoardConfig) -> bool:
         rows = render_rows(pending, config)
     keys = {sid: (bool(ranked), cll, acc) for sid, ranked, cll, acc in db.board_keys()}
     rendered = []
-    for row in rows:
-        ranked = row.pop("rank") is not None
+    for row, ranked in rows:
         keys[row["submission"]] = (ranked, row["metrics"].get("cll"), row["metrics"].get("accuracy"))
         rendered.append({"id": row["submission"], "ranked": ranked, "cll": row["metrics"].get("cll"),
                          "accuracy": row["metrics"].get("accuracy"), "row": _json(row),
