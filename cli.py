@@ -15,6 +15,7 @@ from pathlib import Path
 import click
 
 from . import __version__
+from .cli_options import Size, sandbox_limit_options, sandbox_limits
 
 EPILOG = (
     "Exit codes: 0 success (archive valid); 1 archive invalid or rejected (findings printed), or an extra the "
@@ -170,40 +171,8 @@ def _human_bytes(n: float) -> str:
 
 # --- sandboxed scoring and leaderboards (issue #6) ----------------------------------------------------------------
 
-class _Size(click.ParamType):
-    name = "SIZE"
-
-    def convert(self, value, param, ctx):
-        from .scoring.sandbox import parse_size
-
-        try:
-            return parse_size(value)
-        except ValueError as exc:
-            self.fail(str(exc), param, ctx)
-
-
-def _sandbox_limit_options(f):
-    """--memory-limit, --cpu-limit, --timeout (shared by score and leaderboard)."""
-    opts = [
-        click.option("--memory-limit", type=_Size(), default="4G", show_default=True,
-                     help="Address-space limit of the sandboxed scoring process (e.g. 2G, 512M)."),
-        click.option("--cpu-limit", type=click.IntRange(min=1), default=600, show_default=True,
-                     help="CPU seconds one archive may use in the sandbox."),
-        click.option("--timeout", type=click.FloatRange(min=0, min_open=True), default=900.0, show_default=True,
-                     help="Wall-clock seconds one archive may take in the sandbox before it is killed."),
-    ]
-    for opt in reversed(opts):
-        f = opt(f)
-    return f
-
-
-def _sandbox_limits(memory_limit: int, cpu_limit: int, timeout: float):
-    from .scoring.sandbox import SandboxLimits
-
-    try:
-        return SandboxLimits(memory_bytes=memory_limit, cpu_seconds=cpu_limit, timeout_seconds=timeout)
-    except ValueError as exc:
-        raise click.UsageError(str(exc)) from None
+# The sandbox options are shared with serve/command.py, which cannot import this module (see cli_options.py).
+_Size, _sandbox_limit_options, _sandbox_limits = Size, sandbox_limit_options, sandbox_limits
 
 
 def _score_sandboxed_or_exit(archive: Path, *, reference, protocol, limits) -> dict:

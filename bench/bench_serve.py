@@ -1,6 +1,8 @@
 # SPDX-License-Identifier: MIT
-"""Issue #18 item 11: `ubench serve` on loopback — uploads accepted per second and p50/p95 API latency while
-scoring runs, and the end-to-end time from an upload to its leaderboard row, with 1 and 2 scoring workers.
+"""`ubench serve` on loopback. Issue #18 item 11: uploads accepted per second and p50/p95 API latency while
+scoring runs, and the end-to-end time from an upload to its leaderboard row, with 1 and 2 scoring workers. Issue
+#25 item 7: p95 latency of the public board (``GET /`` and ``GET /api/leaderboard``) at ``--board-rows`` scored rows
+(10,000) with 8 concurrent readers while uploads are scored; target 50 ms for each.
 
 For each worker count: a fresh data directory and server (uvicorn in a subprocess); 8 client threads send
 ``--uploads`` uploads alternating between two bundled examples (so most are duplicates, scored once each) while a
@@ -8,7 +10,15 @@ ninth thread polls ``GET /api/leaderboard`` and ``GET /api/submissions/{id}`` an
 that, on the idle server, one upload of the bundled MC-dropout archive is timed from the POST to the moment its
 row appears on the board (scoring in the sandbox included; its HTML report is drawn after the row appears).
 
-    python bench/bench_serve.py [--uploads 100]
+Board latency: a fresh database is filled with ``--board-rows`` scored submissions of 40 teams through the store
+(each ``complete_upload``, ``claim_next`` and ``finish`` with a trimmed copy of a real result whose CLL and accuracy
+are varied, so every row ranks differently), the board is refreshed once (its time at that size is recorded), then
+a server on it is read by 8 client threads (each alternating the two routes, keep-alive connections, the whole
+response read) for ``--seconds`` while a ninth thread uploads the bundled examples one after the other (the first
+of each is scored in the sandbox, the rest are duplicates whose cached result still adds a row and refreshes the
+board: the readers see the board change under them).
+
+    python bench/bench_serve.py [--uploads 100] [--board-rows 10000] [--seconds 30]
 
 Writes bench/results/bench_serve.json.
 """
@@ -50,6 +60,137 @@ def _quantile(xs, q):
     return xs[min(len(xs) - 1, int(q * len(xs)))] if xs else None
 
 
+def _trimmed_record(ref: Path, tmp: Path) -> dict:
+    """A real scored record of the bundled deep ensemble, its report cut to what the board and status read."""
+    out = tmp / "one"
+    _ubench("leaderboard", _one_upload(tmp), "--reference", ref, "--out", out)
+    import json
+
+    record = json.loads(next((out / "results").glob("*.json")).read_text())
+    report = record["outcome"]["report"]
+    record["outcome"]["report"] = {k: report[k] for k in ("summary", "comparability", "archive", "labels")}
+    return record
+
+
+def _one_upload(tmp: Path) -> Path:
+    d = tmp / "one-upload"
+    d.mkdir(exist_ok=True)
+    shutil.copy(EXAMPLES / "digits_deep_ensemble.h5", d / "de.h5")
+    return d
+
+
+def seed_board(data: Path, n_rows: int, record: dict, ref: Path) -> tuple[str, float, float]:
+    """``n_rows`` scored submissions through the store, then one board refresh; (a team's token, seconds to
+    seed, seconds of the refresh)."""
+    import copy
+    import random
+
+    from ubench.scoring.leaderboard import BoardConfig
+    from ubench.scoring.protocols import Protocol
+    from ubench.serve.board import board_entry, refresh_board
+    from ubench.serve.db import Database
+    from ubench.serve.storage import prepare_data_dir
+
+    prepare_data_dir(data)
+    db = Database.for_data_dir(data)
+    tokens = [db.add_team(f"team-{i:02d}") for i in range(40)]
+    team_ids = sorted(db.team_names())
+    rng = random.Random(25)
+    t0 = time.perf_counter()
+    for i in range(n_rows):
+        rec = copy.deepcopy(record)
+        summary = rec["outcome"]["report"]["summary"]
+        summary["cll"] = summary["cll"] - rng.random() * 0.5
+        summary["accuracy"] = min(1.0, summary["accuracy"] + rng.uniform(-0.05, 0.02))
+        sha = f"{i:064x}"
+        rec["sha256"] = sha
+        db.complete_upload("seed", team_ids[i % len(team_ids)], sha, 1, f"method {i}", None)
+        claim = db.claim_next("bench-seed", lease=600)
+        assert claim is not None
+        db.finish(claim["id"], "bench-seed", f"{sha}-seed", sha, rec, "scored", board_entry(rec))
+    seeded = time.perf_counter() - t0
+    config = BoardConfig.create(reference=ref, protocol=Protocol.preset("pitfalls"))
+    t0 = time.perf_counter()
+    assert refresh_board(db, config)
+    refreshed = time.perf_counter() - t0
+    db.engine.dispose()
+    return tokens[0], seeded, refreshed
+
+
+def board_latency(n_rows: int, seconds: float, tmp: Path, ref: Path) -> dict:
+    import httpx
+
+    data = tmp / "board-srv"
+    token, seeded, refreshed = seed_board(data, n_rows, _trimmed_record(ref, tmp), ref)
+    port = _port()
+    url = f"http://127.0.0.1:{port}"
+    proc = subprocess.Popen([sys.executable, "-m", "ubench.cli", "serve", "--reference", ref, "--data-dir", data,
+                             "--port", str(port), "--max-per-day", "100000", "--max-concurrent", "16"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        _wait(url)
+        while httpx.get(url + "/api/leaderboard", timeout=60).json()["total"] < n_rows:
+            time.sleep(0.2)  # the start's own refresh
+        latency: dict[str, list[float]] = {"/": [], "/api/leaderboard": []}
+        stop = threading.Event()
+        uploaded: list[str] = []
+
+        def read(i: int) -> None:
+            routes = list(latency)
+            with httpx.Client(base_url=url, timeout=60) as client:
+                k = i
+                while not stop.is_set():
+                    route = routes[k % 2]
+                    t = time.perf_counter()
+                    r = client.get(route)
+                    r.read()
+                    latency[route].append(time.perf_counter() - t)
+                    assert r.status_code == 200
+                    k += 1
+
+        def upload() -> None:
+            files = [EXAMPLES / n for n in ("digits_sgd.h5", "digits_deep_ensemble.h5", "digits_mc_dropout.h5")]
+            headers = {"Authorization": f"Bearer {token}"}
+            k = 0
+            while not stop.is_set():
+                with open(files[k % len(files)], "rb") as f:
+                    r = httpx.post(url + "/api/submissions", headers=headers, files={"archive": ("a.h5", f)},
+                                   timeout=60)
+                uploaded.append(r.json()["id"])
+                k += 1
+                time.sleep(0.5)
+
+        threads = [threading.Thread(target=read, args=(i,)) for i in range(8)] + [threading.Thread(target=upload)]
+        for t in threads:
+            t.start()
+        time.sleep(seconds)
+        stop.set()
+        for t in threads:
+            t.join()
+        final = httpx.get(url + "/api/leaderboard", timeout=60).json()
+        return {"board_rows": n_rows, "seconds": seconds, "seed_s": round(seeded, 1),
+                "refresh_s": round(refreshed, 3), "uploads": len(uploaded),
+                "rows_after": final["total"], "scored_during": final["total"] - n_rows,
+                **{f"{name}_{q}_ms": round(1e3 * _quantile(lat, {"p50": 0.5, "p95": 0.95}[q]), 1)
+                   for route, lat in latency.items() for name in [("page" if route == "/" else "api")]
+                   for q in ("p50", "p95")},
+                "requests": sum(len(v) for v in latency.values())}
+    finally:
+        proc.terminate()
+        proc.wait(timeout=20)
+
+
+def _wait(url: str) -> None:
+    import httpx
+
+    while True:
+        try:
+            if httpx.get(url + "/openapi.json", timeout=1).status_code == 200:
+                return
+        except httpx.HTTPError:
+            time.sleep(0.1)
+
+
 def run(workers: int, n_uploads: int, tmp: Path, ref: Path) -> dict:
     import httpx
 
@@ -61,12 +202,7 @@ def run(workers: int, n_uploads: int, tmp: Path, ref: Path) -> dict:
                              "--port", str(port), "--workers", str(workers), "--max-per-day", "100000",
                              "--max-concurrent", "16"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        while True:
-            try:
-                if httpx.get(url + "/openapi.json", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                time.sleep(0.1)
+        _wait(url)
         headers = {"Authorization": f"Bearer {token}"}
         files = [EXAMPLES / n for n in ("digits_deep_ensemble.h5", "digits_sgd.h5")]
         ids: list[str] = []
@@ -120,6 +256,8 @@ def run(workers: int, n_uploads: int, tmp: Path, ref: Path) -> dict:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--uploads", type=int, default=100)
+    ap.add_argument("--board-rows", type=int, default=10_000)
+    ap.add_argument("--seconds", type=float, default=30.0)
     args = ap.parse_args(argv)
     rec = Recorder(__file__, "fastapi", "uvicorn", "sqlalchemy")
     tmp = Path(tempfile.mkdtemp(prefix="ubench-bench-serve-"))
@@ -137,6 +275,18 @@ def main(argv=None) -> int:
                                f"ms; GET p50 {r['api_get_p50_ms']} ms, p95 {r['api_get_p95_ms']} ms; upload to "
                                f"row {r['upload_to_row_s']} s"),
                     "target": "accept path does not wait on scoring", "met": None} for r in rows]
+        b = board_latency(args.board_rows, args.seconds, tmp, ref)
+        print(b, flush=True)
+        rows.append(b)
+        summary.append({"what": "serve: public board latency while uploads are scored",
+                        "workload": f"{b['board_rows']:,} scored rows, 8 concurrent readers of / and "
+                                    f"/api/leaderboard for {b['seconds']:g} s, {b['scored_during']} uploads scored "
+                                    "meanwhile, loopback",
+                        "result": (f"GET / p50 {b['page_p50_ms']} ms, p95 {b['page_p95_ms']} ms; /api/leaderboard "
+                                   f"p50 {b['api_p50_ms']} ms, p95 {b['api_p95_ms']} ms; one refresh of the board "
+                                   f"{b['refresh_s']} s"),
+                        "target": "p95 <= 50 ms for each",
+                        "met": max(b["page_p95_ms"], b["api_p95_ms"]) <= 50})
         rec.write(rows, summary, settings=vars(args))
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

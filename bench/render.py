@@ -97,7 +97,10 @@ SCRIPTS = {
                        "whose source is unchanged keeps its row; each row has its own date and load."),
     "bench_serve": ("python bench/bench_serve.py",
                     "`ubench serve` on loopback: uploads accepted per second with 8 clients while scoring runs, POST "
-                    "and GET latency, and the time from an upload to its leaderboard row, with 1 and 2 workers."),
+                    "and GET latency, and the time from an upload to its leaderboard row, with 1 and 2 workers; "
+                    "then the public board's latency (`GET /`, `GET /api/leaderboard`) at 10,000 scored rows "
+                    "(filled through the store) with 8 keep-alive readers for 30 s while a ninth client uploads "
+                    "the bundled examples, and the time of one full refresh of the board at that size."),
 }
 #: Row keys kept in a script's JSON but not shown in RESULTS.md (long lists: the JSON is where to read them).
 HIDDEN_COLUMNS = {"bench_mutation": {"survivors"}}

@@ -2,34 +2,54 @@
 """The HTTP API and pages of ``ubench serve`` (FastAPI: a maintained ASGI framework with request streaming, an
 OpenAPI schema for free and plain Starlette underneath; served by uvicorn).
 
-``POST /api/submissions`` (multipart: ``archive``, optional ``method`` and ``notes``; ``Authorization: Bearer
-TOKEN``) answers ``202 {"id", "status": "queued", "sha256"}`` once the upload is stored and its queue row
-committed; scoring never runs on the request path. ``GET /api/submissions/{id}`` (the submitting team's token)
-gives the status, the findings of a rejection, the summary of a scored archive. ``GET /api/leaderboard``
-(``?format=csv``), ``GET /`` (the page), ``GET /submissions/{id}`` (the report page). Limits, each a clear HTTP
-error with nothing stored: 413 upload size (while streaming), 429 uploads per team per day and concurrent uploads
-per team, 408 a client that stalls, 401 a missing/unknown/revoked token.
+Routes, and who may read them:
+
+- ``POST /api/submissions`` (multipart: ``archive``, optional ``method`` and ``notes``; ``Authorization: Bearer
+  TOKEN``) answers ``202 {"id", "status": "queued", "sha256"}`` once the upload is stored and its queue row
+  committed; scoring never runs on the request path. The upload counts against the team's quotas from its first
+  byte (a reservation in the database). Refusals, each a one-line ``{"error"}`` with nothing stored: 401 a
+  missing/unknown/revoked token, 429 the uploads per day or in progress, 415/400/413 a body that is not a proper
+  multipart form (``storage.py``), 408 a client that stalls or passes the upload's deadline.
+- ``GET /api/submissions/{id}``: the submitting team only (its token; another team's id, or an unknown one, is
+  404 alike). The status, the findings of a rejection and, once results are public, the summary and timing.
+- ``GET /api/leaderboard`` (``?offset``, ``?limit``; ``?format=csv`` for every row), ``GET /`` (``?page``), ``GET
+  /submissions/{id}`` (a scored submission's report): public, and before ``--hidden-until`` refused to everyone,
+  the submitting team included (403; a page saying so; 404).
+
+Before ``--hidden-until`` nothing from which a result could be derived leaves the server (issue #25 item 1): no
+metric, rank, report or timing; a team sees its uploads' status and the findings of a rejection only.
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import datetime as _dt
+import json
+import logging
+import threading
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from fastapi import FastAPI, Request
 from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse, Response
+from sqlalchemy.exc import SQLAlchemyError
 from starlette.concurrency import run_in_threadpool
 
 from ..scoring.leaderboard import BoardConfig
-from .db import Database
-from .pages import CSP, board_csv, board_html, board_rows
-from .storage import UploadError, receive_upload
+from .db import DB_NAME, Database, Refusal
+from .pages import CSP, PAGE_ROWS, board_csv, board_html, board_tr, message_page
+from .storage import UploadError, open_data_dir, receive_upload
 from .worker import Scorer
 
-__all__ = ["ServeConfig", "create_app"]
+__all__ = ["ServeConfig", "create_app", "API_PAGE_ROWS"]
+
+log = logging.getLogger("ubench.serve")
+
+#: Rows of ``GET /api/leaderboard`` by default, and the most one request may ask for.
+API_PAGE_ROWS = (100, 1000)
+#: Seconds a server serves the board (and the status counts) it last read before it asks the database again.
+BOARD_CHECK = 0.25
 
 
 @dataclass
@@ -43,6 +63,9 @@ class ServeConfig:
     max_per_day: int = 50
     max_concurrent: int = 2
     chunk_timeout: float = 30.0
+    upload_timeout: float = 600.0
+    lease: float = 60.0
+    max_attempts: int = 3
     hidden_until: _dt.datetime | None = None
     reports: bool = True
     extra: dict = field(default_factory=dict)
@@ -58,22 +81,31 @@ def _html(body: str, status: int = 200) -> HTMLResponse:
                                                            "Referrer-Policy": "no-referrer"})
 
 
+def _iso(value) -> str | None:
+    return value.isoformat() if hasattr(value, "isoformat") else value
+
+
 def create_app(cfg: ServeConfig) -> FastAPI:
-    data_dir = Path(cfg.data_dir).resolve()
-    for sub in ("uploads", "incoming", "reports", "board"):
-        (data_dir / sub).mkdir(parents=True, exist_ok=True)
-    for stale in (data_dir / "incoming").glob("*.part"):  # bodies cut off by a previous crash
-        stale.unlink(missing_ok=True)
-    db = Database.for_data_dir(data_dir, cfg.db_url)
-    scorer = Scorer(db, data_dir, cfg.board, workers=cfg.workers, reports=cfg.reports, scheduler=cfg.scheduler)
-    in_flight: dict[int, int] = {}
-    lock = asyncio.Lock()
+    """The app over ``cfg.data_dir`` (checked, made private and claimed: ``storage.open_data_dir``) and its
+    database (migrated to the newest schema). Raises ``storage.DataDirError`` or SQLAlchemy's errors when either
+    cannot be used (a read-only database among them)."""
+    files = () if cfg.db_url else (DB_NAME, f"{DB_NAME}-wal", f"{DB_NAME}-shm")
+    claimed = open_data_dir(cfg.data_dir, files)
+    data_dir = claimed.path
+    try:
+        db = Database.for_data_dir(data_dir, cfg.db_url).check_writable()
+    except BaseException:
+        claimed.close()
+        raise
+    scorer = Scorer(db, data_dir, cfg.board, workers=cfg.workers, reports=cfg.reports, scheduler=cfg.scheduler,
+                    lease=cfg.lease, max_attempts=cfg.max_attempts)
 
     @contextlib.asynccontextmanager
     async def lifespan(_app):
         scorer.start()
         yield
         scorer.stop()
+        claimed.close()
 
     app = FastAPI(title="ubench serve", version="1", docs_url=None, redoc_url=None, lifespan=lifespan)
     app.state.db, app.state.scorer, app.state.config = db, scorer, cfg
@@ -84,33 +116,47 @@ def create_app(cfg: ServeConfig) -> FastAPI:
             return None
         return db.team_for_token(auth[7:].strip())
 
-    def hidden(team: dict | None) -> bool:
+    def hidden() -> bool:
+        """Results are not public yet (``--hidden-until`` is in the future): for everyone, owners included."""
         return cfg.hidden_until is not None and _dt.datetime.now(_dt.timezone.utc) < cfg.hidden_until
+
+    def hidden_message() -> str:
+        return f"results are hidden until {cfg.hidden_until.isoformat()}"
 
     @app.post("/api/submissions", status_code=202)
     async def submit(request: Request):
+        deadline = time.monotonic() + cfg.upload_timeout
         # database calls run in the thread pool: the event loop keeps accepting other uploads meanwhile
         team = await run_in_threadpool(team_of, request)
         if team is None:
             return _json_error(401, "missing, unknown or revoked bearer token")
-        since = _dt.datetime.now(_dt.timezone.utc) - _dt.timedelta(days=1)
-        if await run_in_threadpool(db.count_since, team["id"], since) >= cfg.max_per_day:
-            return _json_error(429, f"team {team['name']!r} reached {cfg.max_per_day} uploads in 24 hours")
-        async with lock:
-            if in_flight.get(team["id"], 0) >= cfg.max_concurrent:
-                return _json_error(429, f"team {team['name']!r} already has {cfg.max_concurrent} uploads in "
-                                        "progress")
-            in_flight[team["id"]] = in_flight.get(team["id"], 0) + 1
+        held = await run_in_threadpool(db.reserve_upload, team["id"], max_per_day=cfg.max_per_day,
+                                       max_concurrent=cfg.max_concurrent, ttl=cfg.upload_timeout + 60)
+        if isinstance(held, Refusal):
+            return _json_error(429, f"team {team['name']!r} already has {held.message}")
+        stored = None
         try:
             stored = await receive_upload(request, data_dir, max_bytes=cfg.max_upload_bytes,
-                                          chunk_timeout=cfg.chunk_timeout)
+                                          chunk_timeout=cfg.chunk_timeout, deadline=deadline)
+            sid = await run_in_threadpool(db.complete_upload, held, team["id"], stored.sha256, stored.size,
+                                          stored.fields.get("method"), stored.fields.get("notes"))
         except UploadError as exc:
+            await run_in_threadpool(db.release_upload, held)
             return _json_error(exc.status, exc.message)
-        finally:
-            async with lock:
-                in_flight[team["id"]] -= 1
-        sid = await run_in_threadpool(db.add_submission, team["id"], stored.sha256, stored.size,
-                                      stored.fields.get("method"), stored.fields.get("notes"))
+        except SQLAlchemyError as exc:
+            log.warning("the database refused an upload of team %r: %s", team["name"],
+                        " ".join(str(getattr(exc, "orig", None) or exc).split())[:300])
+            with contextlib.suppress(SQLAlchemyError):
+                await run_in_threadpool(db.release_upload, held)
+            if stored is not None:  # no orphan file: kept only if another submission names the same bytes
+                with contextlib.suppress(SQLAlchemyError, OSError):
+                    if not await run_in_threadpool(db.references_upload, stored.sha256):
+                        stored.path.unlink(missing_ok=True)
+            return _json_error(503, "the service's database refused the upload; nothing was stored, try again")
+        except BaseException:  # cancelled (the client went away) or a bug: the reservation does not stay
+            with contextlib.suppress(Exception):
+                await run_in_threadpool(db.release_upload, held)
+            raise
         scorer.wake()
         return JSONResponse({"id": sid, "status": "queued", "sha256": stored.sha256}, status_code=202)
 
@@ -122,48 +168,91 @@ def create_app(cfg: ServeConfig) -> FastAPI:
         sub = db.submission(sid)
         if sub is None or sub["team_id"] != team["id"]:
             return _json_error(404, f"no submission {sid[:40]!r} for team {team['name']!r}")
-        out = {k: (v.isoformat() if hasattr(v, "isoformat") else v)
-               for k, v in sub.items() if k in ("id", "status", "sha256", "size", "method", "created", "started",
-                                                "finished")}
-        if sub["result_key"]:
-            record = db.result(sub["result_key"])["record"]
-            outcome = record["outcome"]
-            if sub["status"] == "rejected":
-                out["findings"] = [f for f in outcome.get("findings", []) if f.get("severity") == "error"]
-                out["outcome"] = outcome.get("status")
-            else:
-                out["summary"] = (outcome.get("report") or {}).get("summary")
-                out["report"] = f"/submissions/{sid}"
+        out = {k: _iso(sub[k]) for k in ("id", "status", "sha256", "size", "method", "created")}
+        record = db.result(sub["result_key"])["record"] if sub["result_key"] else None
+        outcome = (record or {}).get("outcome", {})
+        if sub["status"] == "rejected":
+            found = outcome.get("findings", []) if record else (sub["findings"] or [])
+            out["findings"] = [f for f in found if f.get("severity") == "error"]
+        if hidden():  # a team's own upload must not tell it anything the hidden labels decide
+            out["hidden_until"] = cfg.hidden_until.isoformat()
+            return out
+        out.update(started=_iso(sub["started"]), finished=_iso(sub["finished"]))
+        if sub["status"] == "rejected" and record:
+            out["outcome"] = outcome.get("status")
+        elif sub["status"] == "scored":
+            out["summary"] = (outcome.get("report") or {}).get("summary")
+            out["report"] = f"/submissions/{sid}"
         return out
 
-    def board() -> dict:
-        return board_rows(db.scored_rows(), db.team_names(), cfg.board)
+    pages: dict[tuple, tuple] = {}  # the last refresh's board pages as served, dropped when the board changes
+    pages_lock = threading.Lock()
+    seen: dict[str, tuple] = {}  # name -> (when it was read, value): the board's version and the status counts
+
+    def recent(name: str, read, max_age: float):
+        """``read()``, or its value read less than ``max_age`` seconds ago: eight readers of the board cost the
+        database a query or two a second, not one each."""
+        now = time.monotonic()
+        got = seen.get(name)
+        if got is None or now - got[0] > max_age:
+            got = seen[name] = (now, read())
+        return got[1]
+
+    def board_page(offset: int, limit: int | None, *, html: bool) -> tuple:
+        """``(page, joined rows)`` of the stored board (``db.board_page``), kept until the next refresh stores the
+        board (its ``generated`` time, checked at most every :data:`BOARD_CHECK` seconds, changes)."""
+        version = recent("version", db.board_version, BOARD_CHECK)
+        key = (offset, limit, html)
+        with pages_lock:
+            if pages.get("version") != version:
+                pages.clear()
+                pages["version"] = version
+            hit = pages.get(key)
+        if hit is None:
+            page = db.board_page(offset, limit, html=html)
+            if html:
+                rows = "\n".join(board_tr(rank, cells) for rank, cells in page["rows"])
+            else:  # the stored rows are JSON already (serve/board.py): each gets its rank, none is re-encoded
+                rows = ",".join(f'{{"rank":{json.dumps(rank)},{text[1:]}' for rank, text in page["rows"])
+            hit = (page, rows)
+            with pages_lock:
+                if pages.get("version") == version and len(pages) < 256:
+                    pages[key] = hit
+        return hit
 
     @app.get("/api/leaderboard")
-    def leaderboard(request: Request, format: str = "json"):
-        if hidden(team_of(request)):
-            return _json_error(403, f"results are hidden until {cfg.hidden_until.isoformat()}")
-        b = board()
+    def leaderboard(format: str = "json", offset: int = 0, limit: int = API_PAGE_ROWS[0]):
+        if hidden():
+            return _json_error(403, hidden_message())
         if format == "csv":
-            return PlainTextResponse(board_csv(b), media_type="text/csv")
-        return {"columns": b["columns"], "rows": b["rows"], "config": b["config"], "counts": db.counts()}
+            page = db.board_page(0, None)
+            return PlainTextResponse(board_csv(page["columns"], page["rows"]), media_type="text/csv")
+        if format != "json" or offset < 0 or not 1 <= limit <= API_PAGE_ROWS[1]:
+            return _json_error(400, f"format is json or csv, offset at least 0, limit 1 to {API_PAGE_ROWS[1]}")
+        page, rows = board_page(offset, limit, html=False)
+        head = json.dumps({"columns": page["columns"], "config": page["config"],
+                           "counts": recent("counts", db.counts, BOARD_CHECK),
+                           "generated": _iso(page["generated"]), "limit": limit, "offset": offset,
+                           "total": page["total"]})
+        return Response(f'{head[:-1]},"rows":[{rows}]}}', media_type="application/json")
 
     @app.get("/", response_class=HTMLResponse)
-    def page(request: Request):
-        if hidden(None):
-            return _html(f"<!DOCTYPE html><title>ubench</title><p>Results are hidden until "
-                         f"{cfg.hidden_until.isoformat()}.</p>")
-        return _html(board_html(board()))
+    def page(page: int = 1):
+        if hidden():
+            return _html(message_page(f"Results are hidden until {cfg.hidden_until.isoformat()}."))
+        page = max(1, page)
+        got, rows = board_page((page - 1) * PAGE_ROWS, PAGE_ROWS, html=True)
+        return _html(board_html(got["columns"], got["config"], rows, page=page, total=got["total"]))
 
     @app.get("/submissions/{sid}", response_class=HTMLResponse)
     def report_page(sid: str):
-        sub = db.submission(sid)
-        if sub is None or sub["status"] != "scored" or hidden(None):
-            return _html("<!DOCTYPE html><title>ubench</title><p>No scored submission with that id.</p>", 404)
+        sub = None if hidden() else db.submission(sid)
+        if sub is None or sub["status"] != "scored":
+            return _html(message_page("No scored submission with that id."), 404)
         path = data_dir / "reports" / f"{sub['result_key']}.html"
         if not path.is_file():
-            return _html("<!DOCTYPE html><title>ubench</title><p>This report's page is being drawn (or could not "
-                         "be); the numbers are on the leaderboard.</p>", 404)
+            return _html(message_page("This report's page is being drawn (or could not be); the numbers are on "
+                                      "the leaderboard."), 404)
         return _html(path.read_text(encoding="utf-8"))
 
     @app.exception_handler(404)
@@ -171,7 +260,3 @@ def create_app(cfg: ServeConfig) -> FastAPI:
         return _json_error(404, "not found")
 
     return app
-
-
-def favicon() -> Response:  # pragma: no cover - browsers ask; nothing is served
-    return Response(status_code=204)

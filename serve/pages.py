@@ -1,42 +1,36 @@
 # SPDX-License-Identifier: MIT
-"""The service's leaderboard: rows from the database, columns headline-first, as JSON, CSV and one self-contained
-HTML page (no external resource; a strict Content-Security-Policy; every string from an upload escaped)."""
+"""The service's leaderboard as CSV and as self-contained HTML pages (no external resource; a strict
+Content-Security-Policy; every string from an upload escaped, in :func:`row_cells` when the row is stored), from
+the rows ``serve/board.py`` stores. The HTML board shows one page of rows at a time (:data:`PAGE_ROWS`) with links
+to the others."""
 
 from __future__ import annotations
 
 import csv
 import io
+import json
 from typing import Any
 
-from ..scoring.leaderboard import BoardConfig, build_board
+from .. import __version__
 from ..scoring.leaderboard_html import _CSS, _JS, _LABELS
 from ..scoring.text import escape_text, html_text
 
-__all__ = ["board_rows", "board_csv", "board_html", "CSP", "HEADLINE"]
+__all__ = ["board_csv", "board_html", "board_tr", "row_cells", "message_page", "CSP", "PAGE_ROWS"]
 
 #: The page's Content-Security-Policy: nothing external, inline style and the sorting script only.
 CSP = ("default-src 'none'; style-src 'unsafe-inline'; script-src 'unsafe-inline'; img-src data:; "
        "base-uri 'none'; form-action 'none'; frame-ancestors 'none'")
-#: Columns shown first, in this order (issue #18 item 4).
-HEADLINE = ("cll", "dee", "accuracy", "ood_auroc_total", "calibrated_brier")
+#: Rows on one HTML page of the board.
+PAGE_ROWS = 100
 
 
 def _e(v: Any) -> str:
     return html_text("" if v is None else str(v), limit=200)
 
 
-def board_rows(scored: list[dict], teams: dict[int, str], config: BoardConfig) -> dict[str, Any]:
-    """``build_board`` over the scored submissions, each row extended with its submission id, team and date."""
-    records = [{**s["record"], "archive": s["id"], "cached": False} for s in scored]
-    board = build_board(records, config)
-    by_id = {s["id"]: s for s in scored}
-    for row in board["rows"]:
-        s = by_id[row["archive"]]
-        row.update(submission=s["id"], team=teams.get(s["team_id"]), submitted=s["created"].isoformat()
-                   if hasattr(s["created"], "isoformat") else str(s["created"]), method_name=s["method"])
-    board["columns"] = ([c for k in HEADLINE for c in board["columns"] if c["key"] == k]
-                        + [c for c in board["columns"] if c["key"] not in HEADLINE])
-    return board
+def message_page(text: str) -> str:
+    """A page that says one thing (a hidden board, a missing report)."""
+    return f"<!DOCTYPE html><title>ubench</title><p>{_e(text)}</p>"
 
 
 def _csv_text(v: Any) -> str:
@@ -46,54 +40,82 @@ def _csv_text(v: Any) -> str:
     return "'" + text if text[:1] in ("=", "+", "-", "@") else text
 
 
-def board_csv(board: dict[str, Any]) -> str:
-    """One line per row: rank, submission, team, method, submitted, then every metric column."""
+def _with_rank(rank: int | None, row: str) -> dict[str, Any]:
+    return {"rank": rank, **json.loads(row)}
+
+
+def board_csv(columns: list[dict], rows: list[tuple[int | None, str]]) -> str:
+    """One line per stored row (``(rank, row JSON)``): rank, submission, team, method, submitted, every metric."""
     out = io.StringIO()
     w = csv.writer(out)
-    keys = [c["key"] for c in board["columns"]]
+    keys = [c["key"] for c in columns]
     w.writerow(["rank", "submission", "team", "method", "submitted", *keys])
-    for r in board["rows"]:
-        w.writerow([r["rank"], r["submission"], _csv_text(r.get("team")), _csv_text(r.get("method_name") or r["method"]),
-                    r["submitted"], *[r["metrics"].get(k) for k in keys]])
+    for rank, text in rows:
+        r = _with_rank(rank, text)
+        w.writerow([r["rank"], r["submission"], _csv_text(r.get("team")),
+                    _csv_text(r.get("method_name") or r["method"]), r["submitted"],
+                    *[r["metrics"].get(k) for k in keys]])
     return out.getvalue()
 
 
-def board_html(board: dict[str, Any], *, title: str = "ubench leaderboard", note: str = "") -> str:
-    cols = board["columns"]
+def row_cells(row: dict[str, Any], columns: list[dict]) -> str:
+    """A board row's cells after its rank (team, method, date, each column's value, the report link): rendered
+    once when the row is stored (serve/board.py), so a page request only joins stored cells."""
+    cells = [f'<td class="l" data-v="{_e(row.get("team"))}">{_e(row.get("team"))}</td>',
+             f'<td class="l" data-v="{_e(row.get("method_name") or row["method"])}">'
+             f'{_e(row.get("method_name") or row["method"])}</td>',
+             f'<td class="l" data-v="{_e(row["submitted"])}">{_e(row["submitted"][:19])}</td>']
+    for c in columns:
+        v = row["metrics"].get(c["key"])
+        cells.append(f'<td data-v="{"" if v is None else repr(float(v))}">'
+                     f'{"" if v is None else f"{float(v):.4g}"}</td>')
+    cells.append(f'<td class="l"><a href="/submissions/{_e(row["submission"])}">report</a></td>')
+    return "".join(cells)
+
+
+def board_tr(rank: int | None, cells: str) -> str:
+    """A stored row on a page: its rank cell, then its stored :func:`row_cells`."""
+    shown = "" if rank is None else rank
+    return f'<tr><td class="l" data-v="{shown}">{shown}</td>{cells}</tr>'
+
+
+def _pager(page: int, total: int) -> str:
+    pages = max(1, -(-total // PAGE_ROWS))
+    first, last = (page - 1) * PAGE_ROWS + 1, min(page * PAGE_ROWS, total)
+    links = []
+    if page > 1:
+        links.append(f'<a href="/?page={page - 1}">previous</a>')
+    if page < pages:
+        links.append(f'<a href="/?page={page + 1}">next</a>')
+    shown = f"rows {first}-{last} of {total}" if total else "no scored submission yet"
+    return f'<p class="meta">{shown} (page {page} of {pages}) {" ".join(links)}</p>'
+
+
+def board_html(columns: list[dict], config: dict, rows: str, *, page: int = 1, total: int = 0,
+               title: str = "ubench leaderboard") -> str:
+    """One page of the board around its ``rows`` (:func:`board_tr` of each, joined); ``total`` rows in all."""
     head = ['<th class="l">#</th>', '<th class="l">team</th>', '<th class="l">method</th>',
             '<th class="l">submitted</th>']
-    for c in cols:
+    for c in columns:
         label = _LABELS.get(c["key"], c["key"])
         mark = "" if c["comparable"] else " †"
         cls = ' class="nc"' if c["comparable"] is False else ""
         head.append(f'<th{cls} title="{_e(c["key"])}">{_e(label)}{"*" if c["comparable"] else ""}{mark}</th>')
     head.append('<th class="l">report</th>')
-    body = []
-    for r in board["rows"]:
-        cells = [f'<td class="l" data-v="{_e(r["rank"])}">{_e(r["rank"])}</td>',
-                 f'<td class="l" data-v="{_e(r.get("team"))}">{_e(r.get("team"))}</td>',
-                 f'<td class="l" data-v="{_e(r.get("method_name") or r["method"])}">'
-                 f'{_e(r.get("method_name") or r["method"])}</td>',
-                 f'<td class="l" data-v="{_e(r["submitted"])}">{_e(r["submitted"][:19])}</td>']
-        for c in cols:
-            v = r["metrics"].get(c["key"])
-            cells.append(f'<td data-v="{"" if v is None else repr(float(v))}">'
-                         f'{"" if v is None else f"{float(v):.4g}"}</td>')
-        cells.append(f'<td class="l"><a href="/submissions/{_e(r["submission"])}">report</a></td>')
-        body.append(f'<tr>{"".join(cells)}</tr>')
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8">
 <meta http-equiv="Content-Security-Policy" content="{CSP}">
 <title>{_e(title)}</title><style>{_CSS}</style></head><body>
 <h1>{_e(title)}</h1>
-<div class="meta">ubench {_e(board["ubench_version"])}; protocol <code>{_e((board["config"].get("protocol") or {}).get("name"))}</code>;
-labels from the host's reference <code>{_e(board["config"].get("reference_sha256"))}</code>. {_e(note)}</div>
+<div class="meta">ubench {_e(__version__)}; protocol <code>{_e((config.get("protocol") or {}).get("name"))}</code>;
+labels from the host's reference <code>{_e(config.get("reference_sha256"))}</code>.</div>
+{_pager(page, total)}
 <table id="board"><thead><tr>{"".join(head)}</tr></thead>
 <tbody>
-{chr(10).join(body)}
+{rows}
 </tbody></table>
 <p>Columns marked * may be compared across models, † may not. Ranked by CLL (higher is better); click a header
-to sort.</p>
+to sort this page.</p>
 <script>{_JS}</script>
 </body></html>
 """

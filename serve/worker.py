@@ -9,15 +9,23 @@ With ``scheduler`` (``ubench serve --scheduler ADDRESS``) each thread hands its 
 cluster instead (``scoring.distributed.SchedulerClient``), which runs the same ``score_one``, sandbox included;
 one thread per worker thread of the cluster at start. The cluster's workers must see ``--data-dir`` at the same
 path (same machine or a shared filesystem).
+
+Claims carry a lease renewed by a heartbeat (``serve/db.py``): a worker's error path gives back its own claim only,
+a claim is tried at most ``max_attempts`` times, and a finished archive's board row is stored with the outcome and
+ranked by the board refresh (``serve/board.py``).
 """
 
 from __future__ import annotations
 
 import logging
+import os
+import socket
 import threading
+import uuid
 from pathlib import Path
 
 from ..scoring.leaderboard import BoardConfig, score_one
+from .board import backfill_entries, board_entry, refresh_board
 from .db import Database
 from .storage import upload_path
 
@@ -27,32 +35,44 @@ log = logging.getLogger("ubench.serve")
 
 
 class Scorer:
-    """``workers`` threads scoring the database's queue under ``config`` until :meth:`stop`."""
+    """``workers`` threads scoring the database's queue under ``config`` until :meth:`stop`, a heartbeat thread
+    that renews this server's leases every quarter of ``lease`` seconds and requeues claims whose lease expired
+    (a stopped server's), and a thread that refreshes the materialised board after each scored submission (one
+    refresh for several that finish together)."""
 
     def __init__(self, db: Database, data_dir: Path, config: BoardConfig, *, workers: int = 1,
-                 poll_seconds: float = 0.5, reports: bool = True, scheduler: str | None = None):
+                 poll_seconds: float = 0.5, reports: bool = True, scheduler: str | None = None, lease: float = 60.0,
+                 max_attempts: int = 3):
         self.db, self.data_dir, self.config = db, data_dir, config
         self.workers, self.poll, self.reports = workers, poll_seconds, reports
-        self.scheduler = scheduler
+        self.scheduler, self.lease, self.max_attempts = scheduler, lease, max_attempts
+        #: This server's name on its claims: host, process and a random part (a restarted server is another one).
+        self.owner = f"{socket.gethostname()[:32]}:{os.getpid()}:{uuid.uuid4().hex[:12]}"
         self._client = None
         self._stop = threading.Event()
         self._wake = threading.Event()
+        self._dirty = threading.Event()
+        self._held: set[str] = set()
+        self._held_lock = threading.Lock()
         self._threads: list[threading.Thread] = []
 
     def result_key(self, sha256: str) -> str:
         return f"{sha256}-{self.config.key()[:16]}"
 
     def start(self) -> None:
-        n = self.db.requeue_interrupted()
+        n = self.db.requeue_expired(max_attempts=self.max_attempts)
         if n:
-            log.warning("requeued %d submission(s) whose scoring was interrupted", n)
+            log.warning("took back %d claim(s) whose lease had expired (their server stopped)", n)
         if self.scheduler is not None:
             from ..scoring.distributed import SchedulerClient
 
             self._client = SchedulerClient(self.scheduler)
             self.workers = self._client.n_threads()
-        for i in range(self.workers):
-            t = threading.Thread(target=self._loop, name=f"ubench-scorer-{i}", daemon=True)
+        targets = [(f"ubench-scorer-{i}", self._loop) for i in range(self.workers)]
+        targets += [("ubench-heartbeat", self._heartbeat), ("ubench-board", self._refresher)]
+        self._dirty.set()  # the board is brought up to date at start (entries of an older database included)
+        for name, target in targets:
+            t = threading.Thread(target=target, name=name, daemon=True)
             t.start()
             self._threads.append(t)
 
@@ -62,6 +82,7 @@ class Scorer:
     def stop(self) -> None:
         self._stop.set()
         self._wake.set()
+        self._dirty.set()
         for t in self._threads:
             t.join(timeout=5)
         if self._client is not None:
@@ -69,17 +90,63 @@ class Scorer:
 
     def _loop(self) -> None:
         while not self._stop.is_set():
-            sub = self.db.claim_next()
+            try:
+                sub = self.db.claim_next(self.owner, lease=self.lease)
+            except Exception:  # the database went away for a moment: try again, lose nothing
+                log.exception("could not claim a submission")
+                self._stop.wait(self.poll)
+                continue
             if sub is None:
                 self._wake.wait(self.poll)
                 self._wake.clear()
                 continue
+            with self._held_lock:
+                self._held.add(sub["id"])
             try:
                 self.score(sub)
-            except Exception:  # a ubench bug: the submission goes back to the queue's end, nothing is lost
-                log.exception("scoring submission %s failed", sub["id"])
-                self.db.requeue_interrupted()
+            except Exception:  # a ubench or host bug: this claim (and no other) goes back, a bounded number of times
+                log.exception("scoring submission %s failed (attempt %d of %d)", sub["id"], sub["attempts"],
+                              self.max_attempts)
+                try:
+                    self.db.release(sub["id"], self.owner, max_attempts=self.max_attempts)
+                except Exception:  # its lease expires and another heartbeat takes it back
+                    log.exception("could not give back submission %s", sub["id"])
                 self._stop.wait(self.poll)
+            finally:
+                with self._held_lock:
+                    self._held.discard(sub["id"])
+
+    def _heartbeat(self) -> None:
+        while not self._stop.wait(self.lease / 4):
+            try:
+                with self._held_lock:
+                    held = sorted(self._held)
+                lost = set(held) - self.db.renew_leases(self.owner, held, lease=self.lease)
+                for sid in lost:  # finished meanwhile, or its lease ran out (this server stalled): finish() refuses
+                    log.warning("no longer holds the claim on submission %s", sid)
+                if self.db.requeue_expired(max_attempts=self.max_attempts):
+                    self._wake.set()
+            except Exception:
+                log.exception("heartbeat failed")
+
+    def _refresher(self) -> None:
+        backfilled = False
+        while not self._stop.is_set():
+            self._dirty.wait()
+            if self._stop.is_set():
+                return
+            self._dirty.clear()
+            try:
+                if not backfilled:
+                    n = backfill_entries(self.db)
+                    backfilled = True
+                    if n:
+                        log.warning("added %d scored submission(s) to the materialised board", n)
+                refresh_board(self.db, self.config)
+            except Exception:
+                log.exception("could not refresh the board")
+                self._stop.wait(self.poll)
+                self._dirty.set()
 
     def score(self, sub: dict) -> None:
         key = self.result_key(sub["sha256"])
@@ -94,10 +161,15 @@ class Scorer:
                 record = score_one(path, board=self.data_dir / "board", config=self.config)
             record = {k: v for k, v in record.items() if k != "archive"}
         status = "scored" if record["outcome"]["status"] == "ok" else "rejected"
-        self.db.finish(sub["id"], key, sub["sha256"], record, status)  # the row appears now
+        entry = board_entry(record) if status == "scored" else None
+        if not self.db.finish(sub["id"], self.owner, key, sub["sha256"], record, status, entry):
+            log.warning("lost the claim on submission %s while scoring it; its new claim finishes it", sub["id"])
+            return
         if status == "rejected":
             upload_path(self.data_dir, sub["sha256"]).unlink(missing_ok=True)
-        elif self.reports:  # then its page (figures drawn in the limited plotting child)
+            return
+        self._dirty.set()  # the row appears with the next refresh, right away
+        if self.reports:  # then its page (figures drawn in the limited plotting child)
             self._write_report(key, record)
 
     def _write_report(self, key: str, record: dict) -> None:

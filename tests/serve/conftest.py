@@ -62,13 +62,17 @@ def postgres_server(tmp_path_factory):
     shutil.rmtree(root, ignore_errors=True)
 
 
-@pytest.fixture
-def postgres_db(postgres_server):
-    """A fresh database on the test server; its SQLAlchemy URL."""
+def create_database(server_url: str) -> str:
+    """A fresh database on the test server at ``server_url``; its SQLAlchemy URL."""
     import psycopg
 
     name = f"ubench_t{os.getpid()}_{next(_counter)}"
-    with psycopg.connect(postgres_server.replace("postgresql+psycopg", "postgresql") + "/postgres",
-                         autocommit=True) as con:
+    with psycopg.connect(server_url.replace("postgresql+psycopg", "postgresql") + "/postgres", autocommit=True) as con:
         con.execute(f"CREATE DATABASE {name}")
-    return f"{postgres_server}/{name}"
+    return f"{server_url}/{name}"
+
+
+@pytest.fixture
+def postgres_db(postgres_server):
+    """A fresh database on the test server; its SQLAlchemy URL."""
+    return create_database(postgres_server)

@@ -36,17 +36,26 @@ def _free_port() -> int:
 
 
 class Server:
+    """``ubench serve`` in a subprocess on a free loopback port; its stderr goes to a file beside the data
+    directory (:meth:`log`), so a server that logs a lot never blocks on a full pipe."""
+
     def __init__(self, data_dir: Path, reference: Path, *extra: str):
         self.data_dir, self.reference, self.extra = data_dir, reference, extra
         self.port = _free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.proc: subprocess.Popen | None = None
+        self.stderr_path = Path(data_dir).parent / f"serve-{self.port}.log"
 
-    def start(self) -> Server:
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "ubench.cli", "serve", "--reference", str(self.reference), "--data-dir",
-             str(self.data_dir), "--port", str(self.port), *self.extra],
-            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
+    def launch(self) -> Server:
+        """Start the process without waiting for it to answer (several servers start together)."""
+        with open(self.stderr_path, "wb") as err:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "ubench.cli", "serve", "--reference", str(self.reference), "--data-dir",
+                 str(self.data_dir), "--port", str(self.port), *self.extra],
+                stdout=subprocess.DEVNULL, stderr=err, start_new_session=True)
+        return self
+
+    def wait_ready(self) -> Server:
         for _ in range(300):
             try:
                 if httpx.get(self.url + "/openapi.json", timeout=1).status_code == 200:
@@ -54,9 +63,15 @@ class Server:
             except httpx.HTTPError:
                 pass
             if self.proc.poll() is not None:
-                raise RuntimeError(self.proc.stderr.read().decode())
+                raise RuntimeError(self.log())
             time.sleep(0.1)
         raise RuntimeError("server did not start")
+
+    def start(self) -> Server:
+        return self.launch().wait_ready()
+
+    def log(self) -> str:
+        return self.stderr_path.read_text(errors="replace") if self.stderr_path.exists() else ""
 
     def kill9(self) -> None:
         os.killpg(self.proc.pid, signal.SIGKILL)  # the server and its sandboxed scoring children
@@ -84,6 +99,17 @@ class Server:
                 return body
             time.sleep(0.3)
         raise AssertionError(f"submission {sid} not done: {body}")
+
+
+def wait_board(srv: Server, n_rows: int, timeout: float = 120) -> dict:
+    """``GET /api/leaderboard`` (up to 1,000 rows) once it holds ``n_rows`` rows: a scored submission's row appears
+    with the board's next refresh, right after its status says ``scored``."""
+    end = time.monotonic() + timeout
+    while True:
+        board = httpx.get(srv.url + "/api/leaderboard", params={"limit": 1000}, timeout=30).json()
+        if board["total"] >= n_rows or time.monotonic() > end:
+            return board
+        time.sleep(0.1)
 
 
 def query(data: Path, sql: str, db_url: str | None = None) -> list[tuple]:
@@ -129,7 +155,7 @@ def test_upload_becomes_a_row_with_its_report(host):
     sid = r.json()["id"]
     done = srv.wait_done(token, sid)
     assert done["status"] == "scored" and done["summary"]["accuracy"] > 0.9
-    board = httpx.get(srv.url + "/api/leaderboard").json()
+    board = wait_board(srv, 1)
     assert [row["submission"] for row in board["rows"]] == [sid] and board["rows"][0]["team"] == "alpha"
     assert [c["key"] for c in board["columns"]][:2] == ["cll", "accuracy"]
     page = httpx.get(srv.url + "/")
@@ -189,12 +215,12 @@ def test_refusals_store_nothing(host, tmp_path):
 
 def test_kill_9_loses_nothing_and_scores_nothing_twice(host):
     make, token, data = host
-    srv = make()
+    srv = make("--lease", "3")  # the killed server's claims expire 3 s after its last heartbeat
     ids = [srv.upload(token, EXAMPLE, method=f"m{i}").json()["id"] for i in range(2)]
     srv.kill9()  # right after the 202s: queued or mid-scoring
     before = dict(query(data, "select id, status from submissions", make.db_url))
     assert set(before) == set(ids)  # every accepted upload is in the queue
-    srv2 = make()
+    srv2 = make("--lease", "3")
     for sid in ids:
         assert srv2.wait_done(token, sid)["status"] == "scored"
     assert query(data, "select count(*) from results", make.db_url) == [(1,)]
@@ -219,7 +245,7 @@ def test_scheduler_scores_on_an_existing_dask_cluster(tmp_path):
             sid = srv.upload(token, EXAMPLE, method="on-dask").json()["id"]
             done = srv.wait_done(token, sid)
             assert done["status"] == "scored" and done["summary"]["accuracy"] > 0.9
-            rows = httpx.get(srv.url + "/api/leaderboard").json()["rows"]
+            rows = wait_board(srv, 1)["rows"]
             assert [r["submission"] for r in rows] == [sid]
         finally:
             srv.stop()

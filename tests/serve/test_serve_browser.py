@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from test_serve import EXAMPLE, Server, _ubench  # the same real server (this directory is on sys.path)
+from test_serve import EXAMPLE, Server, _ubench, wait_board  # the same real server (this directory is on sys.path)
 
 playwright = pytest.importorskip("playwright.sync_api")
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
@@ -31,6 +31,7 @@ def test_board_renders_sorts_and_runs_no_upload_script(tmp_path):
                for i, name in enumerate(("digits_deep_ensemble.h5", "digits_sgd.h5", "digits_mc_dropout.h5"))]
         for sid in ids:
             assert srv.wait_done(token, sid)["status"] == "scored"
+        assert wait_board(srv, 3)["total"] == 3
         with playwright.sync_playwright() as p:
             browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
             page = browser.new_page()

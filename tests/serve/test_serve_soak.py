@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from test_serve import EXAMPLE, Server, _ubench, httpx, query  # the same real server (this directory is on sys.path)
+from test_serve import EXAMPLE, Server, _ubench, query, wait_board  # the same real server (tests/serve)
 
 pytestmark = pytest.mark.slow
 
@@ -58,7 +58,8 @@ def test_soak_200_uploads_8_clients_with_a_kill_9(tmp_path):
     rng = random.Random(20261123)
     plan = [rng.choice(list(pool)) for _ in range(190)] + ["badtoken"] * 10
     rng.shuffle(plan)
-    extra = ("--workers", "2", "--max-upload", "2600K", "--max-per-day", "1000", "--max-concurrent", "8")
+    extra = ("--workers", "2", "--max-upload", "2600K", "--max-per-day", "1000", "--max-concurrent", "8",
+             "--lease", "5")  # the killed server's claims are taken over 5 s after its last heartbeat
     srv = Server(data, ref, *extra).start()
     peak = [0]
 
@@ -93,7 +94,7 @@ def test_soak_200_uploads_8_clients_with_a_kill_9(tmp_path):
     assert len(list((data / "board" / "results").glob("*.json"))) == len(distinct)
     assert list((data / "incoming").iterdir()) == []
     # The board equals `ubench leaderboard` over the accepted files.
-    board = httpx.get(srv.url + "/api/leaderboard").json()
+    board = wait_board(srv, sum(1 for s in statuses.values() if s == "scored"))
     uploads = tmp_path / "accepted"
     uploads.mkdir()
     for k in distinct:
