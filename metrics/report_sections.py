@@ -28,6 +28,8 @@ from numpy.typing import NDArray
 
 from ._validation import UndefinedMetricError
 from .calibration import (
+    ReliabilityBins,
+    _bin_edges,
     _binned_sums,
     _ece,
     _equal_width_bin_index,
@@ -40,16 +42,17 @@ from .decision import _check_cost, _decision_cost, cost_matrix_preset
 from .ensemble import _ensemble_mean, _smooth
 from .ranking import _detection_scores
 from .rejection import _rejection_curve
+from .protocol import _calibrated_cv
 from .protocol import cross_validated_calibration as _cross_validated_calibration
 from .protocol import member_curves as _member_curves
 from .temperature import apply_ensemble_temperature
+from .row_stats import scaled_top1_entropy
 from .uncertainty import _confidence, _entropy_rows, _normalized_entropy, _uncertainty_decomposition
 from .calibrators import cross_validated_calibrators as _cross_validated_calibrators
 from .shift_paper import confidence_curves as _confidence_curves
 from .shift_paper import cross_validated_quantile_ece as _quantile_ece
-from .shift_paper import top_k_accuracy as _top_k_accuracy
-from .shift_paper import top_k_calibration_error as _top_k_ece
-from .conformal import cross_validated_conformal as _cross_validated_conformal
+from .shift_paper import _top_k_scores
+from .conformal import _cross_validated_conformal
 from .diversity import disagreement_per_sample, variation_ratio_per_sample, vote_counts
 from .selective import _integrate, _risk_by_kept
 from .smooth_calibration import _smooth_ece
@@ -313,9 +316,14 @@ def misclassification_section(arrays: SplitArrays, labels: NDArray, *, tpr: floa
 def reliability_section(probs: NDArray, labels: NDArray, *, bins: int) -> dict[str, Any]:
     """Data of the two reliability diagrams of the unsmoothed ``probs``: top-1 confidence vs accuracy (ECE) and
     normalized entropy vs error (UCE, Laves et al. 2019). Bins are equal-width ``(lo, hi]``; empty bins hold 0."""
-    rb = _reliability_bins(probs, labels, bins)
-    u = _normalized_entropy(probs)
-    err = (_predictions(probs) != labels).astype(np.float64)
+    return _reliability_from_rows(_reliability_bins(probs, labels, bins), _normalized_entropy(probs),
+                                  _predictions(probs), labels, bins=bins)
+
+
+def _reliability_from_rows(rb, u: NDArray, pred: NDArray, labels: NDArray, *, bins: int) -> dict[str, Any]:
+    """:func:`reliability_section` from its per-sample parts: the confidence bins ``rb``, normalized entropy
+    ``u`` and top-1 class ``pred`` (N,)."""
+    err = (pred != labels).astype(np.float64)
     counts, su, se = _binned_sums(_equal_width_bin_index(u, bins), u, err, bins)
     safe = np.maximum(counts, 1)
     return {
@@ -372,9 +380,10 @@ def shift_paper_section(arrays: SplitArrays, labels: NDArray, *, bins: int, repe
     and ``top5_ece`` (``None`` with 5 classes or fewer), ``ece_quantile`` (bin edges at quantiles of the other
     CV half; ``None`` below 2 samples) and ``confidence_curves``."""
     p, c = arrays.mean_probs, arrays.mean_probs.shape[1]
+    top5 = _top_k_scores(p, labels, 5, bins) if c > 5 else (None, None)  # one pass for both
     return {
-        "top5_accuracy": _top_k_accuracy(p, labels, k=5) if c > 5 else None,
-        "top5_ece": _top_k_ece(p, labels, k=5, n_bins=bins) if c > 5 else None,
+        "top5_accuracy": top5[0],
+        "top5_ece": top5[1],
         "ece_quantile": (_quantile_ece(p, labels, n_bins=bins, n_repeats=repeats, seed=seed)
                          if arrays.n_samples >= 2 else None),
         "confidence_curves": _confidence_curves(p, labels),
@@ -418,8 +427,9 @@ def peer_section(arrays: SplitArrays, labels: NDArray, *, conformal_method: str,
     }
     out.update(diversity_section(arrays))
     if n >= 2:
-        cp = _cross_validated_conformal(arrays.mean_probs, labels, method=conformal_method, alpha=conformal_alpha,
-                                        n_repeats=repeats, seed=seed)
+        # validated input: no second check
+        cp = _cross_validated_conformal(arrays.mean_probs, labels, method=conformal_method,
+                                        alpha=float(conformal_alpha), n_repeats=repeats, seed=seed)
         out.update(conformal_coverage=cp.coverage, conformal_set_size=cp.set_size)
     else:
         out.update(conformal_coverage=None, conformal_set_size=None)
@@ -507,10 +517,16 @@ def calibrated_reliability(arrays: SplitArrays, labels: NDArray, *, temperature:
     if placement == "per_member" and arrays.member_probs is not None:
         members = _smooth(arrays.member_probs, smoothing) if smoothing else arrays.member_probs
         probs = apply_ensemble_temperature(members, temperature, placement="per_member", eps=eps)
-    else:
-        mean = _smooth(arrays.mean_probs, smoothing) if smoothing else arrays.mean_probs
-        probs = apply_ensemble_temperature(mean[None], temperature, placement="post", eps=eps)
-    return reliability_section(probs, labels, bins=bins)
+        return reliability_section(probs, labels, bins=bins)
+    mean = _smooth(arrays.mean_probs, smoothing) if smoothing else arrays.mean_probs
+    # block by block (the scaled (N, C) prediction is never held whole): the same rows as
+    # apply_ensemble_temperature(mean[None], temperature, placement="post", eps=eps)
+    conf, pred, u = scaled_top1_entropy(mean, temperature, eps=eps)
+    correct = (pred == labels).astype(np.float64)
+    counts, sv, sh = _binned_sums(_equal_width_bin_index(conf, bins), conf, correct, bins)
+    safe = np.maximum(counts, 1)
+    rb = ReliabilityBins(edges=_bin_edges(bins), counts=counts, mean_confidence=sv / safe, accuracy=sh / safe)
+    return _reliability_from_rows(rb, u, pred, labels, bins=bins)
 
 
 def in_domain_section(arrays: SplitArrays, labels: NDArray, *, bins: int, eps: float, smoothing: float, tpr: float,
@@ -573,10 +589,12 @@ def calibrated_section(arrays: SplitArrays, labels: NDArray, *, placement: str, 
         if arrays.member_probs is None:
             return None
         members = _smooth(arrays.member_probs, smoothing) if smoothing else arrays.member_probs
+        cv = _cross_validated_calibration(members, labels, placement=placement, n_repeats=repeats, seed=seed,
+                                          eps=eps, n_bins=bins)
     else:
-        members = (_smooth(arrays.mean_probs, smoothing) if smoothing else arrays.mean_probs)[None]
-    cv = _cross_validated_calibration(members, labels, placement=placement, n_repeats=repeats, seed=seed, eps=eps,
-                                      n_bins=bins)
+        # the split's mean as it is (validated when it was read): no copy, no second check
+        mean = _smooth(arrays.mean_probs, smoothing) if smoothing else arrays.mean_probs
+        cv = _calibrated_cv(None, mean, labels, placement="post", n_repeats=repeats, seed=seed, eps=eps, n_bins=bins)
     d = cv.to_dict()  # the metrics carry the report's names
     return {
         **{k: d[k] for k in ("cll", "temperature", "temperature_std", "temperatures", "n_hit_bound",

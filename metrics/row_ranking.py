@@ -2,12 +2,12 @@
 """The top of every row's ranking without sorting whole rows: the kernels behind APS/RAPS and top-k.
 
 A row of probabilities is ranked by decreasing probability (``np.argsort(-p, kind="stable")``, ties by class
-index; tied entries are equal, so no running sum depends on their order). Many metrics need only the first few entries of that ranking: the
-APS score of the true label sums the classes ranked at or above it, a conformal set stops where the running sum
-passes its threshold, top-k needs k entries. :func:`ranked_prefix` ranks only the entries a mask keeps, where
-the mask is closed upwards (an entry ranked above a kept one is kept too), so the kept entries are exactly the
-first ``counts[i]`` entries of row i's full ranking, in the same order: their running sums are those of the
-full sort bit for bit (``np.cumsum`` adds sequentially either way).
+index; tied entries are equal, so no running sum depends on their order). Many metrics need only the first few
+entries of that ranking: the APS score of the true label sums the classes ranked at or above it, a conformal set
+stops where the running sum passes its threshold, top-k needs k entries. :func:`ranked_prefix` ranks only the
+entries a mask keeps, where the mask is closed upwards (an entry ranked above a kept one is kept too), so the
+kept entries are exactly the first ``counts[i]`` entries of row i's full ranking, in the same order: their
+running sums are those of the full sort bit for bit (``np.cumsum`` adds sequentially either way).
 
 Rows are padded to the longest kept prefix of their group and sorted together; groups of rows with prefixes of
 similar length (up to 4, 16, 64, 128, 256, 512 entries, then whole rows) keep the padding small.

@@ -76,6 +76,33 @@ def _prep_probs(probs: NDArray, eps: float):
     return s.reshape(probs.shape), lse1.reshape(probs.shape[:-1])
 
 
+class ShiftedLogs:
+    """``s = log(p + eps)`` minus its row max (what :func:`_prep_probs` returns) for the rows of ``probs`` (N, C),
+    computed when a block of rows is asked for instead of held whole (N x C float64: 400 MB at ImageNet size).
+
+    ``s[a:b]``, ``s[::k]`` and ``s[rows]`` (an index array) give the same float64 bits as ``_prep_probs(probs)``
+    at those rows (every operation is element-wise or a row max). ``probs`` needs only ``probs[a:b]`` when
+    contiguous row slices are asked for (a split re-read from its archive). When the whole of ``s`` fits
+    ``cache_bytes`` it is computed once and sliced, as before (small splits pay no log per pass).
+    """
+
+    def __init__(self, probs, eps: float, *, cache_bytes: int = 64 * 2**20):
+        self.probs, self.eps = probs, eps
+        self.shape, self.ndim = tuple(probs.shape), 2
+        self._whole = _prep_probs(np.asarray(probs), eps)[0] if 8 * probs.shape[0] * probs.shape[1] <= cache_bytes \
+            else None
+
+    def __getitem__(self, rows) -> NDArray[np.float64]:
+        if self._whole is not None:
+            return self._whole[rows]
+        if isinstance(rows, slice) and rows.step not in (None, 1):
+            rows = np.arange(*rows.indices(self.shape[0]))
+        if isinstance(rows, slice):
+            return _prep_probs(self.probs[rows], self.eps)[0]
+        block = np.take(self.probs, rows, axis=0) if isinstance(self.probs, np.ndarray) else self.probs.take_rows(rows)
+        return _prep_probs(block, self.eps)[0]
+
+
 def _prep_logits(logits: NDArray):
     """(s, lse1) for logits (N, C): ``logits`` minus the row max, float64, and log sum_c exp(s) per row."""
     n, c = logits.shape
@@ -116,8 +143,10 @@ def _moments(s: NDArray, beta: float, rows: NDArray | None, order: int):
         k = b - a
         if rows is None:
             blk = s[a:b]
-        else:
+        elif isinstance(s, np.ndarray):
             blk = np.take(s, rows[a:b], axis=0)  # (np.take with out= is several times slower)
+        else:
+            blk = s[rows[a:b]]
         e = e_buf[:k]
         np.multiply(blk, beta, out=e)
         np.exp(e, out=e)
@@ -694,6 +723,32 @@ def _scaled_row_scores(s: NDArray, beta_rows: NDArray) -> tuple[NDArray[np.float
         np.exp(e, out=e)
         np.matmul(e, ones, out=log_z[a:b])
         np.einsum("ij,ij->i", e, e, out=sq[a:b])
+    sq /= log_z * log_z
+    np.log(log_z, out=log_z)
+    return log_z, sq
+
+
+def _scaled_row_scores_multi(s, beta_rows: NDArray) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+    """:func:`_scaled_row_scores` at several inverse temperatures per row, ``beta_rows`` (R, N): (R, N) arrays.
+
+    One pass over ``s`` (a :class:`ShiftedLogs` computes each block once for all R), the same blocks and
+    operations per R as :func:`_scaled_row_scores`, so each row equals that function's result bit for bit.
+    """
+    n, c = s.shape
+    r_count = beta_rows.shape[0]
+    log_z, sq = np.empty((r_count, n)), np.empty((r_count, n))
+    step = max(1, _ROW_STAT_BLOCK_ENTRIES // c)
+    ones = np.ones(c)
+    e_buf = np.empty((min(step, n), c))
+    for a in range(0, n, step):
+        b = min(a + step, n)
+        blk = s[a:b]
+        e = e_buf[: b - a]
+        for r in range(r_count):
+            np.multiply(blk, beta_rows[r, a:b, None], out=e)
+            np.exp(e, out=e)
+            np.matmul(e, ones, out=log_z[r, a:b])
+            np.einsum("ij,ij->i", e, e, out=sq[r, a:b])
     sq /= log_z * log_z
     np.log(log_z, out=log_z)
     return log_z, sq
