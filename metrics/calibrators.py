@@ -31,7 +31,6 @@ from dataclasses import dataclass, field
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
-from scipy.optimize import isotonic_regression, minimize
 from scipy.special import gammaln, log_softmax, softmax
 
 from .calibration import _ece
@@ -120,6 +119,8 @@ def _affine_fit(x: NDArray[np.float64], labels: NDArray, lam: float, mu: float) 
     theta0 = np.concatenate([np.eye(c).ravel(), np.zeros(c)])
     # Newton-CG with exact Hessian-vector products: the objective is convex, so a few Newton steps reach the
     # optimum that L-BFGS approaches in hundreds of iterations on these ill-conditioned log-probabilities.
+    from scipy.optimize import minimize  # at use: scipy.optimize costs `ubench score` start-up otherwise
+
     res = minimize(objective, theta0, jac=True, hessp=hessp, method="Newton-CG",
                    options={"maxiter": 200, "xtol": 1e-10})
     return res.x[: c * c].reshape(c, c), res.x[c * c :], bool(res.success)
@@ -168,6 +169,8 @@ def _isotonic_1d(x: NDArray, y: NDArray) -> tuple[NDArray, NDArray]:
     "clip")`` does."""
     ux, inverse, counts = np.unique(x, return_inverse=True, return_counts=True)
     ymean = np.bincount(inverse, weights=y) / counts
+    from scipy.optimize import isotonic_regression  # at use (start-up)
+
     fit = isotonic_regression(ymean, weights=counts.astype(np.float64), increasing=True).x
     return ux, np.clip(fit, 0.0, 1.0)
 

@@ -53,7 +53,7 @@ from .shift_paper import confidence_curves as _confidence_curves
 from .shift_paper import cross_validated_quantile_ece as _quantile_ece
 from .shift_paper import _top_k_scores
 from .conformal import _cross_validated_conformal
-from .diversity import disagreement_per_sample, variation_ratio_per_sample, vote_counts
+from .diversity import disagreement_per_sample, top1_votes, variation_ratio_per_sample, vote_agreement
 from .selective import _integrate, _risk_by_kept
 from .smooth_calibration import _smooth_ece
 
@@ -205,48 +205,53 @@ class SplitAccumulator:
             dec = _uncertainty_decomposition(block, mean_out=self._mean[start:stop])
         self._finish_rows(start, stop, dec.total, dec.data, dec.knowledge)
         if self._votes:
-            self._finish_votes(start, stop, vote_counts(block))
+            self._finish_votes(start, stop, top1_votes(block))
         if self._members is not None:
             self._members[:, start:stop] = block
         self._seen += block.shape[1]
 
-    def _finish_votes(self, start: int, stop: int, counts: NDArray) -> None:
+    def _finish_votes(self, start: int, stop: int, votes: NDArray) -> None:
         m = self.shape[0]
-        self._votes["disagreement"][start:stop] = disagreement_per_sample(counts, m)
-        self._votes["variation_ratio"][start:stop] = variation_ratio_per_sample(counts, m)
+        pairs, modal = vote_agreement(votes)
+        self._votes["disagreement"][start:stop] = disagreement_per_sample(pairs, m)
+        self._votes["variation_ratio"][start:stop] = variation_ratio_per_sample(modal, m)
 
     def add_member_rows(self, start: int, member: int, rows: NDArray[np.floating]) -> None:
-        """Add samples ``start:start+r`` of one member (``rows`` is (r, C)); members of a row range come in order
-        0..M-1. Memory then depends on N x C only, whatever M; the sums run in the same order as :meth:`add`, so
-        the results are the same to the last bit."""
+        """Add samples ``start:start+r`` of one member (``rows`` is (r, C)); the members of a row range come in
+        order 0..M-1, one range after another. Memory then depends on N x C only, whatever M: the running sums
+        of the range live in the mean's own rows and the votes in an (M, r) array; the mean is summed in the
+        same order as :meth:`add`, so it is the same to the last bit."""
         m_total, n, c = self.shape
         rows, record = _renormalised(rows, start, member)
         self._rows = self._rows.merged(record)
-        if self._partial is None:
-            self._partial = {"sum": np.zeros((n, c), dtype=np.float64), "data": np.zeros(n, dtype=np.float64)}
-            if self._votes:
-                self._partial["votes"] = np.zeros((n, c), dtype=np.int32)
-            if self.gamma:
-                self._partial["sum_s"] = np.zeros((n, c), dtype=np.float64)
         stop = start + rows.shape[0]
-        self._partial["sum"][start:stop] += rows
+        total_sum = self._mean[start:stop]  # the range's running sum until its last member, then its mean
+        if member == 0:
+            total_sum[...] = rows
+            self._partial = {"data": np.zeros(stop - start, dtype=np.float64)}
+            if self._votes:
+                self._partial["votes"] = np.empty((m_total, stop - start), dtype=np.intp)
+            if self.gamma:
+                self._partial["sum_s"] = np.zeros((stop - start, c), dtype=np.float64)
+        else:
+            total_sum += rows
         smoothed = _smooth(rows, self.gamma) if self.gamma else rows
         if self.gamma:
-            self._partial["sum_s"][start:stop] += smoothed
-        self._partial["data"][start:stop] += _entropy_rows(smoothed)
+            self._partial["sum_s"] += smoothed
+        self._partial["data"] += _entropy_rows(smoothed)
         if self._votes:
-            self._partial["votes"][np.arange(start, stop), np.argmax(rows, axis=-1)] += 1
+            self._partial["votes"][member] = np.argmax(rows, axis=-1)
         if self._members is not None:
             self._members[member, start:stop] = rows
         if member == m_total - 1:
-            mean = self._partial["sum"][start:stop] / m_total
-            self._mean[start:stop] = mean
-            mean_s = self._partial["sum_s"][start:stop] / m_total if self.gamma else mean
+            total_sum /= m_total
+            mean_s = self._partial["sum_s"] / m_total if self.gamma else total_sum
             total = _entropy_rows(mean_s, smoothed.dtype)
-            data = self._partial["data"][start:stop] / m_total
+            data = self._partial["data"] / m_total
             self._finish_rows(start, stop, total, data, np.maximum(total - data, 0.0))
             if self._votes:
-                self._finish_votes(start, stop, self._partial["votes"][start:stop])
+                self._finish_votes(start, stop, self._partial["votes"])
+            self._partial = None
             self._seen += stop - start
 
     def _finish_rows(self, start: int, stop: int, total: NDArray, data: NDArray, knowledge: NDArray) -> None:
