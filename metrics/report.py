@@ -165,6 +165,7 @@ class ReportBuilder:
         self.sections: dict[str, dict[str, Any]] = {"in_domain": {}, "ood": {}, "shift": {}}
         self._primary_arrays: SplitArrays | None = None
         self._ood: dict[str, SplitArrays] = {}
+        self._ood_own: dict[str, dict[str, Any]] = {}
         self._rows: dict[str, RowSums] = {}
         # The shift paper's "Temp Scaling": (name, probs, labels) of the split the shift temperature is fitted on
         # (a validation-named in-domain split, else the primary one), and the fit once made.
@@ -257,7 +258,7 @@ class ReportBuilder:
                     progress=None if progress is None else (lambda done, total: progress(task, done, total)))
         self.sections["in_domain"][name] = sec
         if name == self.primary:
-            self._primary_arrays = arrays
+            self._primary_arrays = arrays.scores_only()  # OOD splits need its scores, not its (N, C) mean
         if p.shift_temperature and n >= 2:
             role = "primary" if name == self.primary else (
                 "validation" if name.lower().startswith("val") else None)
@@ -267,7 +268,9 @@ class ReportBuilder:
     def add_ood(self, name: str, arrays: SplitArrays) -> None:
         """An OOD split: scored against the primary split in :meth:`finish`."""
         self._rows[name] = arrays.row_sums
-        self._ood[name] = arrays
+        # what needs the split's own (N, C) mean is computed now; only its (N,) scores wait for finish()
+        self._ood[name] = arrays.scores_only()
+        self._ood_own[name] = {**diversity_section(arrays), "confidence_curves": _confidence_curves(arrays.mean_probs)}
 
     def add_shift(self, name: str, arrays: SplitArrays, labels: NDArray | None, *, kind: str,
                   intensity: float) -> None:
@@ -336,8 +339,7 @@ class ReportBuilder:
         elif self._ood:
             for name, arrays in self._ood.items():
                 sec = ood_section(self._primary_arrays, arrays, tpr=p.tpr, scores=self.scores)
-                sec.update(diversity_section(arrays))
-                sec["confidence_curves"] = _confidence_curves(arrays.mean_probs)
+                sec.update(self._ood_own[name])
                 sec.update(against=self.primary, n_samples=arrays.n_samples,
                            histograms=ood_histograms(self._primary_arrays, arrays, scores=self.scores),
                            roc_curves=ood_roc_curves(self._primary_arrays, arrays, scores=self.scores))

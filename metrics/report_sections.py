@@ -18,6 +18,7 @@ Keys are the snake_case names listed in ``scoring/REPORT_KEYS.md``. A metric tha
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -140,14 +141,15 @@ def _renormalised(probs: NDArray, first_sample: int, member0: int = 0) -> tuple[
 class SplitArrays:
     """The per-split arrays every section works on.
 
-    ``mean_probs`` (N, C) float64 is the unsmoothed ensemble mean of the renormalised members; the uncertainties
+    ``mean_probs`` (N, C) float64 is the unsmoothed ensemble mean of the renormalised members (``None`` in a
+    :meth:`scores_only` copy); the uncertainties
     (N,) are computed on members after the protocol's central smoothing; ``neg_confidence`` is ``-max_c`` of the
     (smoothed) mean, so all three scores read higher = more uncertain. ``member_probs`` (M, N, C) (renormalised)
     is kept only when asked for. ``row_sums`` records the renormalisation. ``disagreement`` and
     ``variation_ratio`` (N,) are the members' top-1 vote diversity (``None`` for one member).
     """
 
-    mean_probs: NDArray[np.float64]
+    mean_probs: NDArray[np.float64] | None
     total: NDArray[np.float64]
     data: NDArray[np.float64]
     knowledge: NDArray[np.float64]
@@ -159,10 +161,16 @@ class SplitArrays:
 
     @property
     def n_samples(self) -> int:
-        return int(self.mean_probs.shape[0])
+        return int(self.total.shape[0])
 
     def score(self, name: str) -> NDArray[np.float64]:
         return getattr(self, UNCERTAINTY_SCORES[name])
+
+    def scores_only(self) -> SplitArrays:
+        """The (N,) per-sample arrays without the (N, C) mean and the members (``mean_probs`` None): what OOD
+        detection against this split needs, kept after its sections so that a report holds one split's (N, C)
+        arrays at a time (issue #29)."""
+        return dataclasses.replace(self, mean_probs=None, member_probs=None)
 
 
 class SplitAccumulator:

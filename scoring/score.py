@@ -253,6 +253,7 @@ def run_score(path: str | Path, *, reference: str | Path | None = None,
                 builder.add_ood(name, arrays)
             else:
                 builder.add_shift(name, arrays, labels[name], kind=info.shift_kind, intensity=info.shift_intensity)
+            del arrays  # one split's (N, C) arrays at a time: freed before the next split is read
         body = builder.finish()
         archive = _archive_section(path, h, digest.result(),
                                    {name: reader.sample_ids(name) for name in h.splits}, known_inputs)
