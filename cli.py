@@ -434,8 +434,14 @@ def _score_or_exit(archive: Path, *, reference=None, protocol, progress=None) ->
             _echo(f"error: {exc}", err=True)
             sys.exit(2)
         except ValueError as exc:
-            # a valid archive that cannot be scored under the protocol (e.g. a cost matrix of the wrong size)
+            # a valid archive that cannot be scored under the protocol (e.g. a cost matrix of the wrong size), or
+            # a split that cannot be scored within the memory left (scoring/memory_plan.py: refused up front)
             _echo(f"error: {archive}: cannot be scored: {exc}", err=True)
+            sys.exit(1)
+        except MemoryError:
+            # the plan left too little room after all (another process took the memory meanwhile)
+            _echo(f"error: {archive}: scoring ran out of memory (less was free than when it was planned); free some "
+                  "or score it with --sandbox --memory-limit SIZE", err=True)
             sys.exit(1)
 
 

@@ -25,7 +25,8 @@ from . import report_sections as _sections
 from .decision import COST_PRESETS, cost_preset_for_dataset
 from .report_sections import *  # noqa: F403 -- the sections stay reachable as ubench.metrics.report.<name>
 from .report_sections import RENORMALISE_ABOVE, RowSums, SplitArrays, scores_for
-from .shift_paper import confidence_curves as _confidence_curves
+from .shift_paper import _confidence_curves
+from .uncertainty import _confidence
 from .ensemble import _smooth
 from .temperature import apply_temperature as _apply_temperature
 from .temperature import fit_temperature as _fit_temperature
@@ -134,6 +135,16 @@ def comparability(summary: Mapping[str, Any]) -> dict[str, list[str]]:
             "undefined": undefined}
 
 
+def _held(arrays: SplitArrays, notes: list[str], name: str, what: str) -> bool:
+    """Whether the split's mean is held in memory (an ndarray); if not (it is re-read from the archive in passes,
+    ``scoring/memory_plan.py``), a note says that ``what`` needs it and was left out."""
+    if isinstance(arrays.mean_probs, np.ndarray):
+        return True
+    notes.append(f"split {name!r} is read from its archive in passes (its mean does not fit memory): {what} "
+                 "needs its mean in memory and was not computed")
+    return False
+
+
 def primary_split(in_domain: Sequence[str], labelled: Collection[str]) -> str | None:
     """The in-domain split behind the headline and the OOD scores: the first labelled one of ``in_domain`` (in the
     order given), or ``None``."""
@@ -167,9 +178,9 @@ class ReportBuilder:
         self._ood: dict[str, SplitArrays] = {}
         self._ood_own: dict[str, dict[str, Any]] = {}
         self._rows: dict[str, RowSums] = {}
-        # The shift paper's "Temp Scaling": (name, probs, labels) of the split the shift temperature is fitted on
-        # (a validation-named in-domain split, else the primary one), and the fit once made.
-        self._ts_sources: dict[str, tuple[str, NDArray, NDArray]] = {}
+        # The shift paper's "Temp Scaling": (name, TemperatureFit, n_samples) of the splits the shift temperature
+        # may be fitted on (a validation-named in-domain split, else the primary one), and the one chosen.
+        self._ts_sources: dict[str, tuple[str, Any, int]] = {}
         self._shift_ts: dict[str, Any] | None = None
         self.cost_preset, self.cost_matrix = self._decision_cost_matrix(dataset)
         if self.n_members == 1:
@@ -233,7 +244,7 @@ class ReportBuilder:
                 sec["calibrated"] = None
                 self.notes.append(f"split {name!r} has {n} sample: test-time cross-validation needs at least 2, "
                                   "so cll and the calibrated metrics are null")
-        if p.calibrators and name == self.primary:
+        if p.calibrators and name == self.primary and _held(arrays, self.notes, name, "the calibrators"):
             sec["calibrators"] = calibrators_section(arrays, labels, names=p.calibrators, repeats=p.repeats,
                                                      seed=p.seed, bins=p.bins, eps=p.eps, smoothing=p.smoothing,
                                                      odir=p.odir)
@@ -262,15 +273,19 @@ class ReportBuilder:
         if p.shift_temperature and n >= 2:
             role = "primary" if name == self.primary else (
                 "validation" if name.lower().startswith("val") else None)
-            if role is not None:
-                self._ts_sources.setdefault(role, (name, arrays.mean_probs, labels))
+            if role is not None and role not in self._ts_sources and _held(arrays, self.notes, name,
+                                                                           "the shift temperature"):
+                # fitted now, so that no split's (N, C) mean is kept for it
+                probs = _smooth(arrays.mean_probs, p.smoothing) if p.smoothing else arrays.mean_probs
+                self._ts_sources[role] = (name, _fit_temperature(probs, labels, eps=p.eps), int(labels.shape[0]))
 
     def add_ood(self, name: str, arrays: SplitArrays) -> None:
         """An OOD split: scored against the primary split in :meth:`finish`."""
         self._rows[name] = arrays.row_sums
         # what needs the split's own (N, C) mean is computed now; only its (N,) scores wait for finish()
         self._ood[name] = arrays.scores_only()
-        self._ood_own[name] = {**diversity_section(arrays), "confidence_curves": _confidence_curves(arrays.mean_probs)}
+        self._ood_own[name] = {**diversity_section(arrays),
+                               "confidence_curves": _confidence_curves(_confidence(arrays.mean_probs), None)}
 
     def add_shift(self, name: str, arrays: SplitArrays, labels: NDArray | None, *, kind: str,
                   intensity: float) -> None:
@@ -283,7 +298,7 @@ class ReportBuilder:
         sec = shift_split_section(arrays, labels, bins=p.bins, eps=p.eps, smoothing=p.smoothing,
                                   conformal_method=p.conformal_method, conformal_alpha=p.conformal_alpha,
                                   repeats=p.repeats, seed=p.seed)
-        if p.shift_temperature:
+        if p.shift_temperature and _held(arrays, self.notes, name, "temperature_scaled"):
             ts = self._shift_temperature()
             if ts is not None:
                 scaled = _apply_temperature(arrays.mean_probs, ts["temperature"], eps=p.eps)
@@ -303,12 +318,10 @@ class ReportBuilder:
                 self.notes.append("shift temperature scaling needs a labelled in-domain split of 2 or more samples; "
                                   "none was found, so no shift split has temperature_scaled")
                 return None
-            name, probs, labels = source
-            probs = _smooth(probs, self.p.smoothing) if self.p.smoothing else probs
-            fit = _fit_temperature(probs, labels, eps=self.p.eps)
+            name, fit, n_samples = source
             kind = "validation" if "validation" in self._ts_sources else "test"
             self._shift_ts = {"temperature": fit.temperature, "fitted_on": name, "fitted_on_kind": kind,
-                              "n_samples": int(labels.shape[0]), "hit_bound": fit.hit_bound}
+                              "n_samples": n_samples, "hit_bound": fit.hit_bound}
             if kind == "test":
                 self.notes.append(f"shift temperature scaling: the temperature was fitted on the in-domain test "
                                   f"split {name!r} (the archive has no validation split), as the shift paper's "

@@ -32,6 +32,7 @@ from .calibration import (
     ReliabilityBins,
     _bin_edges,
     _binned_sums,
+    _top1,
     _ece,
     _equal_width_bin_index,
     _reliability_bins,
@@ -50,8 +51,7 @@ from .temperature import apply_ensemble_temperature
 from .row_stats import scaled_top1_entropy
 from .uncertainty import _confidence, _entropy_rows, _normalized_entropy, _uncertainty_decomposition
 from .calibrators import cross_validated_calibrators as _cross_validated_calibrators
-from .shift_paper import confidence_curves as _confidence_curves
-from .shift_paper import cross_validated_quantile_ece as _quantile_ece
+from .shift_paper import _confidence_curves, _quantile_ece
 from .shift_paper import _top_k_scores
 from .conformal import _cross_validated_conformal
 from .diversity import disagreement_per_sample, top1_votes, variation_ratio_per_sample, vote_agreement
@@ -188,11 +188,14 @@ class SplitAccumulator:
     """
 
     def __init__(self, n_members: int, n_samples: int, n_classes: int, *, smoothing: float = 0.0,
-                 keep_members: bool = False, dtype: type | np.dtype = np.float32):
+                 keep_members: bool = False, dtype: type | np.dtype = np.float32, keep_mean: bool = True):
         self.gamma = float(smoothing)
         self.shape = (int(n_members), int(n_samples), int(n_classes))
         self.dtype = np.dtype(dtype)
-        self._mean = np.empty((n_samples, n_classes), dtype=np.float64)
+        # Without keep_mean (a split whose mean does not fit memory) each block's mean lives in a scratch buffer
+        # and the result's mean_probs is None: the caller reads the mean again when a section needs it.
+        self._mean = np.empty((n_samples, n_classes), dtype=np.float64) if keep_mean else None
+        self._scratch: NDArray[np.float64] | None = None
         self._u = {k: np.empty(n_samples, dtype=np.float64) for k in ("total", "data", "knowledge", "neg_confidence")}
         self._votes = ({k: np.empty(n_samples, dtype=np.float64) for k in ("disagreement", "variation_ratio")}
                        if n_members > 1 else {})
@@ -206,12 +209,13 @@ class SplitAccumulator:
         block, rows = _renormalised(block, start)
         self._rows = self._rows.merged(rows)
         stop = start + block.shape[1]
+        mean = self._mean_rows(start, stop)
         if self.gamma:  # uncertainties of the smoothed members; the report's mean stays unsmoothed
-            self._mean[start:stop] = _ensemble_mean(block)
+            mean[...] = _ensemble_mean(block)
             dec = _uncertainty_decomposition(_smooth(block, self.gamma))
         else:  # one pass gives the uncertainties and the mean
-            dec = _uncertainty_decomposition(block, mean_out=self._mean[start:stop])
-        self._finish_rows(start, stop, dec.total, dec.data, dec.knowledge)
+            dec = _uncertainty_decomposition(block, mean_out=mean)
+        self._finish_rows(start, stop, dec.total, dec.data, dec.knowledge, mean)
         if self._votes:
             self._finish_votes(start, stop, top1_votes(block))
         if self._members is not None:
@@ -233,7 +237,9 @@ class SplitAccumulator:
         rows, record = _renormalised(rows, start, member)
         self._rows = self._rows.merged(record)
         stop = start + rows.shape[0]
-        total_sum = self._mean[start:stop]  # the range's running sum until its last member, then its mean
+        if member == 0:
+            self._range_mean = self._mean_rows(start, stop)
+        total_sum = self._range_mean  # the range's running sum until its last member, then its mean
         if member == 0:
             total_sum[...] = rows
             self._partial = {"data": np.zeros(stop - start, dtype=np.float64)}
@@ -256,17 +262,26 @@ class SplitAccumulator:
             mean_s = self._partial["sum_s"] / m_total if self.gamma else total_sum
             total = _entropy_rows(mean_s, smoothed.dtype)
             data = self._partial["data"] / m_total
-            self._finish_rows(start, stop, total, data, np.maximum(total - data, 0.0))
+            self._finish_rows(start, stop, total, data, np.maximum(total - data, 0.0), total_sum)
             if self._votes:
                 self._finish_votes(start, stop, self._partial["votes"])
             self._partial = None
             self._seen += stop - start
 
-    def _finish_rows(self, start: int, stop: int, total: NDArray, data: NDArray, knowledge: NDArray) -> None:
+    def _mean_rows(self, start: int, stop: int) -> NDArray[np.float64]:
+        """Where the mean of rows ``start:stop`` goes: the held mean's rows, or a scratch block."""
+        if self._mean is not None:
+            return self._mean[start:stop]
+        if self._scratch is None or self._scratch.shape[0] < stop - start:
+            self._scratch = np.empty((stop - start, self.shape[2]))
+        return self._scratch[: stop - start]
+
+    def _finish_rows(self, start: int, stop: int, total: NDArray, data: NDArray, knowledge: NDArray,
+                     mean: NDArray) -> None:
         self._u["total"][start:stop] = total
         self._u["data"][start:stop] = data
         self._u["knowledge"][start:stop] = knowledge
-        mean_s = self._mean[start:stop] if not self.gamma else _smooth(self._mean[start:stop], self.gamma)
+        mean_s = mean if not self.gamma else _smooth(mean, self.gamma)
         self._u["neg_confidence"][start:stop] = -_confidence(mean_s)
 
     def result(self) -> SplitArrays:
@@ -394,12 +409,13 @@ def shift_paper_section(arrays: SplitArrays, labels: NDArray, *, bins: int, repe
     CV half; ``None`` below 2 samples) and ``confidence_curves``."""
     p, c = arrays.mean_probs, arrays.mean_probs.shape[1]
     top5 = _top_k_scores(p, labels, 5, bins) if c > 5 else (None, None)  # one pass for both
+    conf, hit = _top1(p, labels)  # validated when read: the private kernels, no second check
     return {
         "top5_accuracy": top5[0],
         "top5_ece": top5[1],
-        "ece_quantile": (_quantile_ece(p, labels, n_bins=bins, n_repeats=repeats, seed=seed)
+        "ece_quantile": (_quantile_ece(conf, hit, n_bins=bins, n_repeats=repeats, seed=seed)
                          if arrays.n_samples >= 2 else None),
-        "confidence_curves": _confidence_curves(p, labels),
+        "confidence_curves": _confidence_curves(conf, hit),
     }
 
 

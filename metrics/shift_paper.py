@@ -45,13 +45,19 @@ def confidence_curves(probs: ArrayLike, labels: ArrayLike | None = None, *,
     >>> c["count"], c["accuracy"]
     ([2, 1, 0], [0.5, 1.0, None])
     """
-    t = np.asarray(thresholds, dtype=np.float64)
     if labels is None:
         p = check_probs(probs)
         conf = p.max(axis=1).astype(np.float64)
         hit = None
     else:
         conf, hit = checked_top1(probs, labels)
+    return _confidence_curves(conf, hit, thresholds)
+
+
+def _confidence_curves(conf: NDArray, hit: NDArray | None, thresholds: ArrayLike = CONFIDENCE_THRESHOLDS
+                       ) -> dict[str, list]:
+    """:func:`confidence_curves` from the top-1 confidences (N,) and hits (N,) (None without labels)."""
+    t = np.asarray(thresholds, dtype=np.float64)
     order = np.sort(conf)
     count = conf.shape[0] - np.searchsorted(order, t, side="left")
     out = {"thresholds": [float(x) for x in t], "count": [int(c) for c in count]}
@@ -161,6 +167,11 @@ def cross_validated_quantile_ece(probs: ArrayLike, labels: ArrayLike, *, n_bins:
     (:func:`~ubench.metrics.cv_splits`), edges from one half's confidences (:func:`quantile_bin_edges`), the ECE of
     the other half in those bins; the mean over folds."""
     conf, hit = checked_top1(probs, labels)
+    return _quantile_ece(conf, hit, n_bins=n_bins, n_repeats=n_repeats, seed=seed)
+
+
+def _quantile_ece(conf: NDArray, hit: NDArray, *, n_bins: int, n_repeats: int, seed: int) -> float:
+    """:func:`cross_validated_quantile_ece` from the top-1 confidences and hits (N,)."""
     out = []
     for fit, held in cv_splits(conf.shape[0], n_repeats=n_repeats, seed=seed):
         edges = np.percentile(conf[fit], np.linspace(0.0, 100.0, n_bins + 1))

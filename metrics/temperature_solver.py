@@ -89,8 +89,8 @@ class ShiftedLogs:
     def __init__(self, probs, eps: float, *, cache_bytes: int = 64 * 2**20):
         self.probs, self.eps = probs, eps
         self.shape, self.ndim = tuple(probs.shape), 2
-        self._whole = _prep_probs(np.asarray(probs), eps)[0] if 8 * probs.shape[0] * probs.shape[1] <= cache_bytes \
-            else None
+        small = isinstance(probs, np.ndarray) and 8 * probs.shape[0] * probs.shape[1] <= cache_bytes
+        self._whole = _prep_probs(probs, eps)[0] if small else None
 
     def __getitem__(self, rows) -> NDArray[np.float64]:
         if self._whole is not None:

@@ -54,7 +54,8 @@ def _as_protocol(protocol: Protocol | str) -> Protocol:
 
 
 def score_archive(path: str | Path, *, reference: str | Path | None = None,
-                  protocol: Protocol | str = "pitfalls", limits: ReadLimits = ReadLimits()) -> dict:
+                  protocol: Protocol | str = "pitfalls", limits: ReadLimits = ReadLimits(),
+                  memory_bytes: int | None = None) -> dict:
     """Score an archive under ``protocol``; returns the report dict (``scoring/REPORT_KEYS.md``).
 
     Parameters
@@ -66,6 +67,9 @@ def score_archive(path: str | Path, *, reference: str | Path | None = None,
         :class:`Protocol` (``Protocol.preset(name).replace(bins=20)``).
     limits : the safe reader's limits; ``limits.block_bytes`` sets the streamed block size and, times
         ``MEMBER_CACHE_BLOCKS``, the largest member stack held in memory.
+    memory_bytes : the memory one split may use (default: the address space left under ``RLIMIT_AS``, else the
+        memory available). A split whose (N, C) mean does not fit is read again for each pass of its metrics;
+        one whose per-sample arrays do not fit either stops scoring up front (:mod:`ubench.scoring.memory_plan`).
 
     Raises
     ------
@@ -73,8 +77,10 @@ def score_archive(path: str | Path, *, reference: str | Path | None = None,
         The archive fails the reader's checks (``.findings`` lists them).
     ReferenceError, ReferenceMismatchError
         The reference is unusable, or the archive differs from it (``.differences``).
+    MemoryBudgetError
+        A split cannot be scored within ``memory_bytes`` (a ``ValueError``; raised before any prediction is read).
     """
-    return run_score(path, reference=reference, protocol=protocol, limits=limits)
+    return run_score(path, reference=reference, protocol=protocol, limits=limits, memory_bytes=memory_bytes)
 
 
 def _aligned_rows(chunk_rows: int | None, rows: int) -> int:
@@ -133,23 +139,31 @@ def _scoring_order(header) -> list[str]:
     return header.splits_with_role("in_domain") + header.splits_with_role("ood") + header.splits_with_role("shift")
 
 
-def _stream_split(reader, name: str, builder, limits: ReadLimits, progress: ProgressFn | None):
+def _stream_split(reader, name: str, builder, limits: ReadLimits, progress: ProgressFn | None, plan=None):
     """Step 2, per split: read its predictions once, in blocks, into the per-split arrays (keeping the member
-    stack when the builder needs it and it fits the member budget)."""
+    stack when the builder needs it and it fits the member budget). With a ``plan`` that does not hold the mean
+    (:mod:`ubench.scoring.memory_plan`), the arrays' mean is an :class:`~ubench.scoring.archive_mean.ArchiveMean`
+    that re-reads the split for each pass of the sections."""
     from ..archive_schema.validator import block_rows
     from ..metrics.report import SplitAccumulator
 
     h = reader.header
     n = h.splits[name].n_samples
     shape = (h.n_members, n, h.n_classes)
+    in_memory = plan is None or plan.in_memory
     needs_members = builder.keep_members(name, n)
     budget = MEMBER_CACHE_BLOCKS * limits.block_bytes
-    keep = needs_members and np.prod(shape) * 8 <= budget
-    if needs_members and not keep:
+    keep = needs_members and np.prod(shape) * 8 <= budget and in_memory
+    if needs_members and not in_memory:
+        builder.note(f"split {name!r} is read from its archive in passes (its mean does not fit memory): "
+                     "per-member temperature scaling and member curves need its members in memory and were not "
+                     "computed")
+    elif needs_members and not keep:
         builder.note(f"split {name!r}: its member stack ({np.prod(shape) * 8 / 2**20:.0f} MiB as float64) "
                      f"exceeds the member budget ({budget / 2**20:.0f} MiB); per-member temperature scaling and "
                      "member curves were not computed")
-    acc = SplitAccumulator(*shape, smoothing=builder.p.smoothing, keep_members=keep, dtype=reader.probs_dtype(name))
+    acc = SplitAccumulator(*shape, smoothing=builder.p.smoothing, keep_members=keep, dtype=reader.probs_dtype(name),
+                           keep_mean=in_memory)
     rows = block_rows(h.n_members, h.n_classes, limits.block_bytes)
     chunk = reader.chunk_rows(name)
     if chunk is not None and chunk > rows:
@@ -164,7 +178,14 @@ def _stream_split(reader, name: str, builder, limits: ReadLimits, progress: Prog
             acc.add(start, block)
             if progress is not None:
                 progress(name, min(n, start + block.shape[1]), n)
-    return acc.result()
+    arrays = acc.result()
+    if in_memory:
+        return arrays
+    import dataclasses
+
+    from .archive_mean import ArchiveMean
+
+    return dataclasses.replace(arrays, mean_probs=ArchiveMean(reader, name, block_bytes=limits.block_bytes))
 
 
 def _ids_digest(ids: np.ndarray | None) -> str | None:
@@ -211,7 +232,7 @@ def latency_section(scalability: Mapping[str, Any] | None) -> dict[str, Any] | N
 
 def run_score(path: str | Path, *, reference: str | Path | None = None,
               protocol: Protocol | str = "pitfalls", limits: ReadLimits = ReadLimits(),
-              progress: ProgressFn | None = None) -> dict:
+              progress: ProgressFn | None = None, memory_bytes: int | None = None) -> dict:
     """:func:`score_archive` with an optional ``progress`` callback (the CLI draws progress bars with it).
 
     The steps: read the reference; open the archive; check labels and ids (:func:`_checked_labels`); stream
@@ -223,6 +244,7 @@ def run_score(path: str | Path, *, reference: str | Path | None = None,
     from ..archive_schema import open_archive
     from ..archive_schema.scan import file_sha256
     from ..metrics.report import ReportBuilder, primary_split
+    from .memory_plan import memory_budget, plan_split
     from .reference import read_reference
 
     protocol = _as_protocol(protocol)
@@ -244,8 +266,12 @@ def run_score(path: str | Path, *, reference: str | Path | None = None,
             known_inputs, known_notes = check_known_splits(h.dataset, h.splits)
             notes = notes + known_notes
         builder.notes[:0] = notes
+        budget = memory_budget(memory_bytes)  # up front: a split that cannot be scored stops before any read
+        plans = {name: plan_split(name, h.n_members, h.splits[name].n_samples, h.n_classes, budget=budget,
+                                  block_bytes=limits.block_bytes) for name in _scoring_order(h)}
         for name in _scoring_order(h):
-            arrays = _stream_split(reader, name, builder, limits, progress)
+            plan = plans[name]
+            arrays = _stream_split(reader, name, builder, limits, progress, plan)
             info = h.splits[name]
             if info.role == "in_domain":
                 builder.add_in_domain(name, arrays, labels[name], progress=progress)
@@ -253,6 +279,11 @@ def run_score(path: str | Path, *, reference: str | Path | None = None,
                 builder.add_ood(name, arrays)
             else:
                 builder.add_shift(name, arrays, labels[name], kind=info.shift_kind, intensity=info.shift_intensity)
+            if not plan.in_memory:
+                builder.note(f"split {name!r}: its (N, C) mean ({plan.mean_bytes / 2**20:,.0f} MiB) did not fit "
+                             f"the {plan.budget / 2**20:,.0f} MiB of memory left beside its per-sample arrays, so "
+                             f"its metrics read it again from the archive ({arrays.mean_probs.passes:.0f} more "
+                             "passes over the split)")
             del arrays  # one split's (N, C) arrays at a time: freed before the next split is read
         body = builder.finish()
         archive = _archive_section(path, h, digest.result(),
