@@ -307,6 +307,14 @@ class ReportBuilder:
         sec.update(shift_kind=kind, shift_intensity=float(intensity))
         self.sections["shift"][name] = sec
 
+    def shift_temperature(self, fitted: dict[str, Any] | None = None) -> dict[str, Any] | None:
+        """The shift temperature (fitted once, from the in-domain splits added so far: call it after all of
+        them), or, with ``fitted``, adopt one fitted by another builder (a worker's, ``scoring/score_parallel.py``)
+        without its note."""
+        if fitted is not None:
+            self._shift_ts = fitted
+        return self._shift_temperature()
+
     def _shift_temperature(self) -> dict[str, Any] | None:
         """Fit (once) the temperature applied to every shift split: on a validation-named in-domain split when the
         archive has one, else on the primary in-domain test split (said in a note: then the in-domain numbers
@@ -327,6 +335,32 @@ class ReportBuilder:
                                   f"split {name!r} (the archive has no validation split), as the shift paper's "
                                   "Temp Scaling fits it on in-domain data")
         return self._shift_ts or None
+
+    def split_result(self, name: str) -> dict[str, Any]:
+        """What adding split ``name`` left in this builder, for a builder that was given only that split (its
+        constructor's notes cleared): the part of the report a worker computes (``scoring/score_parallel.py``),
+        merged into the report's builder by :meth:`absorb`. Small: sections and (N,) scores, no (N, C) array."""
+        return {"notes": list(self.notes), "rows": self._rows.get(name),
+                "in_domain": self.sections["in_domain"].get(name), "shift": self.sections["shift"].get(name),
+                "primary": self._primary_arrays if name == self.primary else None, "ood": self._ood.get(name),
+                "ood_own": self._ood_own.get(name),
+                "ts_sources": {k: v for k, v in self._ts_sources.items() if v[0] == name}}
+
+    def absorb(self, name: str, result: dict[str, Any]) -> None:
+        """Merge a :meth:`split_result` of split ``name``; merged in scoring order, the report is the one of
+        adding every split here (notes, sections and the row-sum record in the same order)."""
+        self.notes.extend(result["notes"])
+        if result["rows"] is not None:
+            self._rows[name] = result["rows"]
+        for role in ("in_domain", "shift"):
+            if result[role] is not None:
+                self.sections[role][name] = result[role]
+        if result["primary"] is not None:
+            self._primary_arrays = result["primary"]
+        if result["ood"] is not None:
+            self._ood[name], self._ood_own[name] = result["ood"], result["ood_own"]
+        for role, source in result["ts_sources"].items():
+            self._ts_sources.setdefault(role, source)
 
     def _row_sums(self) -> dict[str, Any]:
         worst_split, worst = None, RowSums()

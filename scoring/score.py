@@ -25,7 +25,8 @@ from .. import __version__
 from ..archive_schema.spec import LATENCY_ATTRIBUTES, ReadLimits
 from .protocols import Protocol
 
-__all__ = ["MEMBER_CACHE_BLOCKS", "score_archive", "score_arrays", "run_score", "ProgressFn", "REPORT_SCHEMA_VERSION"]
+__all__ = ["MEMBER_CACHE_BLOCKS", "score_archive", "score_arrays", "run_score", "score_split", "ProgressFn",
+           "REPORT_SCHEMA_VERSION"]
 
 #: Version of the report layout (``scoring/REPORT_KEYS.md``); bumped when a key changes meaning or moves.
 REPORT_SCHEMA_VERSION = "1.1"
@@ -188,6 +189,24 @@ def _stream_split(reader, name: str, builder, limits: ReadLimits, progress: Prog
     return dataclasses.replace(arrays, mean_probs=ArchiveMean(reader, name, block_bytes=limits.block_bytes))
 
 
+def score_split(reader, name: str, builder, labels: np.ndarray | None, limits: ReadLimits, plan,
+                progress: ProgressFn | None = None) -> None:
+    """Step 2, per split: stream it (:func:`_stream_split`) and hand its arrays to ``builder`` by its role; its
+    (N, C) arrays are freed on return, before the next split is read."""
+    info = reader.header.splits[name]
+    arrays = _stream_split(reader, name, builder, limits, progress, plan)
+    if info.role == "in_domain":
+        builder.add_in_domain(name, arrays, labels, progress=progress)
+    elif info.role == "ood":
+        builder.add_ood(name, arrays)
+    else:
+        builder.add_shift(name, arrays, labels, kind=info.shift_kind, intensity=info.shift_intensity)
+    if not plan.in_memory:
+        builder.note(f"split {name!r}: its (N, C) mean ({plan.mean_bytes / 2**20:,.0f} MiB) did not fit the "
+                     f"{plan.budget / 2**20:,.0f} MiB of memory left beside its per-sample arrays, so its metrics "
+                     f"read it again from the archive ({arrays.mean_probs.passes:.0f} more passes over the split)")
+
+
 def _ids_digest(ids: np.ndarray | None) -> str | None:
     """sha256 of a split's sample ids as little-endian int64 (None without ids): tells ``compare`` whether two
     archives predicted on the same samples without putting the ids in the report."""
@@ -232,12 +251,16 @@ def latency_section(scalability: Mapping[str, Any] | None) -> dict[str, Any] | N
 
 def run_score(path: str | Path, *, reference: str | Path | None = None,
               protocol: Protocol | str = "pitfalls", limits: ReadLimits = ReadLimits(),
-              progress: ProgressFn | None = None, memory_bytes: int | None = None) -> dict:
-    """:func:`score_archive` with an optional ``progress`` callback (the CLI draws progress bars with it).
+              progress: ProgressFn | None = None, memory_bytes: int | None = None, scheduler: str | None = None,
+              workers: int = 1) -> dict:
+    """:func:`score_archive` with an optional ``progress`` callback (the CLI draws progress bars with it), and
+    the splits scored on a Dask cluster: the scheduler at ``scheduler``, or a local cluster of ``workers``
+    processes (:mod:`ubench.scoring.score_parallel`; the same report).
 
-    The steps: read the reference; open the archive; check labels and ids (:func:`_checked_labels`); stream
-    every split into a :class:`ubench.metrics.report.ReportBuilder`, which decides the report's content
-    (:func:`_stream_split`); describe the archive (:func:`_archive_section`) and wrap it all with the settings.
+    The steps: read the reference; open the archive; check labels and ids (:func:`_checked_labels`); plan each
+    split's memory (:mod:`ubench.scoring.memory_plan`); stream every split into a
+    :class:`ubench.metrics.report.ReportBuilder`, which decides the report's content (:func:`score_split`);
+    describe the archive (:func:`_archive_section`) and wrap it all with the settings.
     """
     from concurrent.futures import ThreadPoolExecutor
 
@@ -269,22 +292,14 @@ def run_score(path: str | Path, *, reference: str | Path | None = None,
         budget = memory_budget(memory_bytes)  # up front: a split that cannot be scored stops before any read
         plans = {name: plan_split(name, h.n_members, h.splits[name].n_samples, h.n_classes, budget=budget,
                                   block_bytes=limits.block_bytes) for name in _scoring_order(h)}
-        for name in _scoring_order(h):
-            plan = plans[name]
-            arrays = _stream_split(reader, name, builder, limits, progress, plan)
-            info = h.splits[name]
-            if info.role == "in_domain":
-                builder.add_in_domain(name, arrays, labels[name], progress=progress)
-            elif info.role == "ood":
-                builder.add_ood(name, arrays)
-            else:
-                builder.add_shift(name, arrays, labels[name], kind=info.shift_kind, intensity=info.shift_intensity)
-            if not plan.in_memory:
-                builder.note(f"split {name!r}: its (N, C) mean ({plan.mean_bytes / 2**20:,.0f} MiB) did not fit "
-                             f"the {plan.budget / 2**20:,.0f} MiB of memory left beside its per-sample arrays, so "
-                             f"its metrics read it again from the archive ({arrays.mean_probs.passes:.0f} more "
-                             "passes over the split)")
-            del arrays  # one split's (N, C) arrays at a time: freed before the next split is read
+        if scheduler is None and workers <= 1:
+            for name in _scoring_order(h):
+                score_split(reader, name, builder, labels[name], limits, plans[name], progress)
+        else:
+            from .score_parallel import score_splits_parallel
+
+            score_splits_parallel(path, reader, builder, labels, limits, scheduler=scheduler, workers=workers,
+                                  memory_bytes=memory_bytes, progress=progress)
         body = builder.finish()
         archive = _archive_section(path, h, digest.result(),
                                    {name: reader.sample_ids(name) for name in h.splits}, known_inputs)
