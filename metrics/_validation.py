@@ -18,6 +18,8 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
+from ..float_bits import in_unit_interval
+
 __all__ = [
     "UndefinedMetricError",
     "simplex_tolerance",
@@ -155,21 +157,6 @@ def _sums_clear(block: NDArray[np.floating], room: float) -> bool:
     return bool(approx.min() - 1.0 >= -room and approx.max() - 1.0 <= room)
 
 
-#: IEEE bit patterns of 1.0: a float in [+0, 1] is exactly a bit pattern <= this as an unsigned integer (a sign
-#: bit, NaN or inf is larger), so one unsigned max reduction checks range and finiteness at once.
-_ONE_BITS = {np.dtype(np.float32): (np.uint32, int(np.float32(1.0).view(np.uint32))),
-             np.dtype(np.float64): (np.uint64, int(np.float64(1.0).view(np.uint64)))}
-
-
-def _in_unit_interval(block: NDArray[np.floating]) -> bool:
-    """True only if every entry is finite and in [0, 1] (-0.0 answers False: the caller's reference check then
-    accepts it). One unsigned max over the bits for native float32/float64, else min and max."""
-    kind = _ONE_BITS.get(block.dtype)
-    if kind is not None and block.dtype.isnative:
-        return int(block.view(kind[0]).max()) <= kind[1]
-    return bool(block.min() >= 0 and block.max() <= 1)
-
-
 class _BlockedProbsCheck:
     """Value checks of a validated-shape probs array, run block by block inside a kernel's own pass.
 
@@ -193,7 +180,7 @@ class _BlockedProbsCheck:
     def clear(self, block: NDArray[np.floating], hi=None) -> None:
         """``hi`` (the block's max, when the caller has it) is not needed: one pass over the bits checks both
         ends."""
-        if not self.done and not (_in_unit_interval(block) and _sums_clear(block, self.room)):
+        if not self.done and not (in_unit_interval(block) and _sums_clear(block, self.room)):
             self._reference()
 
     def clear_sums(self, block: NDArray[np.floating], in_range: bool) -> None:

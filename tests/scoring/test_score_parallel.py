@@ -54,8 +54,7 @@ def cluster():
         yield c.scheduler_address
 
 
-@pytest.mark.parametrize("preset,settings", [("pitfalls", {}),
-                                             ("pitfalls", {"shift_temperature": True, "dee_point": True}),
+@pytest.mark.parametrize("preset,settings", [("pitfalls", {"shift_temperature": True, "dee_point": True}),
                                              ("ursabench", {})])
 def test_cluster_report_equals_the_one_process_report(archive, cluster, preset, settings):
     """For any protocol, the splits scored on two worker processes and merged in scoring order give the same
