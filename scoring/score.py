@@ -35,6 +35,10 @@ REPORT_SCHEMA_VERSION = "1.1"
 ProgressFn = Callable[[str, int, int], None]
 
 
+#: Bytes of one streamed block (M, rows, C) counted as float64 (the float32 block read is half of it): small enough
+#: that a split's peak memory hardly depends on M (a larger block only adds Python-free NumPy work per call).
+STREAM_BLOCK_BYTES = 16 * 2**20
+
 #: The in-domain member stack (M, N, C) is held in memory (as float64) only when it fits this many
 #: ``ReadLimits.block_bytes``; otherwise members are re-read one at a time, so memory depends on N x C only.
 MEMBER_CACHE_BLOCKS = 8
@@ -165,7 +169,7 @@ def _stream_split(reader, name: str, builder, limits: ReadLimits, progress: Prog
                      "member curves were not computed")
     acc = SplitAccumulator(*shape, smoothing=builder.p.smoothing, keep_members=keep, dtype=reader.probs_dtype(name),
                            keep_mean=in_memory)
-    rows = block_rows(h.n_members, h.n_classes, limits.block_bytes)
+    rows = block_rows(h.n_members, h.n_classes, min(limits.block_bytes, STREAM_BLOCK_BYTES))
     chunk = reader.chunk_rows(name)
     if chunk is not None and chunk > rows:
         # A whole chunk row across all members would exceed the block budget: read member by member, one chunk
