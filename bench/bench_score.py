@@ -35,7 +35,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _archives import imagenet_like, read_floor  # noqa: E402
+from _archives import compute_floors, imagenet_like, read_floor  # noqa: E402
 from _results import Recorder  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -45,13 +45,23 @@ EXAMPLE = ROOT / "examples" / "digits_deep_ensemble.h5"
 _SCORE_CHILD = """
 import json, resource, sys, time
 t0 = time.perf_counter()
+import ubench.scoring.score as score
 from ubench.scoring.score import run_score
 t1 = time.perf_counter()
+streamed = [0.0]
+stream = score._stream_split
+def timed(*args, **kwargs):  # the reads of the splits, apart from their metrics
+    t = time.perf_counter()
+    try:
+        return stream(*args, **kwargs)
+    finally:
+        streamed[0] += time.perf_counter() - t
+score._stream_split = timed
 report = run_score(sys.argv[1])
 t2 = time.perf_counter()
 with open(sys.argv[2], "w") as f:
     json.dump(report, f)
-print(json.dumps({"import_s": t1 - t0, "score_s": t2 - t1,
+print(json.dumps({"import_s": t1 - t0, "score_s": t2 - t1, "stream_s": streamed[0],
                   "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}))
 """
 
@@ -126,6 +136,7 @@ def bench_imagenet(tmp: Path, repeats: int, baseline: Path | None) -> tuple[list
             floors.append(read_floor(path))
             runs["baseline"].append(_score_child(path, tmp / "report_old.json", baseline))
     floor = statistics.median(floors)
+    floors_more = compute_floors(path)
     rows, summary = [], []
     for who, rs in runs.items():
         if not rs:
@@ -135,8 +146,9 @@ def bench_imagenet(tmp: Path, repeats: int, baseline: Path | None) -> tuple[list
         row = {"what": "ImageNet-shaped scoring", "version": who, "archive": f"M={m}, N={n:,}, C={c:,}, float32",
                "score_s": [round(r["score_s"], 2) for r in rs], "median_score_s": round(score, 2),
                "import_s": round(statistics.median(r["import_s"] for r in rs), 2),
+               "stream_s": round(statistics.median(r.get("stream_s", float("nan")) for r in rs), 2),
                "floor_read_plus_pass_s": round(floor, 3), "ratio_to_floor": round(score / floor, 2),
-               "peak_rss_mib": round(rss / 2**20, 1)}
+               **floors_more, "peak_rss_mib": round(rss / 2**20, 1)}
         rows.append(row)
         print(row)
     new = rows[0]
@@ -147,9 +159,12 @@ def bench_imagenet(tmp: Path, repeats: int, baseline: Path | None) -> tuple[list
     before = (f"; before: {rows[1]['median_score_s']:.1f} s = {rows[1]['ratio_to_floor']:.1f}x, "
               f"{rows[1]['peak_rss_mib']:.0f} MiB; max |difference| {diff:.1e} over {shared:,} numbers"
               if len(rows) > 1 else "")
+    exact = floor + sum(floors_more.values())
     summary.append({"what": "ImageNet-shaped scoring, time", "workload": f"M = {m}, N = {n:,}, C = {c:,}, every default metric",
-                    "result": f"{new['median_score_s']:.2f} s = **{new['ratio_to_floor']:.1f}x** the read + one float32 "
-                              f"pass ({floor:.2f} s){before}", "target": "<= 4x", "met": new["ratio_to_floor"] <= 4})
+                    "result": f"{new['median_score_s']:.2f} s (read and stream {new['stream_s']:.2f} s) = "
+                              f"**{new['ratio_to_floor']:.1f}x** the read + one float32 pass ({floor:.2f} s); with the "
+                              f"logs and exps exact numbers need, the floor is {exact:.2f} s{before}",
+                    "target": "<= 4x", "met": new["ratio_to_floor"] <= 4})
     summary.append({"what": "ImageNet-shaped scoring, peak RSS", "workload": f"M = {m}, N = {n:,}, C = {c:,}",
                     "result": f"{new['peak_rss_mib']:.0f} MiB", "target": "<= 600 MB",
                     "met": new["peak_rss_mib"] * 2**20 <= 600e6})

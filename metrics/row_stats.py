@@ -26,7 +26,7 @@ def scaled_top1_entropy(probs, temperature: float, *, eps: float
     n, c = probs.shape
     conf, pred, u = np.empty(n), np.empty(n, dtype=np.intp), np.empty(n)
     for a, b in row_blocks(n, c, 1 << 18):
-        q = _softmax_scaled(_prep_probs(probs[a:b], eps)[0], 1.0 / temperature)
+        q = _softmax_scaled(_prep_probs(probs[a:b], eps, with_lse=False)[0], 1.0 / temperature)
         pred[a:b] = np.argmax(q, axis=1)
         conf[a:b] = q[np.arange(b - a), pred[a:b]]
         u[a:b] = _normalized_entropy(q)

@@ -59,21 +59,24 @@ def _row_blocks(n_rows: int, n_cols: int):
         yield start, min(start + step, n_rows)
 
 
-def _prep_probs(probs: NDArray, eps: float):
-    """(s, lse1): ``log(p + eps)`` minus its row max (float64, shape of probs) and log sum_c exp(s) per row."""
+def _prep_probs(probs: NDArray, eps: float, with_lse: bool = True):
+    """(s, lse1): ``log(p + eps)`` minus its row max (float64, shape of probs) and log sum_c exp(s) per row
+    (None without ``with_lse``: a row sum saved per block)."""
     c = probs.shape[-1]
     flat = probs.reshape(-1, c)
     s = np.empty(flat.shape, dtype=np.float64)
-    lse1 = np.empty(flat.shape[0])
+    lse1 = np.empty(flat.shape[0]) if with_lse else None
     for a, b in _row_blocks(flat.shape[0], c):
         blk = s[a:b]
         np.add(flat[a:b], eps, out=blk, dtype=np.float64)
-        total = blk.sum(axis=1)  # sum_c (p + eps): exp(s) needs no exp here
+        if with_lse:
+            total = blk.sum(axis=1)  # sum_c (p + eps): exp(s) needs no exp here
         np.log(blk, out=blk)
         top = blk.max(axis=1)
         blk -= top[:, None]
-        lse1[a:b] = np.log(total) - top
-    return s.reshape(probs.shape), lse1.reshape(probs.shape[:-1])
+        if with_lse:
+            lse1[a:b] = np.log(total) - top
+    return s.reshape(probs.shape), None if lse1 is None else lse1.reshape(probs.shape[:-1])
 
 
 class ShiftedLogs:
@@ -98,9 +101,9 @@ class ShiftedLogs:
         if isinstance(rows, slice) and rows.step not in (None, 1):
             rows = np.arange(*rows.indices(self.shape[0]))
         if isinstance(rows, slice):
-            return _prep_probs(self.probs[rows], self.eps)[0]
+            return _prep_probs(self.probs[rows], self.eps, with_lse=False)[0]
         block = np.take(self.probs, rows, axis=0) if isinstance(self.probs, np.ndarray) else self.probs.take_rows(rows)
-        return _prep_probs(block, self.eps)[0]
+        return _prep_probs(block, self.eps, with_lse=False)[0]
 
 
 def _prep_logits(logits: NDArray):
