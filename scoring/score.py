@@ -4,10 +4,13 @@
 ``score_archive`` is importable without a terminal and writes nothing: it opens the archive through the safe
 reader, checks it against the reference, streams each split once in blocks of samples ``(M, rows, C)`` (the
 reader's value checks run on the same blocks, so every byte of predictions is decompressed once), and hands the
-per-split arrays to ``metrics/report.py``, which decides what the report holds. Peak memory is a few (N, C)
-float64 arrays per split plus one block; the member stack (M, N, C) of the in-domain split is held only when a
-section needs members and it fits ``MEMBER_CACHE_BLOCKS * limits.block_bytes``, and is otherwise re-read one member at a time
-along the archive's ``(1, rows, C)`` chunks.
+per-split arrays to ``metrics/report.py``, which decides what the report holds. Peak memory is one split's
+(N, C) float64 mean, its per-sample vectors and one block (the splits are scored one after another; every
+section reads the mean in row blocks); the member stack (M, N, C) of the in-domain split is held only when a
+section needs members and it fits ``MEMBER_CACHE_BLOCKS * limits.block_bytes``, and is otherwise re-read one
+member at a time along the archive's ``(1, rows, C)`` chunks. A split whose mean does not fit the memory left is
+read again for each pass instead, and one that cannot be scored at all is refused before any read
+(``scoring/memory_plan.py``); ``scoring/score_parallel.py`` spreads the splits over a Dask cluster.
 """
 
 from __future__ import annotations
