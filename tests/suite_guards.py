@@ -39,6 +39,8 @@ SLOW_TESTS = frozenset({
     "tests/test_suite_guards.py::test_torch_marker_follows_the_imports",  # 14 s: two pytest subprocesses
     "tests/test_suite_guards.py::test_a_test_writing_into_the_source_tree_fails_the_run",  # 13 s: two as well
     "tests/test_api_docs.py::test_readme_torch_snippet_runs",  # 20 s: torch and ubench score in subprocesses
+    # a 2-worker LocalCluster started for the module, three reports each way (26 s at load 12)
+    "tests/scoring/test_score_parallel.py::test_cluster_report_equals_the_one_process_report",
 })
 
 #: Top-level modules whose import makes a test a ``torch`` test.
