@@ -9,7 +9,8 @@ divides by M: the same operations as :class:`~ubench.metrics.report_sections.Spl
 the in-memory mean's row to the last bit and every metric is the in-memory number. The report's kernels read
 ``probs[a:b]`` in passes over the rows; each pass re-reads the split (``passes`` counts them). A few whole-row
 reductions (``np.argmax``/``np.max`` along classes, the gather ``probs[rows, cols]``) are answered block by
-block; anything that would need the whole matrix at once (``np.asarray``) raises ``TypeError``.
+block, and the (N,) answers the sections ask for again and again (top-1 class and confidence, one entry per row)
+are kept; anything that would need the whole matrix at once (``np.asarray``) raises ``TypeError``.
 """
 
 from __future__ import annotations
@@ -169,6 +170,4 @@ class ArchiveMean:
             return self.argmax(axis)
         if func in (np.max, np.amax):
             return self.max(axis)
-        if func is np.take and kwargs.get("axis", args[2] if len(args) > 2 else None) == 0:
-            return self.take_rows(args[1])
         return NotImplemented
