@@ -12,7 +12,8 @@ naming the size it would need.
 
 The budget: ``memory_bytes`` when the caller gives one, else what the process may still map under its
 address-space limit (``RLIMIT_AS``, as the sandbox sets it) or, without one, the memory the kernel reports
-available (``MemAvailable``).
+available (``MemAvailable``); an eighth of it is kept back for what the interpreter maps as it runs
+(:data:`RESERVE_SHARE`).
 """
 
 from __future__ import annotations
@@ -20,10 +21,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 __all__ = ["MemoryBudgetError", "SplitPlan", "plan_split", "memory_budget", "VECTOR_BYTES_PER_SAMPLE",
-           "WORKING_BLOCKS"]
+           "WORKING_BLOCKS", "RESERVE_SHARE"]
 
-#: Per-sample float64 vectors a split's sections keep at once (measured: 27 at the in-domain split's peak).
-VECTOR_BYTES_PER_SAMPLE = 32 * 8
+#: Per-sample float64 vectors a split's sections keep at once (27 counted at the in-domain split's peak; twice that
+#: for the temporaries of the reductions over them).
+VECTOR_BYTES_PER_SAMPLE = 64 * 8
+#: Share of the budget kept back for what the interpreter maps as it runs: thread stacks and malloc arenas (an
+#: address-space limit counts their reservations), HDF5's chunk caches (measured: a 4 GB split planned without it
+#: ran out of a 2 GiB sandbox).
+RESERVE_SHARE = 1 / 8
 #: Working blocks alive at once besides the arrays, each ``block_bytes`` at most (the block being read with its
 #: float64 temporaries, a kernel's gathered entries); a split smaller than a block needs only its own size.
 WORKING_BLOCKS = 2
@@ -79,12 +85,16 @@ def memory_budget(memory_bytes: int | None = None) -> int | None:
 
 def plan_split(name: str, n_members: int, n_samples: int, n_classes: int, *, budget: int | None,
                block_bytes: int) -> SplitPlan:
-    """Hold split ``name``'s mean if the mean, its per-sample vectors and the working blocks fit ``budget``; else
-    read it in passes if the vectors and blocks fit; else raise :class:`MemoryBudgetError`."""
+    """Hold split ``name``'s mean if the mean, its per-sample vectors and the working blocks fit ``budget`` (less
+    :data:`RESERVE_SHARE`); else read it in passes if the vectors and blocks fit; else raise
+    :class:`MemoryBudgetError`. The plan's ``budget`` is what was left for the split."""
     mean = 8 * n_samples * n_classes
     block = min(block_bytes, 8 * n_members * n_samples * n_classes)
     rest = VECTOR_BYTES_PER_SAMPLE * n_samples + WORKING_BLOCKS * block
-    if budget is None or mean + rest <= budget:
+    if budget is None:
+        return SplitPlan(True, mean, budget)
+    budget = int(budget * (1 - RESERVE_SHARE))
+    if mean + rest <= budget:
         return SplitPlan(True, mean, budget)
     if rest <= budget:
         return SplitPlan(False, mean, budget)

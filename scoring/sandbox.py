@@ -195,6 +195,9 @@ def _child_env(workdir: str) -> dict[str, str]:
         "OPENBLAS_NUM_THREADS": "1",
         "MKL_NUM_THREADS": "1",
         "NUMEXPR_NUM_THREADS": "1",
+        # glibc reserves 64 MiB of address space for each thread's malloc arena: under RLIMIT_AS the scoring
+        # kernels' threads would otherwise take a share of the memory limit that no data uses.
+        "MALLOC_ARENA_MAX": "2",
     }
     return env
 

@@ -57,7 +57,7 @@ def test_passes_give_the_in_memory_numbers_bit_for_bit(archive):
     the same operations), and a note per split says so."""
     whole = run_score(archive, limits=LIMITS)
     n, c = 700, 30
-    budget = 400_000  # above every split's per-sample arrays and blocks (310 kB), below them with a mean
+    budget = 650_000  # 7/8 of it above every split's per-sample arrays and blocks (489 kB), below them with a mean
     assert not plan_split("test", 3, n, c, budget=budget, block_bytes=LIMITS.block_bytes).in_memory
     passes = run_score(archive, limits=LIMITS, memory_bytes=budget)
     assert _without_notes(passes) == _without_notes(whole)
@@ -71,7 +71,7 @@ def test_what_needs_the_whole_mean_is_left_out_with_a_note(archive):
     from ubench.scoring.protocols import Protocol
 
     protocol = Protocol.preset("pitfalls").replace(calibrators=("histogram",), shift_temperature=True)
-    report = run_score(archive, limits=LIMITS, protocol=protocol, memory_bytes=400_000)
+    report = run_score(archive, limits=LIMITS, protocol=protocol, memory_bytes=650_000)
     assert "calibrators" not in report["in_domain"]["test"]
     assert "temperature_scaled" not in report["shift"]["blur1"]
     assert any("the calibrators needs its mean in memory" in note for note in report["notes"])
@@ -89,7 +89,7 @@ def test_refused_up_front_with_the_size_it_needs(archive, monkeypatch):
     monkeypatch.setattr(ArchiveReader, "iter_checked_probs", no_reads)
     monkeypatch.setattr(ArchiveReader, "iter_checked_member_rows", no_reads)
     with pytest.raises(MemoryBudgetError, match=r"split 'test' \(700 samples x 30 classes\) cannot be scored "
-                                                r"within the memory limit: it needs at least 0.3 MiB in passes over the archive \(0.5 MiB with its mean "
+                                                r"within the memory limit: it needs at least 0.5 MiB in passes over the archive \(0.6 MiB with its mean "
                                                 r"in memory\) and 0.0 MiB are left"):
         run_score(archive, limits=LIMITS, memory_bytes=10_000)
 
@@ -109,5 +109,5 @@ def test_cli_refusal_is_one_line_and_exit_1(archive, monkeypatch):
     assert res.exception is None or isinstance(res.exception, SystemExit)
     lines = [ln for ln in res.stderr.splitlines() if ln.startswith("error:")]
     assert len(lines) == 1 and "cannot be scored: split 'test' (700 samples x 30 classes) cannot be scored " \
-        "within the memory limit: it needs at least 1.1 MiB" in lines[0]
+        "within the memory limit: it needs at least 1.3 MiB" in lines[0]
     assert res.stdout == ""
