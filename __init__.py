@@ -4,6 +4,7 @@
 The public API (``ubench.__all__``), for notebooks and own training loops::
 
     from ubench import ArchiveWriter, SplitSpec, read_archive, score_archive, score_arrays, report_frame
+    import ubench.plots  # the papers' figures as matplotlib figures, from a report or from arrays
 
 Subpackages: ``ubench.metrics`` (NumPy core), ``ubench.archive_schema`` (the HDF5 prediction archive),
 ``ubench.scoring`` (archive to report), ``ubench.producers`` (trainers), ``ubench.edge`` (latency). Importing
@@ -38,12 +39,18 @@ _LAZY = {
     # tables for your own plots: one row per report, columns = summary keys
     "report_frame": ".scoring.tables",
     "report_rows": ".scoring.tables",
+    # the self-contained HTML report of a report (from score_archive or score_arrays)
+    "write_html": ".scoring.html",
 }
+#: Public submodules, imported on first use too: ``ubench.plots`` (the figures as matplotlib figures).
+_SUBMODULES = ("plots",)
 
-__all__ = ["__version__", *_LAZY]
+__all__ = ["__version__", *_LAZY, *_SUBMODULES]
 
 
 def __getattr__(name: str) -> Any:
+    if name in _SUBMODULES:
+        return import_module(f".{name}", __name__)
     try:
         module = _LAZY[name]
     except KeyError:
@@ -54,4 +61,4 @@ def __getattr__(name: str) -> Any:
 
 
 def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_LAZY))
+    return sorted(set(globals()) | set(_LAZY) | set(_SUBMODULES))

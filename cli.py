@@ -1,8 +1,8 @@
 # SPDX-License-Identifier: MIT
 """The ``ubench`` command line: parse, call the library, format. No metric code lives here.
 
-Exit codes: 0 success (archive valid); 1 archive invalid or rejected (findings printed); 2 usage error or a file
-that cannot be read as an archive at all.
+Exit codes: 0 success (archive valid); 1 archive invalid or rejected (findings printed), or a missing extra (its
+``pip install`` line printed, ``ubench/extras.py``); 2 usage error or a file that cannot be read as an archive at all.
 """
 
 from __future__ import annotations
@@ -17,8 +17,9 @@ import click
 from . import __version__
 
 EPILOG = (
-    "Exit codes: 0 success (archive valid); 1 archive invalid or rejected (findings printed); "
-    "2 usage error or a file that cannot be read as an archive at all."
+    "Exit codes: 0 success (archive valid); 1 archive invalid or rejected (findings printed), or an extra the "
+    "command needs not installed (its pip install line printed); 2 usage error or a file that cannot be read as "
+    "an archive at all."
 )
 
 _ARCHIVE = click.Path(exists=False, path_type=Path)
@@ -68,12 +69,45 @@ def _echo_table(text: str) -> None:
         _echo_text(text, nl=False)
 
 
-def _echo_findings(findings, *, err: bool = False) -> None:
+def _echo_findings(findings, *, archive: Path | str | None = None, err: bool = False) -> None:
+    """One line per finding; a finding about the file as a whole (HDF5 path ``<file>`` in the JSON) names the
+    file ``archive`` instead of printing ``<file>``."""
+    import dataclasses
+
     for f in findings:
-        _echo(str(f), err=err)
+        _echo(str(dataclasses.replace(f, path=str(archive)) if archive is not None and f.path == "<file>" else f),
+              err=err)
 
 
-@click.group(epilog=EPILOG)
+#: Checks of a sandboxed score that compare an upload with the reference (``scoring/sandbox.py``): ``ubench
+#: validate`` checks the archive alone, so it is not the command to list them.
+_REFERENCE_CHECKS = frozenset({"reference", "reference-file"})
+
+
+def _rejected_line(archive: Path, status: str, errors) -> str:
+    """The last line of a sandboxed rejection: the status once, and the command that lists the findings only
+    where that command checks what failed (issue #28 item 9)."""
+    if errors and all(f.check in _REFERENCE_CHECKS for f in errors):
+        return f"{archive}: rejected: it does not match the reference (every difference is listed above)"
+    if status in ("rejected", "unreadable"):
+        return f"{archive}: {status}; `ubench validate {archive} --sandbox` lists every finding of the archive"
+    return f"{archive}: rejected ({status})"
+
+
+class _Cli(click.Group):
+    """The ``ubench`` group: a missing extra (``ubench/extras.py``), wherever a command meets it, is one line
+    with its ``pip install`` and exit code 1, the same for every command."""
+
+    def invoke(self, ctx: click.Context):
+        from .extras import MissingExtraError
+
+        try:
+            return super().invoke(ctx)
+        except MissingExtraError as exc:
+            raise click.ClickException(str(exc)) from None
+
+
+@click.group(cls=_Cli, epilog=EPILOG)
 @click.version_option(__version__, prog_name="ubench")
 def cli() -> None:
     """ubench: score uncertainty estimates the way the papers say they must be scored."""
@@ -91,8 +125,8 @@ def _archive_errors_exit(archive: Path):
         if errors and all(f.check == "not-found" for f in errors):  # nothing to validate: say why plainly
             _echo(f"error: {errors[0].message}", err=True)
             sys.exit(2)
-        _echo_findings(errors, err=True)
-        _echo(f"{archive}: rejected (run `ubench validate {archive}` for every finding)", err=True)
+        _echo_findings(errors, archive=archive, err=True)
+        _echo(f"{archive}: rejected (`ubench validate {archive}` lists every finding)", err=True)
         sys.exit(_exit_code(exc.findings) or 1)
     except ArchiveError as exc:  # unsupported version, partial runs, …
         _echo(f"error: {exc}", err=True)
@@ -188,8 +222,9 @@ def _sandboxed_or_exit(kind: str, archive: Path, *, reference=None, protocol=Non
     outcome = run_sandboxed(task, limits)
     if outcome.status == "ok":
         return outcome.report
-    _echo_findings([Finding(**f) for f in outcome.findings if f["severity"] == "error"], err=True)
-    _echo(f"{archive}: rejected ({outcome.status}; run `ubench validate {archive}` for every finding)", err=True)
+    errors = [Finding(**f) for f in outcome.findings if f["severity"] == "error"]
+    _echo_findings(errors, archive=archive, err=True)
+    _echo(_rejected_line(archive, outcome.status, errors), err=True)
     sys.exit(outcome.exit_code or 1)
 
 
@@ -360,6 +395,14 @@ def _protocol_options(f):
         click.option("--shift-temperature/--no-shift-temperature", "shift_temperature", default=None,
                      help="The shift paper's Temp Scaling: a temperature fitted on in-domain data (a validation "
                           "split if the archive has one) applied to every shifted split. [default: off]"),
+        click.option("--intervals/--no-intervals", "intervals", default=None,
+                     help="Bootstrap confidence intervals over the test samples beside every number "
+                          "(the report's 'intervals'; compare's paired differences, the leaderboard's rank "
+                          "intervals). [default: on]"),
+        click.option("--confidence", type=click.FloatRange(0.5, 1.0, max_open=True), default=None,
+                     help="Level of the intervals. [default: 0.95]"),
+        click.option("--bootstrap", "bootstrap", type=click.IntRange(min=10), default=None, metavar="B",
+                     help="Bootstrap replicates of the intervals (seeded by --seed). [default: 1000]"),
     ]
     for opt in reversed(opts):
         f = opt(f)
@@ -377,7 +420,8 @@ def _calibrator_names(calibrator=(), calibrators=None) -> tuple[str, ...] | None
 
 def _protocol_from(preset, placement, folds, repeats, seed, bins, smoothing, orders, cost_preset, cost_matrix,
                    member_curves=None, conformal_method=None, conformal_alpha=None, calibrator=(),
-                   calibrators=None, shift_temperature=None, odir=None):
+                   calibrators=None, shift_temperature=None, odir=None, intervals=None, confidence=None,
+                   bootstrap=None):
     from .scoring.protocols import Protocol, load_cost_matrix
 
     try:
@@ -387,7 +431,7 @@ def _protocol_from(preset, placement, folds, repeats, seed, bins, smoothing, ord
             orders=orders, cost_preset=cost_preset, cost_matrix=matrix, cost_source=cost_matrix,
             member_curves=member_curves, conformal_method=conformal_method, conformal_alpha=conformal_alpha,
             calibrators=_calibrator_names(calibrator, calibrators), shift_temperature=shift_temperature,
-            odir=odir)
+            odir=odir, intervals=intervals, confidence=confidence, bootstrap=bootstrap)
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None
 
@@ -483,7 +527,7 @@ def validate(archive: Path, as_json: bool, sandbox: bool, memory_limit: int, cpu
         _echo_text(_dump_json({"archive": str(archive), "valid": code == 0, "exit_code": code,
                                "findings": [f.to_dict() for f in findings]}))
     else:
-        _echo_findings(findings)
+        _echo_findings(findings, archive=archive)
         _echo(f"{archive}: {'valid' if code == 0 else 'INVALID' if code == 1 else 'UNREADABLE'}"
                    f" ({sum(f.severity == 'error' for f in findings)} error(s))")
     sys.exit(code)
@@ -520,11 +564,16 @@ def score(archive: Path, reference: Path | None, as_json: bool, html_path: Path 
     ubench score run.h5
     ubench score upload.h5 --reference test_labels.h5 --json
     ubench score run.h5 --protocol ursabench --cost-preset mnist --html report.html
+    ubench score run.h5 --confidence 0.9 --bootstrap 2000     # or --no-intervals
     ubench score imagenet_c.h5 --scheduler tcp://10.0.0.5:8786
     """
     if (html_path is not None or ensemble is not None) and options.get("member_curves") is None:
         options["member_curves"] = True
     protocol = _protocol_from(**options)
+    if mlflow_log or mlflow_uri is not None:  # before scoring, not after it
+        from .extras import require
+
+        require("mlflow", what="--mlflow")
     _check_reference_or_exit(reference)
     progress = _progress(not as_json)
     parallel = workers > 1 or scheduler is not None
@@ -595,7 +644,8 @@ def reference(archive: Path, out: Path, overwrite: bool, primary: str | None) ->
         sys.exit(1)
 
 
-@cli.command()
+@cli.command(epilog="Exit codes: 0 fingerprints written or printed (--check: every dataset found matches); 1 "
+                    "--check found a dataset whose files differ from the shipped fingerprints; 2 usage error.")
 @click.option("--data", "data_dirs", multiple=True, type=click.Path(exists=True, file_okay=False, path_type=Path),
               help="Directory holding dataset files (repeatable; searched like `produce --data-dir`, then "
                    "$UBENCH_DATA and the default search path).")
@@ -659,10 +709,14 @@ def fingerprints(data_dirs: tuple[Path, ...], out: Path | None, check: bool) -> 
 @click.option("--sandbox/--no-sandbox", "sandbox", default=None,
               help="Read and score every archive in a limited child process, as `score` does.  "
                    "[default: on with --reference, off otherwise]")
+@click.option("--group-by", "group_by", type=click.Choice(("method",)), default=None,
+              help="One row per method: the archives of a method (its training seeds) give mean +- sd over runs "
+                   "and an interval holding run-to-run and test-sample variance (Bouthillier et al. 2021).")
 @_sandbox_limit_options
 def compare(archives: tuple[Path, ...], reference: Path | None, ensemble: Path | None, allow_mismatch: bool,
             reference_posterior: Path | None, as_json: bool, as_csv: bool, html_path: Path | None,
-            sandbox: bool | None, memory_limit: int, cpu_limit: int, timeout: float, **options) -> None:
+            sandbox: bool | None, memory_limit: int, cpu_limit: int, timeout: float, group_by: str | None = None,
+            **options) -> None:
     """Score several archives under one protocol: one table, methods as rows, comparable columns marked.
 
     \b
@@ -672,6 +726,11 @@ def compare(archives: tuple[Path, ...], reference: Path | None, ensemble: Path |
     ubench compare sgld.h5 swag.h5 --reference-posterior hmc.h5
     ubench compare de.h5 swag.h5 --csv > methods.csv
     ubench compare de.h5 mc_dropout.h5 swag.h5 --ensemble de.h5 --html compare.html
+    ubench compare de_s0.h5 de_s1.h5 de_s2.h5 swag_s0.h5 swag_s1.h5 --group-by method
+
+    With intervals on (the default), the methods are compared pairwise on their shared test samples (the same
+    bootstrap resamples for all): each column's best method is marked ^, and every method not distinguishable
+    from it (Holm-adjusted paired bootstrap p >= 1 - level) ~; the JSON's 'paired' lists every difference.
     """
     if as_json and as_csv:
         raise click.UsageError("--json and --csv both print to stdout: choose one")
@@ -683,13 +742,22 @@ def compare(archives: tuple[Path, ...], reference: Path | None, ensemble: Path |
     protocol = _protocol_from(**options)
     if ensemble is not None and not protocol.member_curves:  # DEE at the point the reference curve averages
         protocol = protocol.replace(dee_point=True)
+    paired = protocol.intervals and (len(archives) > 1 or group_by is not None)
+    if paired:  # per-sample statistics for the paired comparisons (not a setting: not in overrides)
+        import dataclasses
+
+        protocol = dataclasses.replace(protocol, sample_stats=True)
     _check_reference_or_exit(reference)
+    sandboxed = sandbox if sandbox is not None else reference is not None
+    # the task of every archive from its metadata first, so that one on another task is refused before any
+    # archive is scored (uploads scored in the sandbox are not opened here: the reference checks their task)
+    mismatch = {} if sandboxed else _task_mismatches(archives, reference, allow_mismatch)
     progress = _progress(not (as_json or as_csv))
     score = _scorer(sandbox, reference, _sandbox_limits(memory_limit, cpu_limit, timeout), progress,
                     len(archives) + (ensemble is not None))
     reports = [score(a, protocol) for a in archives]
     names = [f"{r['archive']['method']} ({Path(r['archive']['path']).name})" for r in reports]
-    _check_same_task(reports, names, allow_mismatch)
+    _check_same_task(reports, names, allow_mismatch, mismatch)
     if ensemble is not None:
         from .scoring.dee import attach_dee
 
@@ -698,42 +766,117 @@ def compare(archives: tuple[Path, ...], reference: Path | None, ensemble: Path |
             attach_dee(r, ens, curve=html_path is not None)  # the page draws every method's DEE curve
     if reference_posterior is not None:
         _add_posterior_agreement(reports, archives, reference_posterior)
+    comparison = _paired_comparison(reports, names, protocol, group_by) if paired else None
+    if ensemble is not None and protocol.intervals:
+        _add_dee_intervals(reports, ens)
     if progress is not None:
         progress.close()
     if html_path is not None:
         from .scoring.compare_html import write_compare_html
 
         _, figure_notes = write_compare_html(reports, names, html_path, limits=_sandbox_limits(
-            memory_limit, cpu_limit, timeout), ensemble=None if ensemble is None else str(ensemble))
+            memory_limit, cpu_limit, timeout), ensemble=None if ensemble is None else str(ensemble),
+            comparison=comparison)
         _echo(f"wrote {html_path}", err=True)
         for n in figure_notes:
             _echo(f"note: {n}", err=True)
     if as_json:
-        _echo_text(_dump_json({"methods": names, "protocol": protocol.to_dict(), "reports": reports,
-                               "ensemble": None if ensemble is None else str(ensemble)}))
+        out = {"methods": names, "protocol": protocol.to_dict(), "reports": reports,
+               "ensemble": None if ensemble is None else str(ensemble)}
+        if comparison is not None:
+            out.update(comparison)
+        _echo_text(_dump_json(out))
         return
-    from .scoring.tables import format_compare, format_csv, format_notes
+    from .scoring.tables import format_compare, format_csv, format_groups, format_notes
 
     if as_csv:
         _echo_text(format_csv(reports, names), nl=False)
+    elif group_by is not None and comparison is not None:
+        _echo_table(format_groups(comparison, styled=_styled()))
     else:
-        _echo_table(format_compare(reports, names, styled=_styled()))
+        _echo_table(format_compare(reports, names, styled=_styled(), comparison=comparison))
     _echo_text(format_notes(reports, names), err=True, nl=False)
+    for n in (comparison or {}).get("notes", ()):
+        _echo(f"note: {n}", err=True)
 
 
-def _check_same_task(reports: list[dict], names: list[str], allow_mismatch: bool) -> None:
+def _paired_comparison(reports: list[dict], names: list[str], protocol, group_by: str | None) -> dict:
+    """``paired`` (and with ``--group-by method`` ``groups``) of compare's JSON; every report's ``samples`` is
+    dropped afterwards (they are the comparison's input, not its output)."""
+    from .scoring.compare import grouped_section, paired_section, strip_samples
+
+    settings = {"level": protocol.confidence, "n_replicates": protocol.bootstrap, "seed": protocol.seed,
+                "tpr": protocol.tpr}
+    try:
+        if group_by is not None:
+            out = grouped_section(reports, names, **settings)
+        else:
+            out = paired_section(reports, names, **settings)
+    except ValueError as exc:  # reports on other samples (already refused unless --allow-mismatch)
+        out = {"paired": [], "best": {}, "tied": {}, "notes": [f"no paired comparisons: {exc}"]}
+    strip_samples(reports)
+    out["paired_settings"] = {"level": protocol.confidence, "replicates": protocol.bootstrap, "seed": protocol.seed,
+                              "method": "paired percentile bootstrap", "adjustment": "holm"}
+    return out
+
+
+def _add_dee_intervals(reports: list[dict], ensemble_report: dict) -> None:
+    """``intervals.summary.dee`` of every report with a DEE and a CLL interval (``scoring/compare.py``)."""
+    from .scoring.compare import dee_interval
+    from .scoring.dee import DeeUnavailableError
+
+    for r in reports:
+        if r.get("intervals") and r["summary"].get("dee") is not None:
+            try:
+                r["intervals"]["summary"]["dee"] = dee_interval(r, ensemble_report)
+            except DeeUnavailableError:
+                pass
+
+
+def _refuse_other_task(name: str, first: str, diff: str) -> None:
+    _echo(f"error: {name} is on another task than {first}: {diff}; its numbers are not comparable "
+          "(--allow-mismatch shows them anyway, marked)", err=True)
+    sys.exit(1)
+
+
+def _task_mismatches(archives: tuple[Path, ...], reference: Path | None, allow_mismatch: bool) -> dict[int, str]:
+    """The task of every archive read from its metadata, labels and sample ids (nothing scored): refuse (exit 1)
+    an archive on another task than the first, or, with ``--allow-mismatch``, return ``{index: difference}``."""
+    from .scoring.compare import archive_task, difference
+
+    primary = None
+    if reference is not None:
+        from .scoring.reference import read_reference
+
+        primary = read_reference(reference).primary
+    tasks = []
+    for a in archives:
+        with _archive_errors_exit(a):
+            tasks.append(archive_task(a, primary=primary))
+    out = {}
+    for i, task in enumerate(tasks[1:], start=1):
+        diff = difference(task, tasks[0])
+        if diff is not None:
+            if not allow_mismatch:
+                _refuse_other_task(f"{task['method']} ({archives[i].name})",
+                                   f"{tasks[0]['method']} ({archives[0].name})", diff)
+            out[i] = diff
+    return out
+
+
+def _check_same_task(reports: list[dict], names: list[str], allow_mismatch: bool,
+                     known: dict[int, str] | None = None) -> None:
     """Refuse (exit 1, naming the first difference) archives on another task than the first one; with
-    ``--allow-mismatch`` mark them in their name and notes instead (issue #10 item 1)."""
+    ``--allow-mismatch`` mark them in their name and notes instead (issue #10 item 1). ``known``: the differences
+    found before scoring (:func:`_task_mismatches`)."""
     from .scoring.compare import task_difference
 
     for i, r in enumerate(reports[1:], start=1):
-        diff = task_difference(r, reports[0])
+        diff = (known or {}).get(i) or task_difference(r, reports[0])
         if diff is None:
             continue
         if not allow_mismatch:
-            _echo(f"error: {names[i]} is on another task than {names[0]}: {diff}; its numbers are not comparable "
-                  "(--allow-mismatch shows them anyway, marked)", err=True)
-            sys.exit(1)
+            _refuse_other_task(names[i], names[0], diff)
         names[i] += " [other task]"
         r["notes"].append(f"on another task than {names[0]}: {diff}; no column of this row is comparable with it")
 
@@ -845,7 +988,8 @@ def dee(method: Path, ensemble: Path, reference: Path | None, as_json: bool, plo
         from .scoring.tables import format_dee, format_notes
 
         _echo_table(format_dee(result, styled=_styled()))
-        _echo_text(format_notes([method_report, ens_report], ["method", "ensemble"]), err=True, nl=False)
+        _echo_text(format_notes([result, method_report, ens_report], ["DEE", "method", "ensemble"]), err=True,
+                   nl=False)
 
 
 def _register_produce() -> None:
@@ -918,6 +1062,10 @@ def leaderboard(directory: Path, reference: Path, out: Path, ensemble: Path | No
     protocol = _protocol_from(**options)
     if ensemble is not None:  # each row's DEE at the point the reference curve averages (scoring/dee.py)
         protocol = protocol.replace(dee_point=True)
+    if workers > 1 or scheduler is not None:
+        from .extras import require
+
+        require("scale", what="--scheduler" if scheduler is not None else "--workers above 1")
     _check_reference_or_exit(reference)
     config = BoardConfig.create(reference=reference, protocol=protocol,
                                 sandbox=_sandbox_limits(memory_limit, cpu_limit, timeout))

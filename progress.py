@@ -8,10 +8,12 @@ member curves when they took a while) instead of staying silent:
 
     deep_ensemble epochs (1/5 members done): 3/20  loss 0.4123 acc 0.8731  elapsed 0:12, ~1:08 left
 
-``produce`` reports members and epochs, ``score``/``compare``/``dee`` each split and the member curves,
-``leaderboard`` each upload. The time left is the mean time per unit since the task started (units already done
-when it started, such as a resumed run's epochs, are not counted) times the units left. Every description and
-info string is escaped (``scoring/text.py``), and no rich markup in it is interpreted.
+``produce`` reports the data it prepares (split by split), members, epochs and each member's prediction (split by
+split), every line with the time left of the whole run (:class:`TrainingProgress`); ``score``/``compare``/``dee``
+each split and the member curves, ``leaderboard`` each upload. The time left of a task is the mean time per unit
+since the task started (units already done when it started, such as a resumed run's epochs, are not counted) times
+the units left. Every description and info string is escaped (``scoring/text.py``), and no rich markup in it is
+interpreted.
 """
 
 from __future__ import annotations
@@ -44,6 +46,8 @@ class _Task:
     transient: bool = False
     info: str = ""
     bar: Any = field(default=None)
+    every: float | None = None  # plain lines of an ``each`` task: at most one per ``every`` seconds, and the last
+    last_line: float = 0.0
 
 
 class ProgressDisplay:
@@ -73,14 +77,16 @@ class ProgressDisplay:
 
     # -- tasks -------------------------------------------------------------------------------------------------
     def start(self, key: str, description: str, total: int, *, done: int = 0, each: bool = False,
-              since: float | None = None, transient: bool = False) -> None:
+              since: float | None = None, transient: bool = False, every: float | None = None) -> None:
         """Start (or restart) task ``key``: ``total`` units, ``done`` of them finished already; ``since`` is when
-        its work began on :attr:`clock` (default now); a ``transient`` task's bar goes when it finishes."""
+        its work began on :attr:`clock` (default now); a ``transient`` task's bar goes when it finishes; an
+        ``each`` task with ``every`` writes a plain line at most every ``every`` seconds (and at its last unit)."""
         from .scoring.text import escape_text
 
         old = self.tasks.get(key)
-        task = _Task(escape_text(description), int(total), int(done), self.clock() if since is None else since,
-                     int(done), each, transient)
+        started = self.clock() if since is None else since
+        task = _Task(escape_text(description), int(total), int(done), started, int(done), each, transient,
+                     every=every, last_line=started)
         self.tasks[key] = task
         if self.live:
             bars = self._live_bars()
@@ -100,6 +106,11 @@ class ProgressDisplay:
             if task.transient and task.done >= task.total:
                 bars.remove_task(task.bar)
                 task.bar = None
+        elif task.each and task.every is not None:
+            now = self.clock()
+            if task.done >= task.total or now - task.last_line >= task.every:
+                task.last_line = now
+                self._line(task)
         elif task.each or (task.done >= task.total and self.clock() - task.started >= self.quiet_below):
             self._line(task)
 
@@ -157,19 +168,62 @@ class ProgressDisplay:
 
 
 class TrainingProgress:
-    """The producers' progress hook (``producers.torch_trainer.Progress``: ``member``, ``epochs``,
-    ``epoch_done``, ``close``) drawn by a :class:`ProgressDisplay`: a members task and, per training run, an
-    epochs task whose info is the epoch's mean training loss and accuracy (on the minibatches as trained)."""
+    """The producers' progress hook (``producers.torch_trainer.Progress``: ``plan``, ``member``, ``epochs``,
+    ``epoch_done``, ``predicting``, ``close``) drawn by a :class:`ProgressDisplay`: a members task; per training
+    run an epochs task whose info is the epoch's mean training loss and accuracy (on the minibatches as trained);
+    per member a predicting task (splits predicted, a line at most every :attr:`PREDICT_EVERY` seconds off a
+    terminal). Once the run is planned (``plan``: the epochs and split predictions left), every epoch and
+    prediction line also carries the time left of the whole run: the epochs left times the mean epoch so far plus
+    the predictions left times the mean prediction so far ("then prediction" until one is measured)."""
+
+    #: Seconds between plain lines of a member's prediction (a line per split of 41 would flood a log).
+    PREDICT_EVERY = 20.0
 
     def __init__(self, display: ProgressDisplay):
         self.display = display
         self.member_index, self.members_total, self.label = 0, None, ""
+        self.epochs_left: int | None = None
+        self.predictions_left: int | None = None
+        self._seconds = {"epoch": 0.0, "prediction": 0.0}
+        self._seen = {"epoch": 0, "prediction": 0}
+        self._last = display.clock()
+
+    def plan(self, epochs: int, predictions: int) -> None:
+        """The run still has ``epochs`` training epochs and ``predictions`` split predictions (a member on one
+        split) to do."""
+        self.epochs_left, self.predictions_left = int(epochs), int(predictions)
+
+    def run_left(self) -> str:
+        """``run ~m:ss left`` (the whole run), ``run: ~m:ss of training left, then prediction``, or ``""`` before
+        the run is planned or its first epoch is measured."""
+        if self.epochs_left is None:
+            return ""
+        per = {k: self._seconds[k] / self._seen[k] for k in self._seconds if self._seen[k]}
+        train = self.epochs_left * per["epoch"] if self.epochs_left else 0.0
+        if self.epochs_left and "epoch" not in per:
+            return ""
+        if self.predictions_left and "prediction" not in per:
+            return f"run: ~{format_seconds(train)} of training left, then prediction"
+        return f"run ~{format_seconds(train + self.predictions_left * per.get('prediction', 0.0))} left"
+
+    def _measure(self, kind: str) -> None:
+        now = self.display.clock()
+        self._seconds[kind] += now - self._last
+        self._seen[kind] += 1
+        self._last = now
+        left = "epochs_left" if kind == "epoch" else "predictions_left"
+        if getattr(self, left) is not None:
+            setattr(self, left, max(0, getattr(self, left) - 1))
+
+    def _info(self, info: str) -> str:
+        left = self.run_left()
+        return f"{info}; {left}" if info and left else info or left
 
     def member(self, index: int, total: int, label: str) -> None:
         if "members" not in self.display.tasks:
             self.display.start("members", f"{label} members", total, done=index, each=True)
         elif index != self.display.tasks["members"].done:
-            self.display.update("members", index)
+            self.display.update("members", index, info=self.run_left())
         self.member_index, self.members_total, self.label = index, total, label
 
     def epochs(self, total: int, done: int, label: str) -> None:
@@ -177,10 +231,22 @@ class TrainingProgress:
         # SG-MCMC) takes all its members from one run, so "member k of M" would misname the latter's epochs
         where = f" ({self.member_index}/{self.members_total} members done)" if self.members_total else ""
         self.display.start("epochs", f"{label} epochs{where}", total, done=done, each=True)
+        self._last = self.display.clock()
 
     def epoch_done(self, epoch: int, loss: float, accuracy: float | None = None) -> None:
+        self._measure("epoch")
         info = f"loss {loss:.4f}" + ("" if accuracy is None else f" acc {accuracy:.4f}")
-        self.display.update("epochs", epoch, info=info)
+        self.display.update("epochs", epoch, info=self._info(info))
+
+    def predicting(self, done: int, total: int) -> None:
+        """``done`` of the current member's ``total`` splits are predicted (``done = 0``: its prediction starts)."""
+        if done == 0:
+            self.display.start("predict", f"{self.label} predicting member {self.member_index + 1}: splits", total,
+                               each=True, every=self.PREDICT_EVERY)
+            self._last = self.display.clock()
+            return
+        self._measure("prediction")
+        self.display.update("predict", done, info=self.run_left())
 
     def close(self) -> None:
         if "members" in self.display.tasks:

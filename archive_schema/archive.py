@@ -29,6 +29,10 @@ class SplitInfo:
     has_sample_ids: bool = False
     #: sha256 of the split's inputs in the ``ubench-inputs/1`` encoding (SPEC.md §4.2), when the writer gave it.
     inputs_sha256: str | None = None
+    #: Format 1.1 (SPEC.md §4.3): the split stores per-member logits beside its probabilities.
+    has_logits: bool = False
+    #: Format 1.1 (SPEC.md §4.4): method score name -> direction (``uncertainty`` or ``confidence``).
+    scores: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -106,12 +110,15 @@ class ArchiveHeader:
 
 @dataclass(frozen=True, eq=False)
 class PredictionArchive:
-    """A whole archive in memory: the header plus, per split, ``probs`` (M, N, C) and optional labels/ids."""
+    """A whole archive in memory: the header plus, per split, ``probs`` (M, N, C) and optional labels/ids, and
+    (format 1.1) optional ``logits`` (M, N, C) and method ``scores`` (name -> (N,))."""
 
     header: ArchiveHeader
     probs: dict[str, NDArray[np.floating]]
     labels: dict[str, NDArray[np.int64] | None]
     sample_ids: dict[str, NDArray[np.int64] | None]
+    logits: dict[str, NDArray[np.floating] | None] = field(default_factory=dict)
+    scores: dict[str, dict[str, NDArray[np.floating]]] = field(default_factory=dict)
 
     def __getattr__(self, name: str) -> Any:
         # Header fields and methods read through (``archive.method``, ``archive.splits_with_role``).
@@ -130,6 +137,9 @@ class PredictionArchive:
                 for k in a
             )
 
+        def present(d: dict) -> dict:  # a split without logits or scores: absent, None or {} alike
+            return {k: v for k, v in d.items() if v is not None and (not isinstance(v, dict) or v)}
+
         strip = {"path", "notes"}
         ha = {f.name: getattr(self.header, f.name) for f in fields(ArchiveHeader) if f.name not in strip}
         hb = {f.name: getattr(other.header, f.name) for f in fields(ArchiveHeader) if f.name not in strip}
@@ -140,6 +150,9 @@ class PredictionArchive:
             and same(self.probs, other.probs)
             and same(self.labels, other.labels)
             and same(self.sample_ids, other.sample_ids)
+            and same(present(self.logits), present(other.logits))
+            and present(self.scores).keys() == present(other.scores).keys()
+            and all(same(self.scores[k], other.scores[k]) for k in present(self.scores))
         )
 
     __hash__ = None  # type: ignore[assignment]

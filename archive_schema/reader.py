@@ -20,7 +20,9 @@ from .safe_h5py import h5py
 from .scan import UNREADABLE_CHECKS
 from .spec import ReadLimits
 from .scan import Scan
-from .validator import block_rows, check_probs_block, check_split_values, inspect_file
+from .logit_scores import scores_problem
+from .validator import (block_rows, check_logits_block, check_probs_block, check_split_values, inspect_file,
+                        iter_logit_blocks)
 
 __all__ = ["ArchiveReader", "open_archive", "read_archive"]
 
@@ -43,7 +45,8 @@ class ArchiveReader:
         return self._parsed.header
 
     def dataset(self, split: str, key: str = "probs") -> h5py.Dataset | None:
-        """The validated h5py dataset ``key`` (``probs``, ``labels``, ``sample_ids``) of a split, or None."""
+        """The validated h5py dataset ``key`` (``probs``, ``labels``, ``sample_ids``, ``logits``,
+        ``scores/<name>``) of a split, or None."""
         if split not in self.header.splits:
             raise KeyError(f"no split {split!r} in {self.header.path}; splits: {sorted(self.header.splits)}")
         return self._parsed.nodes.get((split, key))
@@ -115,7 +118,8 @@ class ArchiveReader:
     def check_labels_and_ids(self) -> None:
         """The validator's value checks of labels and sample ids (for ``check_values=False`` opens)."""
         scan = Scan(self.header.path, self.limits)
-        check_split_values(scan, Parsed(self.header, {k: v for k, v in self._parsed.nodes.items() if k[1] != "probs"}))
+        check_split_values(scan, Parsed(self.header, {k: v for k, v in self._parsed.nodes.items()
+                                                      if k[1] in ("labels", "sample_ids")}))
         if not scan.ok:
             raise InvalidArchiveError(self.header.path, self.findings + scan.findings)
 
@@ -126,6 +130,47 @@ class ArchiveReader:
     def sample_ids(self, split: str) -> np.ndarray | None:
         ds = self.dataset(split, "sample_ids")
         return None if ds is None else read_all(ds, self.limits).astype(np.int64)
+
+    # --- format 1.1 (issue #31): logits and method scores ---------------------------------------------------
+    def iter_checked_logits(self, split: str) -> Iterator[tuple[int, np.ndarray]]:
+        """Blocks ``(start, (M, rows, C))`` of a split's logits (native byte order), each checked against the same
+        rows of ``probs`` (SPEC.md §4.3) before it is yielded, else ``InvalidArchiveError``. Nothing when the split
+        has no logits."""
+        ds = self.dataset(split, "logits")
+        if ds is None:
+            return
+        scan = Scan(self.header.path, self.limits)
+        path = f"/splits/{split}/logits"
+        blocks = iter_logit_blocks(ds, self.dataset(split, "probs"), self.limits)
+        while True:
+            try:
+                start, logits, probs = next(blocks)
+            except StopIteration:
+                return
+            except (OSError, RuntimeError, ValueError) as exc:
+                self._read_failed(scan, path, exc)
+            if not check_logits_block(scan, path, start, logits, probs):
+                raise InvalidArchiveError(self.header.path, self.findings + scan.findings)
+            yield start, logits
+
+    def logits(self, split: str) -> np.ndarray | None:
+        """All of a split's logits (M, N, C) in the stored precision, or None (read whole: validated opens only)."""
+        ds = self.dataset(split, "logits")
+        return None if ds is None else read_all(ds, self.limits)
+
+    def scores(self, split: str) -> dict[str, np.ndarray]:
+        """A split's method scores, name -> (N,) in the stored precision, each checked finite (SPEC.md §4.4)
+        whether or not the archive was opened with value checks."""
+        out = {}
+        for name in self.header.splits[split].scores:
+            values = read_all(self._parsed.nodes[(split, f"scores/{name}")], self.limits)
+            problem = scores_problem(values)
+            if problem is not None:
+                scan = Scan(self.header.path, self.limits)
+                scan.add(f"/splits/{split}/scores/{name}", *problem)
+                raise InvalidArchiveError(self.header.path, self.findings + scan.findings)
+            out[name] = values
+        return out
 
     # --- host-integrity (issue #16 item 2): hash the open file, not the path --------------------------------
     def sha256(self) -> str:
@@ -169,4 +214,6 @@ def read_archive(path: str | Path, limits: ReadLimits = ReadLimits()) -> Predict
             probs={s: r.probs(s) for s in names},
             labels={s: r.labels(s) for s in names},
             sample_ids={s: r.sample_ids(s) for s in names},
+            logits={s: r.logits(s) for s in names},
+            scores={s: r.scores(s) for s in names},
         )

@@ -21,7 +21,8 @@ from .safe_h5py import h5py
 from .spec import ALLOWED_FILTERS, ReadLimits
 from .strings import charge_metadata, decode_name, text_bytes, utf8_problem
 
-__all__ = ["Scan", "UNREADABLE_CHECKS", "check_container", "open_readonly", "walk", "read_attr", "open_dataset"]
+__all__ = ["Scan", "UNREADABLE_CHECKS", "check_container", "open_readonly", "open_walked", "walk", "read_attr",
+           "open_dataset"]
 
 HDF5_SIGNATURE = b"\x89HDF\r\n\x1a\n"
 #: Findings that mean "not readable as an archive at all" (CLI exit code 2 rather than 1).
@@ -89,6 +90,21 @@ def open_readonly(scan: Scan) -> h5py.File | None:
         return None
 
 
+def open_walked(path: str | Path, limits: ReadLimits) -> tuple[Scan, h5py.File | None, set[str]]:
+    """The container checks, the read-only open and the link walk in one, for any untrusted HDF5 file (archives,
+    reference files, imported release files): returns the scan, the open file (None when it could not be opened;
+    the caller closes it otherwise) and the datasets that may be read (through :func:`open_dataset`). Errors in
+    ``scan.findings`` (external links, external storage, virtual datasets, unknown filters, sizes) say why a file
+    must not be read further."""
+    scan = Scan(str(path), limits)
+    if not check_container(scan):
+        return scan, None, set()
+    f = open_readonly(scan)
+    if f is None:
+        return scan, None, set()
+    return scan, f, walk(scan, f)
+
+
 def _dapl() -> h5py.h5p.PropDAID:
     dapl = h5py.h5p.create(h5py.h5p.DATASET_ACCESS)
     dapl.set_virtual_view(h5py.h5d.VDS_FIRST_MISSING)
@@ -105,7 +121,8 @@ def open_dataset(parent: h5py.Group, name: str) -> h5py.Dataset:
 def read_attr(scan: Scan, obj: h5py.HLObject, name: str, where: str):
     """Read one attribute within the limits; None (with a finding) when it cannot or must not be read.
 
-    Bounded before reading: its stored size (``max_attr_bytes``) and, for variable-length types (whose stored
+    An empty attribute (null dataspace, ``h5py.Empty``) is an ``attribute-empty`` finding. Bounded before reading:
+    its stored size (``max_attr_bytes``) and, for variable-length types (whose stored
     size is 16 bytes per element whatever the heap holds), one element at most. Bounded after reading: its decoded
     size (a 32 MiB variable-length string stores 16 bytes) and the file's metadata budget. Text is returned as
     ``str`` decoded strictly as UTF-8; an invalid byte is an ``encoding`` finding naming the attribute.
@@ -115,6 +132,10 @@ def read_attr(scan: Scan, obj: h5py.HLObject, name: str, where: str):
         if not obj.attrs.__contains__(name):
             return None
         aid = h5py.h5a.open(obj.id, name.encode())
+        if aid.get_space().get_simple_extent_type() == h5py.h5s.NULL:  # libhdf5 would only say "unspecified error"
+            scan.add(where, "attribute-empty", f"attribute {name!r} has no value (an empty HDF5 attribute: null "
+                     "dataspace, h5py.Empty); give it a value or leave it out")
+            return None
         if aid.get_storage_size() > limit:
             scan.add(where, "attribute-size",
                      f"attribute {name!r} stores {aid.get_storage_size()} bytes (limit {limit})")

@@ -30,6 +30,14 @@ __all__ = [
     "PROB_DTYPES",
     "ALLOWED_FILTERS",
     "ReadLimits",
+    "V1_0",
+    "V1_1",
+    "LOGIT_DTYPES",
+    "SCORE_DTYPES",
+    "SCORE_DIRECTIONS",
+    "RESERVED_SCORE_NAMES",
+    "is_score_name",
+    "logit_unit_roundoff",
 ]
 
 FORMAT = "prediction-archive"
@@ -62,7 +70,13 @@ class ArchiveSpec:
 VERSION = re.compile(r"([0-9]+)\.([0-9]+)")
 
 
-CURRENT = ArchiveSpec(FORMAT, "1.0")
+#: 1.0: probabilities, labels, ids, members, scalability, diagnostics. 1.1 adds the optional per-member ``logits``
+#: and per-split method ``scores`` of SPEC.md §4.3-4.4; a 1.0 reader ignores both (it reads a 1.1 file with a note).
+V1_0 = ArchiveSpec(FORMAT, "1.0")
+V1_1 = ArchiveSpec(FORMAT, "1.1")
+#: The newest version this ubench writes. ubench's writer stamps the lowest version that holds what the file holds:
+#: ``1.0`` unless the archive has logits or method scores (so older readers read it without a note).
+CURRENT = V1_1
 
 #: Roles a split can have. ``shift`` splits also carry ``shift_kind`` and ``shift_intensity``.
 ROLES = ("in_domain", "ood", "shift")
@@ -160,6 +174,28 @@ ROOT_ATTRS_V1 = {
 #: Prediction dtypes. float16 is refused: it rounds probabilities below 6e-8 to 0 and log(0) breaks NLL.
 PROB_DTYPES = (np.dtype("<f4"), np.dtype("<f8"), np.dtype(">f4"), np.dtype(">f8"))
 
+#: SPEC.md §4.3: logits may be stored in half precision (they are re-checked against the probabilities, which
+#: carry the contract); float64 beside float64 probabilities.
+LOGIT_DTYPES = (np.dtype("<f2"), np.dtype("<f4"), np.dtype("<f8"), np.dtype(">f2"), np.dtype(">f4"), np.dtype(">f8"))
+#: SPEC.md §4.4: a method score per sample.
+SCORE_DTYPES = (np.dtype("<f4"), np.dtype("<f8"), np.dtype(">f4"), np.dtype(">f8"))
+#: SPEC.md §4.4 ``direction``: ``uncertainty`` (higher = more uncertain, more likely out-of-distribution) or
+#: ``confidence`` (higher = more certain, more likely in-domain).
+SCORE_DIRECTIONS = ("uncertainty", "confidence")
+#: Scores a scorer derives from logits itself (SPEC.md §4.4): a method score may not take these names.
+RESERVED_SCORE_NAMES = ("energy", "max_logit")
+
+
+def is_score_name(name: str) -> bool:
+    """True when ``name`` may name a method score (SPEC.md §4.4): a split-name-like identifier, not reserved."""
+    return is_split_name(name) and name not in RESERVED_SCORE_NAMES
+
+
+def logit_unit_roundoff(dtype: np.dtype) -> float:
+    """The unit roundoff of a logits dtype: 2**-11 (float16), 2**-24 (float32), 2**-53 (float64)."""
+    return float(np.finfo(np.dtype(dtype).newbyteorder("=")).eps) / 2.0
+
+
 #: HDF5 filter ids a reader accepts: deflate (1), shuffle (2), fletcher32 (3). Everything else is refused
 #: without asking HDF5 whether it is available (that would load plugins).
 ALLOWED_FILTERS = {1: "deflate", 2: "shuffle", 3: "fletcher32"}
@@ -191,6 +227,7 @@ class ReadLimits:
     max_metadata_bytes : every attribute value and string dataset of the file together, decoded.
     max_attrs : attributes of one object (group, dataset or the root).
     max_depth : groups nested below the root.
+    max_scores : method scores of one split (SPEC.md §4.4).
     """
 
     max_total_bytes: int = 32 * 2**30
@@ -214,3 +251,5 @@ class ReadLimits:
     max_metadata_bytes: int = 64 * 2**20
     max_attrs: int = 256
     max_depth: int = 16
+    # issue #31 (format 1.1): method scores per split.
+    max_scores: int = 256

@@ -12,11 +12,13 @@ from pathlib import Path
 
 import numpy as np
 
-from . import read_v1  # noqa: F401  (registers the v1.0 reader)
 from ..float_bits import in_unit_interval
+from . import read_v1  # noqa: F401  (registers the v1.0 reader)
+from . import read_v1_1  # noqa: F401  (registers the v1.1 reader)
 from .archive import ArchiveHeader
-from .blocks import iter_blocks, read_all  # chunk-bounded, native byte order (issue #16 items 4, 8)
+from .blocks import chunk_bounded_rows, iter_blocks, native, read_all  # chunk-bounded, native byte order (issue #16 items 4, 8)
 from .errors import Finding, UnsupportedArchiveError
+from .logit_scores import logits_problem, scores_problem
 from .read_v1 import Parsed
 from .registry import reader_for
 from .safe_h5py import h5py
@@ -24,7 +26,7 @@ from .scan import Scan, check_container, open_readonly, read_attr, walk
 from .spec import ArchiveSpec, ReadLimits, duplicate_shift_message, is_iso8601_with_zone, row_sum_tolerance
 
 __all__ = ["validate_archive", "inspect_file", "iter_blocks", "block_rows", "is_partial_run", "check_probs_block",
-           "check_split_values", "check_header", "probs_problem"]
+           "check_split_values", "check_header", "probs_problem", "check_logits_block", "iter_logit_blocks"]
 
 
 def is_partial_run(path: str | Path) -> bool:
@@ -87,6 +89,30 @@ def check_probs_block(scan: Scan, path: str, start: int, block: np.ndarray, memb
     return True
 
 
+def check_logits_block(scan: Scan, path: str, start: int, logits: np.ndarray, probs: np.ndarray,
+                       member_offset: int = 0) -> bool:
+    """SPEC.md §4.3 value checks of one (m, rows, C) block of logits against the same block of probs; the first
+    problem becomes a finding naming member, sample and class."""
+    problem = logits_problem(logits, probs, start=start, member_offset=member_offset)
+    if problem is not None:
+        scan.add(path, *problem)
+        return False
+    return True
+
+
+def iter_logit_blocks(logits: h5py.Dataset, probs: h5py.Dataset, limits: ReadLimits):
+    """``(start, logits block, probs block)`` along samples, both (M, rows, C) in native byte order; ``rows`` keeps
+    the two blocks together within ``limits.block_bytes`` and each within half of ``max_chunks_per_read``
+    (:func:`~ubench.archive_schema.blocks.chunk_bounded_rows`, which holds for a block starting anywhere)."""
+    half = max(1, limits.max_chunks_per_read // 2)
+    rows = block_rows(logits.shape[0], logits.shape[2], limits.block_bytes // 2)
+    rows = chunk_bounded_rows(probs, chunk_bounded_rows(logits, rows, half), half)
+    n = logits.shape[1]
+    for start in range(0, n, rows):
+        stop = min(n, start + rows)
+        yield start, native(logits[:, start:stop, :]), native(probs[:, start:stop, :])
+
+
 def _format_string(value):
     """The value of ``ubench_format`` / ``ubench_format_version`` as ``str``, or None.
 
@@ -128,6 +154,14 @@ def check_split_values(scan: Scan, parsed: Parsed) -> None:
                 for start, block in iter_blocks(ds, rows, scan.limits.max_chunks_per_read):
                     if not check_probs_block(scan, path, start, block):
                         break
+            elif key == "logits":
+                for start, logits, probs in iter_logit_blocks(ds, parsed.nodes[(split, "probs")], scan.limits):
+                    if not check_logits_block(scan, path, start, logits, probs):
+                        break
+            elif key.startswith("scores/"):
+                problem = scores_problem(read_all(ds, scan.limits))
+                if problem is not None:
+                    scan.add(path, *problem)
             else:
                 values = read_all(ds, scan.limits)
                 if key == "labels":

@@ -36,7 +36,9 @@ from .durable import atomic_path, fsync_dir
 from .errors import ArchiveError
 from .fingerprint import SHA256_HEX
 from .safe_h5py import h5py
-from .spec import CURRENT, DIAGNOSTICS_VERSION, MEMBER_KINDS, SPLIT_NAME, duplicate_shift_message, is_split_name
+from .logit_scores import logits_problem, scores_problem
+from .spec import (CURRENT, DIAGNOSTICS_VERSION, LOGIT_DTYPES, MEMBER_KINDS, RESERVED_SCORE_NAMES, SCORE_DIRECTIONS,
+                   SPLIT_NAME, V1_0, duplicate_shift_message, is_score_name, is_split_name)
 from .validator import probs_problem
 
 __all__ = ["ArchiveWriter", "finalize_partial", "partial_dir_for", "chunk_shape", "DEFAULT_CHUNK_BYTES"]
@@ -47,6 +49,9 @@ DEFAULT_CHUNK_BYTES = 256 * 2**10
 CHUNK_CACHE_BYTES = 8 * 2**20
 #: deflate level of ``probs`` (with the shuffle filter) when compression is asked for; see SPEC.md §7.
 DEFAULT_DEFLATE = 1
+#: Bytes of one member checked, or copied into the assembled archive, at a time (whole chunks; at least one row),
+#: so writing holds a block in memory, not a member (an import streams members larger than memory).
+BLOCK_BYTES = 8 * 2**20
 
 
 def partial_dir_for(path: str | Path) -> Path:
@@ -267,8 +272,13 @@ class ArchiveWriter:
         step: int = -1,
         kind: str = "independent",
         info: Mapping[str, Any] | None = None,
+        logits: Mapping[str, ArrayLike] | None = None,
     ) -> int:
-        """Append one member (an (N, C) probability array for every split); returns its index once durable."""
+        """Append one member (an (N, C) probability array for every split); returns its index once durable.
+
+        ``logits`` (format 1.1, SPEC.md §4.3): optionally the member's (N, C) logits for every split (float16, 32 or
+        64), whose softmax must be ``probs``; every member of an archive has logits or none has.
+        """
         if self._finalized:
             raise ArchiveError("the archive is finalized; no more members can be added")
         if kind not in MEMBER_KINDS:
@@ -280,14 +290,78 @@ class ArchiveWriter:
         index = self.n_members
         checked = {name: _checked_probs(probs[name], name, (n, self.n_classes), index).astype(self.dtype, copy=False)
                    for name, (_, n, _, _) in self._splits.items()}
+        checked_logits = self._checked_logits(logits, checked, index)
         target = self.partial_dir / "members" / f"{index:06d}.h5"
         with atomic_path(target) as tmp, h5py.File(tmp, "w") as f:
             f.attrs.update({"seed": np.int64(seed), "epoch": np.int64(epoch), "step": np.int64(step), "kind": kind})
             f.attrs["info"] = _json(dict(info or {}))
             for name, arr in checked.items():
                 f.create_dataset(f"probs/{name}", data=arr)
+            for name, arr in (checked_logits or {}).items():
+                f.create_dataset(f"logits/{name}", data=arr)
         self.n_members = index + 1
         return index
+
+    def _checked_logits(self, logits: Mapping[str, ArrayLike] | None, probs: Mapping[str, np.ndarray], index: int
+                        ) -> dict[str, np.ndarray] | None:
+        """One member's logits checked against SPEC.md §4.3 and against the members already written (all or none
+        have logits, with one dtype)."""
+        first = _finished_members(self.partial_dir)[:1]
+        if first:
+            with h5py.File(first[0], "r") as m:
+                before = None if "logits" not in m else next(iter(m["logits"].values())).dtype
+            if (before is None) != (logits is None):
+                raise ValueError(f"member {index}: {'no ' if before is None else ''}earlier member has logits; every "
+                                 "member of an archive has logits or none has")
+        if logits is None:
+            return None
+        if set(logits) != set(self._splits):
+            raise ValueError(f"logits must have exactly the splits {sorted(self._splits)}; found {sorted(logits)}")
+        out = {}
+        for name, arr in logits.items():
+            arr = np.asarray(arr)
+            what = f"logits[{name!r}]"
+            if arr.dtype not in LOGIT_DTYPES:
+                raise TypeError(f"{what} must be float16, float32 or float64; found dtype {arr.dtype}")
+            if arr.shape != probs[name].shape:
+                raise ValueError(f"{what} must have shape {probs[name].shape}; found {arr.shape}")
+            if first and arr.dtype != before:
+                raise TypeError(f"{what} has dtype {arr.dtype} but the earlier members' logits are {before}")
+            problem = logits_problem(arr[None], probs[name][None], member_offset=index)
+            if problem is not None:
+                raise ValueError(f"{what}: {problem[1]}")
+            out[name] = arr
+        return out
+
+    def set_scores(self, name: str, values: Mapping[str, ArrayLike], *, direction: str) -> None:
+        """Record a method score (format 1.1, SPEC.md §4.4): one value per sample of every split, ``direction``
+        ``"uncertainty"`` (higher = more uncertain / more likely OOD) or ``"confidence"`` (higher = more certain).
+        Durable once it returns; calling it again with the same name replaces the score."""
+        if not is_score_name(name):
+            raise ValueError(f"score name {name!r} must match {SPLIT_NAME.pattern} and not be one of "
+                             f"{RESERVED_SCORE_NAMES}")
+        if direction not in SCORE_DIRECTIONS:
+            raise ValueError(f"direction must be one of {SCORE_DIRECTIONS}; found {direction!r}")
+        if set(values) != set(self._splits):
+            raise ValueError(f"score {name!r} must have exactly the splits {sorted(self._splits)}; found "
+                             f"{sorted(values)}")
+        checked = {}
+        for split, (_, n, _, _) in self._splits.items():
+            arr = np.asarray(values[split])
+            what = f"score {name!r} of split {split!r}"
+            if arr.dtype.kind not in "fiu" or arr.shape != (n,):
+                raise ValueError(f"{what} must be a float array of shape ({n},); found {arr.dtype} {arr.shape}")
+            arr = arr.astype(arr.dtype if arr.dtype in (np.float32, np.float64) else np.float64)
+            problem = scores_problem(arr)
+            if problem is not None:
+                raise ValueError(f"{what}: {problem[1]}")
+            checked[split] = arr
+        folder = self.partial_dir / "scores"
+        folder.mkdir(exist_ok=True)
+        with atomic_path(folder / f"{name}.h5") as tmp, h5py.File(tmp, "w") as f:
+            f.attrs["direction"] = direction
+            for split, arr in checked.items():
+                f.create_dataset(split, data=arr)
 
     def set_scalability(
         self,
@@ -361,9 +435,11 @@ def _checked_probs(probs: ArrayLike, split: str, shape: tuple[int, int], member:
         raise TypeError(f"{what} must be float32 or float64; found dtype {arr.dtype}")
     if arr.shape != shape:
         raise ValueError(f"{what} must have shape {shape}; found {arr.shape}")
-    problem = probs_problem(arr[None], member_offset=member)
-    if problem is not None:
-        raise ValueError(f"{what}: {problem[1]}")
+    rows = max(1, BLOCK_BYTES // max(1, shape[1] * arr.itemsize))
+    for start in range(0, shape[0], rows):  # in blocks: the check's temporaries stay small for any member
+        problem = probs_problem(arr[None, start:start + rows], start=start, member_offset=member)
+        if problem is not None:
+            raise ValueError(f"{what}: {problem[1]}")
     return arr
 
 
@@ -404,8 +480,15 @@ def finalize_partial(partial_dir: str | Path, *, compression: str | None = None,
         head.copy("splits", f)
         n_classes = int(head.attrs["n_classes"])
         _write_members_table(f, members)
+        with h5py.File(members[0], "r") as m:
+            stacks = ("probs", "logits") if "logits" in m else ("probs",)
         for name in f["splits"]:
-            _write_probs(f["splits"][name], name, members, n_classes, compression)
+            for key in stacks:
+                _write_probs(f["splits"][name], name, members, n_classes, compression, key=key)
+        scores = sorted((partial_dir / "scores").glob("*.h5")) if (partial_dir / "scores").is_dir() else []
+        _write_scores(f["splits"], scores)
+        # The lowest version that holds what the file holds: 1.0 readers then read it without a note.
+        f.attrs["ubench_format_version"] = CURRENT.version if len(stacks) > 1 or scores else V1_0.version
         if scalability:
             g = f.create_group("scalability")
             g.attrs["ubench_kind"] = "scalability"
@@ -434,15 +517,32 @@ def _write_members_table(f: h5py.File, members: list[Path]) -> None:
         g.create_dataset(key, data=np.array([str(r[key]) for r in rows], dtype=h5py.string_dtype()))
 
 
-def _write_probs(split: h5py.Group, name: str, members: list[Path], n_classes: int, compression: str | None) -> None:
+def _write_scores(splits: h5py.Group, files: list[Path]) -> None:
+    """SPEC.md §4.4: ``/splits/<split>/scores/<name>`` from the partial run's ``scores/<name>.h5`` files."""
+    for path in files:
+        with h5py.File(path, "r") as s:
+            for split in splits:
+                g = splits[split].require_group("scores")
+                g.attrs["ubench_kind"] = "scores"
+                ds = g.create_dataset(path.stem, data=s[split][()])
+                ds.attrs["direction"] = str(s.attrs["direction"])
+
+
+def _write_probs(split: h5py.Group, name: str, members: list[Path], n_classes: int, compression: str | None,
+                 key: str = "probs") -> None:
+    """The (M, N, C) stack ``key`` (``probs`` or ``logits``) of one split, chunked as SPEC.md §7 recommends."""
     n = int(split.attrs["n_samples"])
     with h5py.File(members[0], "r") as m:
-        dtype = m[f"probs/{name}"].dtype
+        dtype = m[f"{key}/{name}"].dtype
     target = max(n_classes * dtype.itemsize, min(DEFAULT_CHUNK_BYTES, CHUNK_CACHE_BYTES // len(members)))
     kwargs: dict[str, Any] = {"chunks": chunk_shape(n, n_classes, dtype.itemsize, target)}
     if compression == "deflate":
         kwargs.update(shuffle=True, compression="gzip", compression_opts=DEFAULT_DEFLATE)
-    ds = split.create_dataset("probs", shape=(len(members), n, n_classes), dtype=dtype, **kwargs)
+    ds = split.create_dataset(key, shape=(len(members), n, n_classes), dtype=dtype, **kwargs)
+    chunk_rows = kwargs["chunks"][1]
+    rows = max(1, BLOCK_BYTES // (chunk_rows * n_classes * dtype.itemsize)) * chunk_rows
     for k, p in enumerate(members):
         with h5py.File(p, "r") as m:
-            ds[k] = m[f"probs/{name}"][()]
+            src = m[f"{key}/{name}"]
+            for start in range(0, n, rows):  # whole chunks at a time: memory holds a block, not a member
+                ds[k, start:start + rows] = src[start:start + rows]

@@ -2,7 +2,9 @@
 """Reproduce the producers' quality bar on Fashion-MNIST with the MLP (784-200-200-10); not part of CI.
 
 Trains a 5-member deep ensemble, SGD, MC dropout, SWAG-diagonal, SGHMC and cSGLD, and issue #12's VI, KFAC-Laplace,
-SWA, SWAG-Dropout, the deep ensemble with test-time augmentation (and subspace ESS where the registry has it),
+SWA, SWAG-Dropout, the deep ensemble with test-time augmentation (and subspace ESS where the registry has it), and
+issue #31's BatchEnsemble, Packed-Ensembles, MIMO, MC batch norm, evidential, SNGP and DDU (the last three also with
+their own score's OOD AUROC),
 through ``ubench produce``'s library entry point (each method's defaults: URSABench's tuned MLP values for the
 samplers, swa_gaussian's scale for SWAG) and scores every archive with ``ubench.metrics``: accuracy, NLL, Brier and
 ECE of the ensemble mean; calibrated log-likelihood (CLL: Pitfalls' test-time cross-validation,
@@ -67,11 +69,22 @@ _ALL_RUNS = [
     ("SWAG-Dropout", "swag_dropout", 12, {"epochs": 20, "swa_epochs": 12}),
     ("deep ensemble + TTA", "deep_ensemble+tta", 5, {"epochs": 20}),
     ("subspace ESS", "subspace_ess", 12, {}),
+    # issue #31: the peers' methods at their defaults for 20 epochs; the single models report their own score's
+    # OOD AUROC beside the predictive entropy's (columns "own score")
+    ("BatchEnsemble", "batch_ensemble", 4, {"epochs": 20}),
+    ("Packed-Ensembles", "packed_ensembles", 4, {"epochs": 20}),
+    ("MIMO", "mimo", 3, {"epochs": 20}),
+    ("MC batch norm", "mc_batchnorm", 12, {"epochs": 20}),
+    ("evidential", "evidential", 1, {"epochs": 20}),
+    ("SNGP", "sngp", 1, {"epochs": 20}),
+    ("DDU", "ddu", 1, {"epochs": 20}),
 ]
 RUNS = [r for r in _ALL_RUNS if r[1].removesuffix("+tta") in METHODS]
 COLUMNS = [("members", "M", "{}"), ("accuracy", "accuracy", "{:.4f}"), ("nll", "NLL", "{:.4f}"),
            ("cll", "CLL", "{:.4f}"), ("dee", "DEE", "{:.2f}"), ("ood_auroc_mnist", "OOD AUROC MNIST", "{:.4f}"),
-           ("ood_auroc_notmnist", "OOD AUROC notMNIST", "{:.4f}"), ("minutes", "minutes", "{:.1f}")]
+           ("ood_auroc_notmnist", "OOD AUROC notMNIST", "{:.4f}"), ("own_score", "own score", "{}"),
+           ("ood_auroc_own_mnist", "own-score OOD AUROC MNIST", "{:.4f}"),
+           ("ood_auroc_own_notmnist", "own-score OOD AUROC notMNIST", "{:.4f}"), ("minutes", "minutes", "{:.1f}")]
 
 
 def machine() -> dict:
@@ -121,14 +134,17 @@ def score(path: Path, reference) -> dict:
         "accuracy": accuracy_score(mean, labels),
         "nll": nll_loss(mean, labels),
         "cll": cal.cll,
-        "dee": None if dee is None else dee.dee,
-        "dee_lower": None if dee is None else dee.lower,
-        "dee_upper": None if dee is None else dee.upper,
+        # below one deep-ensemble member: null with the flag (read "< 1"), as the reports give it, never 1
+        "dee": None if dee is None or dee.below_reference else dee.dee,
+        "dee_lower": None if dee is None or dee.lower_below else dee.lower,
+        "dee_upper": None if dee is None or dee.upper_below else dee.upper,
         "dee_beyond_reference": None if dee is None else dee.beyond_reference,
+        "dee_below_reference": None if dee is None else dee.below_reference,
         "brier": brier_loss(mean, labels),
         "ece": expected_calibration_error(mean, labels),
         **{f"ood_auroc_{name}": ood_detection_scores(probs, a.probs[f"ood_{name}"].astype(np.float64))[
             "entropy"].auroc for name in ("mnist", "notmnist")},
+        **own_score(a),
         "minutes": (sc.get("train_seconds", float("nan")) + sc.get("predict_seconds", 0.0)) / 60.0,
         "hyperparameters": a.header.config.get("hyperparameters", {}),
         "producer": a.header.config.get("producer"),
@@ -136,11 +152,29 @@ def score(path: Path, reference) -> dict:
     }
 
 
+def own_score(a) -> dict:
+    """The method's own score (format 1.1, the first it declares) and its OOD AUROC against MNIST and notMNIST
+    (positive = OOD, a ``confidence`` score negated); ``None`` for methods without one."""
+    from ubench.metrics import auroc_score
+
+    declared = a.header.splits["test"].scores
+    if not declared:
+        return {"own_score": None, "ood_auroc_own_mnist": None, "ood_auroc_own_notmnist": None}
+    name, direction = next(iter(declared.items()))
+    sign = 1.0 if direction == "uncertainty" else -1.0
+    out = {"own_score": name}
+    for ood in ("mnist", "notmnist"):
+        neg, pos = a.scores["test"][name], a.scores[f"ood_{ood}"][name]
+        out[f"ood_auroc_own_{ood}"] = auroc_score(sign * np.concatenate([neg, pos]),
+                                                  np.r_[np.zeros(len(neg)), np.ones(len(pos))].astype(int))
+    return out
+
+
 def markdown(doc: dict) -> str:
     """The README table of a results document."""
     lines = ["| method | " + " | ".join(h for _, h, _ in COLUMNS) + " |", "|---" * (len(COLUMNS) + 1) + "|"]
     for r in doc["rows"]:
-        lines.append(f"| {r['method']} | " + " | ".join("n/a" if r[k] is None else fmt.format(r[k])
+        lines.append(f"| {r['method']} | " + " | ".join("n/a" if r.get(k) is None else fmt.format(r[k])
                                                         for k, _, fmt in COLUMNS) + " |")
     return "\n".join(lines)
 

@@ -12,7 +12,18 @@ import click
 __all__ = ["latency"]
 
 
-@click.command()
+_LATENCY_EXIT_CODES = ("Exit codes: 0 timed (the result printed); 1 an extra the backend needs is not installed "
+                       "(its pip install line printed); 2 usage error, or models, a device or a backend that cannot "
+                       "be used (the reason printed).")
+_DISTILL_EXIT_CODES = ("Exit codes: 0 the student's archive written (its path printed); 1 an archive error (the output "
+                       "exists) or the edge or torch extra not installed (its pip install line printed); 2 usage "
+                       "error, or a teacher or models that cannot be used (the reason printed).")
+#: The extra each --backend needs (``ubench/extras.py``).
+_BACKEND_EXTRAS = {"onnxruntime": ("edge", ("onnxruntime",)), "torch": ("torch", ("torch",)),
+                   "torch-compile": ("torch", ("torch",)), "tensorrt": ("edge-trt", ("tensorrt",))}
+
+
+@click.command(epilog=_LATENCY_EXIT_CODES)
 @click.argument("models_dir", type=click.Path(exists=True, file_okay=False, path_type=Path))
 @click.option("--backend", type=click.Choice(("onnxruntime", "torch", "torch-compile", "tensorrt")),
               default="onnxruntime", show_default=True)
@@ -49,8 +60,11 @@ def latency(models_dir, backend, precision, device, batch_sizes, warmup, iters, 
     ubench latency de.h5.models --record-into de.h5 && ubench score de.h5
     ubench latency de.h5.models --backend torch-compile --device cuda --precision fp16 --batch-size 128
     """
+    from ..extras import require
     from .latency import LatencyError, load_models, measure, what_fits
 
+    extra, modules = _BACKEND_EXTRAS[backend]
+    require(extra, what=f"--backend {backend}", modules=modules)
     try:
         models = load_models(models_dir)
         result = measure(models, backend=backend, batch_sizes=batch_sizes, warmup=warmup, iters=iters,
@@ -124,7 +138,7 @@ def _cll_curve(models_dir: Path, doc: dict) -> list[float] | None:
     return None if not curves else list(curves["metrics"]["cll"]["mean"])
 
 
-@click.command()
+@click.command(epilog=_DISTILL_EXIT_CODES)
 @click.argument("teacher", type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @click.option("--models", "models_dir", type=click.Path(exists=True, file_okay=False, path_type=Path), default=None,
               help="The teacher's exported models. [default: TEACHER.models]")
@@ -143,6 +157,9 @@ def distill(teacher, models_dir, student, out, epochs, lr, noise_std, seed, over
     ubench produce deep_ensemble --dataset digits --members 5 --save-models --out de.h5
     ubench distill de.h5 --student mlp --out student.h5 && ubench score student.h5
     """
+    from ..extras import require
+
+    require("edge", "torch", what="ubench distill")
     from ..archive_schema import ArchiveError
     from .distill import distill as run
     from .latency import LatencyError

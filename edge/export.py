@@ -73,6 +73,9 @@ def member_sampling(method) -> str:
             "drawn on the host by torch's generator: input preprocessing, not a network, so there is no member "
             "graph to export; produce the method without --tta to export its networks and crop in the serving "
             "pipeline")
+    if not getattr(cls, "exportable", True):  # issue #31: heads of one network, batch-statistics members, ...
+        raise NotExportable(f"--save-models: {cls.name}'s members are not separate networks ubench exports "
+                            "(" + str(getattr(cls, "not_exportable_because", "their predictor is not one graph")) + ")")
     weights = cls.member_kind == "posterior_sample"
     graph = bool(getattr(cls, "test_time_dropout", False))
     return {(False, False): "none", (True, False): "weights", (False, True): "in_graph",

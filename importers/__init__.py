@@ -4,8 +4,10 @@ released HDF5 predictions, ``.pt`` tensors) turned into ubench archives by ``ube
 
 One module per format; ``plan`` holds what they share: the conversion of logits / log-probabilities to
 probabilities in bounded row chunks, the check of a claimed kind (a wrong claim names the file, key and first bad
-index), and the streamed, atomic write through ``archive_schema.ArchiveWriter`` (one member in memory at a time;
-nothing at the target unless the whole import succeeded). ``plan.write_plan`` is the Python entry point.
+index), the size checks of what a source declares (``--max-bytes``, free disk, file-size limit) before anything is
+read or written, and the streamed, atomic write through ``archive_schema.ArchiveWriter`` (a chunk of rows in memory,
+never a whole member; nothing at the target unless the whole import succeeded). ``plan.write_plan`` is the Python
+entry point.
 """
 
 from .kinds import KINDS, ImportFailure

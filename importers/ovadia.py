@@ -20,18 +20,26 @@ import re
 from pathlib import Path
 from typing import Any
 
-import h5py
 import numpy as np
 
 from ..archive_schema import SplitSpec
-from .plan import ImportFailure, ImportPlan, Member, check_labels
+from ..archive_schema.safe_h5py import h5py
+from ..archive_schema.scan import open_dataset, open_walked
+from ..archive_schema.spec import ReadLimits
+from .plan import (DEFAULT_MAX_BYTES, ImportFailure, ImportPlan, Member, check_declared, check_labels,
+                   label_shape_problem)
 
-__all__ = ["plan_ovadia", "methods_of", "OOD_SETS", "split_role"]
+__all__ = ["plan_ovadia", "methods_of", "OOD_SETS", "split_role", "RELEASE_LIMITS"]
 
 OOD_SETS = ("fashion_mnist", "not_mnist", "notmnist", "svhn", "svhn_cropped", "celeb_a", "imagenet_resized", "lm1b")
 SKIPPED = ("train", "valid")
 MEAN_ONLY = ("ensemble", "dropout", "svi", "ll_dropout", "ll_svi", "dropout_nofirst")
 _SHIFT = re.compile(r"^(?:corrupt-static-)?(?P<kind>.+?)[-_](?P<value>\d+(?:\.\d+)?)$")
+#: A release file is read like an upload (``archive_schema.scan``: no external or soft links, no external raw
+#: storage, no virtual datasets, no filter outside deflate/shuffle/fletcher32, chunk and compression bounds), but
+#: holds every method of a benchmark (ImageNet's: tens of GB), so its total declared size is not bounded here; what
+#: one import writes is (``max_bytes``).
+RELEASE_LIMITS = ReadLimits(max_total_bytes=2**50)
 
 
 def split_role(name: str, ood: tuple[str, ...] = OOD_SETS) -> dict[str, Any] | None:
@@ -49,26 +57,68 @@ def split_role(name: str, ood: tuple[str, ...] = OOD_SETS) -> dict[str, Any] | N
                         "<kind>-<intensity>; pass --ood {name} if it is an OOD set")
 
 
+def open_release(path: Path) -> tuple[h5py.File, set[str]]:
+    """The release file opened through the archives' safe layer, and the paths of the datasets that may be read;
+    ``ImportFailure`` naming the file, the HDF5 path and what is wrong (an external link, external storage, …)."""
+    scan, f, safe = open_walked(path, RELEASE_LIMITS)
+    errors = [x for x in scan.findings if x.severity == "error"]
+    if f is None or errors:
+        if f is not None:
+            f.close()
+        e = errors[0]
+        raise ImportFailure(f"{path}: {e.path}: {e.message} ({e.check}); release files are read like archives "
+                            "from strangers")
+    return f, safe
+
+
 def methods_of(path: Path) -> list[str]:
-    try:
-        with h5py.File(path, "r") as f:
-            return [k for k in f if isinstance(f[k], h5py.Group)]
-    except OSError as exc:
-        raise ImportFailure(f"{path}: not a readable HDF5 file ({exc})") from exc
+    f, _ = open_release(path)
+    with f:
+        return [k for k in f if isinstance(f[k], h5py.Group)]
+
+
+def _dataset(f: h5py.File, safe: set[str], hpath: str, where: str) -> h5py.Dataset:
+    """A dataset the walk judged safe, opened with external file references pointing nowhere."""
+    if hpath not in safe:
+        raise ImportFailure(f"{where}: {hpath} is not a plain dataset")
+    parent, _, name = hpath.rpartition("/")
+    return open_dataset(f[parent], name)
+
+
+class _Rows:
+    """One replicate's (N, C) probabilities of a release dataset, read and renormalised ``[a:b]`` rows at a time."""
+
+    def __init__(self, ds: h5py.Dataset, replicate: int | None, renorm: _Renormalised):
+        self.shape, self.dtype = tuple(ds.shape[-2:]), ds.dtype
+        self._ds, self._rep, self._renorm = ds, replicate, renorm
+
+    def __getitem__(self, rows: slice) -> np.ndarray:
+        block = self._ds[rows] if self._rep is None else self._ds[self._rep, rows]
+        return self._renorm(np.asarray(block))
 
 
 def plan_ovadia(path: Path, method: str, *, dataset: str, replicate: int = 0, model: str = "unknown",
-                ood: tuple[str, ...] = OOD_SETS) -> ImportPlan:
-    """Plan one method's archive from the release file ``path`` (module docstring)."""
+                ood: tuple[str, ...] = OOD_SETS, max_bytes: int = DEFAULT_MAX_BYTES) -> ImportPlan:
+    """Plan one method's archive from the release file ``path`` (module docstring), read through
+    ``archive_schema.scan``'s safe layer; its declared size is checked against ``max_bytes`` before labels or
+    values are read."""
     path = Path(path)
-    f = h5py.File(path, "r")
-    if method not in f:
-        raise ImportFailure(f"{path}: no METHOD group {method!r} (found {methods_of(path)})")
+    f, safe = open_release(path)
+    try:
+        return _plan(f, safe, path, method, dataset, replicate, model, ood, max_bytes)
+    except BaseException:
+        f.close()
+        raise
+
+
+def _plan(f, safe, path, method, dataset, replicate, model, ood, max_bytes) -> ImportPlan:
+    if method not in f or not isinstance(f[method], h5py.Group):
+        raise ImportFailure(f"{path}: no METHOD group {method!r} (found {[k for k in f]})")
     g = f[method]
     names = sorted(g, key=lambda k: (k != "test", k))  # the in-domain split first: it is the primary one
     if "test" not in names:
         raise ImportFailure(f"{path}:/{method}: no 'test' DATASET (found {names[:10]})")
-    splits: dict[str, SplitSpec] = {}
+    roles: dict[str, dict[str, Any]] = {}
     sources: dict[str, Any] = {}
     inferred: dict[str, str] = {}
     n_classes = None
@@ -79,9 +129,9 @@ def plan_ovadia(path: Path, method: str, *, dataset: str, replicate: int = 0, mo
         if role is None:
             inferred[name] = "skipped (training data)"
             continue
-        if "probs" not in g[name]:
+        if not isinstance(g[name], h5py.Group) or "probs" not in g[name]:
             raise ImportFailure(f"{where}: no 'probs' dataset")
-        probs = g[name]["probs"]
+        probs = _dataset(f, safe, f"/{method}/{name}/probs", where)
         rep = probs.ndim == 3
         if probs.ndim not in (2, 3) or (replicated is not None and rep != replicated):
             raise ImportFailure(f"{where}/probs: expected (5, N, C) or (N, C) like the other splits; "
@@ -92,19 +142,18 @@ def plan_ovadia(path: Path, method: str, *, dataset: str, replicate: int = 0, mo
         c = probs.shape[-1]
         if n_classes is not None and c != n_classes:
             raise ImportFailure(f"{where}/probs: {c} classes, the other splits {n_classes}")
-        n_classes, n = c, probs.shape[-2]
-        y = None
-        if role["role"] != "ood" and "labels" in g[name]:
-            lab = g[name]["labels"]
-            y = np.asarray(lab[replicate] if lab.ndim == 2 else lab[()])
-            if y.dtype.kind == "f":
-                y = y.astype(np.int64)
-            y = check_labels(y.astype(np.int64), c, n, f"{where}/labels")
-        splits[name] = SplitSpec(role=role["role"], dataset=role.get("dataset", dataset), labels=y,
-                                 n_samples=None if y is not None else n, shift_kind=role.get("shift_kind"),
-                                 shift_intensity=role.get("shift_intensity"))
-        sources[name] = (probs, rep)
+        n_classes = c
+        roles[name], sources[name] = role, (probs, rep)
         inferred[name] = ", ".join(f"{k} {v}" for k, v in role.items())
+    sizes = {name: probs.shape[-2] for name, (probs, _) in sources.items()}
+    check_declared(f"{path}:/{method}", 1, sizes, n_classes, 4, max_bytes)
+    splits: dict[str, SplitSpec] = {}
+    for name, role in roles.items():
+        y = None if role["role"] == "ood" else _labels(f, safe, f"/{method}/{name}", f"{path}:/{method}/{name}",
+                                                      replicate, n_classes, sizes[name])
+        splits[name] = SplitSpec(role=role["role"], dataset=role.get("dataset", dataset), labels=y,
+                                 n_samples=None if y is not None else sizes[name], shift_kind=role.get("shift_kind"),
+                                 shift_intensity=role.get("shift_intensity"))
     notes = []
     if not replicated:
         replicate_note = "none (no replicate axis)"
@@ -127,11 +176,11 @@ def plan_ovadia(path: Path, method: str, *, dataset: str, replicate: int = 0, mo
             notes.append(f"{name}: {fixed} rows short of 1 by at most C*1e-6 (the release rounded p < 1e-6 to 0) "
                          "were divided by their sum")
 
-    def thunk(name):
+    def rows(name):
         probs, rep = sources[name]
-        return renorm(np.asarray(probs[replicate] if rep else probs[()]))
+        return _Rows(probs, replicate if rep else None, renorm)
 
-    member = Member({k: (lambda k=k: thunk(k)) for k in sources},
+    member = Member({k: (lambda k=k: rows(k)) for k in sources},
                     {k: f"{path}:/{method}/{k}/probs" + (f"[{replicate}]" if replicated else "") for k in sources},
                     kind="point", info={"replicate": replicate if replicated else -1,
                                         "mean_of_members": method in MEAN_ONLY})
@@ -143,7 +192,22 @@ def plan_ovadia(path: Path, method: str, *, dataset: str, replicate: int = 0, mo
             f.close()
 
     return ImportPlan(method=method, model=model, dataset=dataset, n_classes=n_classes, splits=splits,
-                      members=members(), stored_kind="probs", config=config, notes=notes)
+                      members=members(), stored_kind="probs", config=config, notes=notes, n_members=1)
+
+
+def _labels(f, safe, group: str, where: str, replicate: int, n_classes: int, n: int) -> np.ndarray | None:
+    """A split's labels (replicate ``replicate`` of (5, N), or (N,)), their declared shape checked first."""
+    if "labels" not in f[group]:
+        return None
+    lab = _dataset(f, safe, f"{group}/labels", where)
+    shape = lab.shape[1:] if lab.ndim == 2 else lab.shape
+    problem = label_shape_problem(tuple(shape), lab.dtype, n)
+    if problem is not None:
+        raise ImportFailure(f"{where}/labels: {problem}")
+    if lab.ndim == 2 and not 0 <= replicate < lab.shape[0]:
+        raise ImportFailure(f"{where}/labels: --replicate {replicate} outside [0, {lab.shape[0]})")
+    y = np.asarray(lab[replicate] if lab.ndim == 2 else lab[()])
+    return check_labels(y.astype(np.int64), n_classes, n, f"{where}/labels")
 
 
 class _Renormalised:

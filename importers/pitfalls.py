@@ -24,8 +24,8 @@ from typing import Any
 import numpy as np
 
 from ..archive_schema import SplitSpec
-from .plan import ImportFailure, ImportPlan, Member, check_labels, load_labels
-from .npz import NpzStream, open_npy
+from .npz import NpzStream, npz_keys, open_npy, read_npz_labels, stream_rows
+from .plan import DEFAULT_MAX_BYTES, ImportFailure, ImportPlan, Member, check_declared, check_labels, load_labels
 
 __all__ = ["plan_pitfalls", "CACHE_NAME", "DATASETS"]
 
@@ -38,8 +38,10 @@ DATASETS = {"CIFAR10": "cifar10", "CIFAR100": "cifar100", "ImageNet": "imagenet"
 
 
 def plan_pitfalls(sources: list[Path], *, dataset: str | None = None, method: str | None = None,
-                  model: str | None = None, labels: Path | None = None) -> ImportPlan:
-    """Plan the import of one ensemble cache or of a list of per-member ``.npz`` files (module docstring)."""
+                  model: str | None = None, labels: Path | None = None,
+                  max_bytes: int = DEFAULT_MAX_BYTES) -> ImportPlan:
+    """Plan the import of one ensemble cache or of a list of per-member ``.npz`` files (module docstring); the
+    archive the files declare is checked against ``max_bytes`` before labels or values are read."""
     sources = [Path(p) for p in sources]
     if not sources:
         raise ImportFailure("give the Pitfalls files to import")
@@ -48,12 +50,12 @@ def plan_pitfalls(sources: list[Path], *, dataset: str | None = None, method: st
         if len(sources) != 1:
             raise ImportFailure(f"{caches[0]}: an ensemble cache is one archive; import caches one at a time "
                                 "(each holds the mean of n members, so they cannot be members of one archive)")
-        return _plan_cache(sources[0], dataset, method, model, labels)
+        return _plan_cache(sources[0], dataset, method, model, labels, max_bytes)
     snaps = [p for p in sources if SNAPSHOT_NAME.match(p.name)]
     if snaps:
         if len(sources) != 1:
             raise ImportFailure(f"{snaps[0]}: a snapshot-ensemble cache is one archive; import caches one at a time")
-        plan = _plan_members(sources, dataset, method or "snapshot_ensemble", model, labels)
+        plan = _plan_members(sources, dataset, method or "snapshot_ensemble", model, labels, max_bytes)
         n = int(SNAPSHOT_NAME.match(sources[0].name)["n"])
         plan.stored_kind = "probs"
         plan.config.update(stored_kind="probs", member_kind="point", ensemble_size=n,
@@ -66,21 +68,22 @@ def plan_pitfalls(sources: list[Path], *, dataset: str | None = None, method: st
     if bad:
         raise ImportFailure(f"{bad[0]}: expected train.py's per-member .npz (test_preds, test_targets) or an "
                             "ensemble cache named logits_<DATASET>-<MODEL>-<method>-<n>-<try>.npy")
-    return _plan_members(sources, dataset, method, model, labels)
+    return _plan_members(sources, dataset, method, model, labels, max_bytes)
 
 
-def _plan_cache(path: Path, dataset, method, model, labels) -> ImportPlan:
+def _plan_cache(path: Path, dataset, method, model, labels, max_bytes) -> ImportPlan:
     g = CACHE_NAME.match(path.name).groupdict()
     arr = open_npy(path)
     if arr.ndim != 2:
         raise ImportFailure(f"{path}: expected an (N, C) array; found shape {arr.shape}")
     n, c = arr.shape
+    check_declared(str(path), 1, {"test": n}, c, 4, max_bytes)
     dataset = dataset or DATASETS.get(g["dataset"], g["dataset"].lower())
     targets = labels or path.with_name(f"{g['dataset']}-targets.npy")
     if not Path(targets).exists():
         raise ImportFailure(f"{path}: labels not found at {targets} (the code's .megacache/<DATASET>-targets.npy); "
                             "pass --labels")
-    y = check_labels(load_labels(targets), c, n, str(targets))
+    y = check_labels(load_labels(targets, n=n), c, n, str(targets))
     config: dict[str, Any] = {
         "import_format": "pitfalls", "sources": [str(path)], "stored_kind": "log-probs",
         "layout": "ensemble cache (log of the mean of n members' probabilities)",
@@ -94,21 +97,10 @@ def _plan_cache(path: Path, dataset, method, model, labels) -> ImportPlan:
                     info={"ensemble_size": int(g["n"]), "try": int(g["try"]), "source": path.name})
     return ImportPlan(method=config["method"], model=config["model"], dataset=dataset, n_classes=c,
                       splits={"test": SplitSpec(role="in_domain", dataset=dataset, labels=y)}, members=[member],
-                      stored_kind="log-probs", config=config, notes=notes)
+                      stored_kind="log-probs", config=config, notes=notes, n_members=1)
 
 
-def _read(path: Path, key: str) -> np.ndarray:
-    try:
-        s = NpzStream(path, key)
-    except KeyError as exc:
-        raise ImportFailure(f"{path}: no array {key!r} (train.py saves test_preds and test_targets)") from exc
-    try:
-        return s.read_all()
-    finally:
-        s.close()
-
-
-def _plan_members(paths: list[Path], dataset, method, model, labels) -> ImportPlan:
+def _plan_members(paths: list[Path], dataset, method, model, labels, max_bytes) -> ImportPlan:
     if dataset is None:
         raise ImportFailure("per-member .npz files do not name their dataset; pass --dataset (e.g. cifar10)")
     heads = []
@@ -122,14 +114,15 @@ def _plan_members(paths: list[Path], dataset, method, model, labels) -> ImportPl
         if len(shape) != 2 or shape != heads[0]:
             raise ImportFailure(f"{p}:test_preds: expected (N, C) like {paths[0]}'s {heads[0]}; found {shape}")
     n, c = heads[0]
+    check_declared(f"{paths[0]}:test_preds", len(paths), {"test": n}, c, 4, max_bytes)
     if labels is not None:
-        y = check_labels(load_labels(labels), c, n, str(labels))
+        y = check_labels(load_labels(labels, n=n), c, n, str(labels))
         labels_from = str(labels)
     else:
-        y = _read(paths[0], "test_targets").astype(np.int64)
+        y = _targets(paths[0], n)
         check_labels(y, c, n, f"{paths[0]}:test_targets")
         for p in paths[1:]:
-            other = _read(p, "test_targets")
+            other = _targets(p, n)
             if len(other) != n or not np.array_equal(other, y):
                 i = int(np.argmax(other != y)) if len(other) == n else min(n, len(other))
                 raise ImportFailure(f"{p}:test_targets differ from {paths[0]}'s at index {i}: "
@@ -140,13 +133,18 @@ def _plan_members(paths: list[Path], dataset, method, model, labels) -> ImportPl
               "model": model or "unknown", "method": method or "deep_ensemble", "labels": labels_from,
               "n_members": len(paths), "member_kind": "independent",
               "split": f"test (role in_domain, dataset {dataset})"}
-    members = (Member({"test": (lambda p=p: _read(p, "test_preds"))}, {"test": f"{p}:test_preds"},
+    members = (Member({"test": (lambda p=p: stream_rows(p, "test_preds"))}, {"test": f"{p}:test_preds"},
                       info={"source": p.name}) for p in paths)
     return ImportPlan(method=config["method"], model=config["model"], dataset=dataset, n_classes=c,
                       splits={"test": SplitSpec(role="in_domain", dataset=dataset, labels=y)}, members=members,
-                      stored_kind="log-probs", config=config)
+                      stored_kind="log-probs", config=config, n_members=len(paths))
+
+
+def _targets(path: Path, n: int) -> np.ndarray:
+    if not _has(path, "test_targets"):
+        raise ImportFailure(f"{path}: no array 'test_targets' (train.py saves test_preds and test_targets)")
+    return read_npz_labels(path, "test_targets", n)
 
 
 def _has(path: Path, key: str) -> bool:
-    from .npz import _npz_keys
-    return key in _npz_keys(path)
+    return key in npz_keys(path)

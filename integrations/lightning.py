@@ -16,10 +16,13 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-import lightning.pytorch as pl
+from ..extras import require
 
-from ..archive_schema import SplitSpec
-from .torch import ArchiveWriter, labels_of
+require("lightning", "torch", what="ubench.integrations.lightning")
+import lightning.pytorch as pl  # noqa: E402
+
+from ..archive_schema import SplitSpec  # noqa: E402
+from .torch import ArchiveWriter, labels_of  # noqa: E402
 
 __all__ = ["ArchiveCallback"]
 

@@ -37,11 +37,11 @@ def log_report(report: dict[str, Any], *, tracking_uri: str | None = None, html_
     params ``method``, ``model``, ``dataset``, ``n_members``, ``archive_sha256``, ``protocol``; metrics
     :func:`headline_metrics`; artifacts ``ubench_report.json`` and, when given, the HTML report.
     """
-    try:
-        from mlflow.exceptions import MlflowException
-        from mlflow.tracking import MlflowClient
-    except ImportError as exc:
-        raise MlflowLogError("MLflow is not installed: pip install 'ubench[mlflow]'") from exc
+    from ..extras import require
+
+    require("mlflow", what="log_report")
+    from mlflow.exceptions import MlflowException
+    from mlflow.tracking import MlflowClient
     local = tracking_uri is not None and (tracking_uri.startswith("file:") or "://" not in tracking_uri)
     saved = os.environ.get("MLFLOW_ALLOW_FILE_STORE")
     try:

@@ -14,9 +14,13 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 import numpy as np
-import torch
 
-from ..archive_schema.writer import ArchiveWriter as _BaseWriter
+from ..extras import require
+
+require("torch", what="ubench.integrations.torch", modules=("torch",))
+import torch  # noqa: E402
+
+from ..archive_schema.writer import ArchiveWriter as _BaseWriter  # noqa: E402
 
 __all__ = ["ArchiveWriter", "predict_probs", "labels_of"]
 

@@ -14,6 +14,7 @@ from .calibration import (
     tace_error,
     uce_error,
 )
+from .calibration_debiased import debiased_calibration_error
 from .classification import (
     BrierDecomposition,
     accuracy_score,
@@ -76,6 +77,7 @@ __all__ = [
     "adaptive_calibration_error",
     "classwise_calibration_error",
     "tace_error",
+    "debiased_calibration_error",
     "reliability_bins",
     "ReliabilityBins",
     "uce_error",

@@ -397,15 +397,16 @@ def _tace(probs: NDArray, labels: NDArray, n_bins: int = DEFAULT_BINS, threshold
     binned class by class. Memory: one row block and one group, never a transposed copy of ``probs``.
     """
     n, c = probs.shape
+    t = np.float64(threshold)  # a float64 scalar: float32 input is compared on its exact value, not at float32
     counts = np.zeros(c, dtype=np.int64)
     for a, b in row_blocks(n, c):
-        counts += (probs[a:b] > threshold).sum(axis=0)
+        counts += (probs[a:b] > t).sum(axis=0)
     total = 0.0
     for lo, hi in _class_groups(counts, _TACE_GROUP_ENTRIES):
         values, classes, hits = [], [], []
         for a, b in row_blocks(n, c):
             blk = probs[a:b][:, lo:hi]
-            flat = np.flatnonzero(blk > threshold)
+            flat = np.flatnonzero(blk > t)
             rows, cls = np.divmod(flat, hi - lo)
             values.append(blk.reshape(-1)[flat] if blk.flags.c_contiguous else blk[rows, cls])
             classes.append(cls)
@@ -446,7 +447,7 @@ def tace_error(
     labels : ndarray of shape (n_samples,), integers in ``[0, n_classes)``
     n_bins : int, default=15
     threshold : float in ``[0, 1)``, default=1e-3
-        Only probabilities strictly above it are binned.
+        Only probabilities strictly above it are binned (compared in float64 on the exact input value).
 
     Returns
     -------

@@ -25,7 +25,10 @@ class DeeScore:
 
     ``dee`` is in ``[1, K]``. ``beyond_reference`` is True when the value lies above every point of the reference
     curve (``CLL_mean(k) < l`` for all k): ``dee`` is then ``K`` and means "more than K"; likewise
-    ``lower_beyond``/``upper_beyond`` for the bounds.
+    ``lower_beyond``/``upper_beyond`` for the bounds. ``below_reference`` is True when the value lies below the
+    reference's first point (``l < CLL_mean(1)``: worse than one member): ``dee`` is then ``1`` and means "less
+    than 1", never "as good as one member"; likewise ``lower_below``/``upper_below``. Reports show such a DEE as
+    ``null`` (``scoring/dee.py``).
     """
 
     dee: float
@@ -34,6 +37,9 @@ class DeeScore:
     beyond_reference: bool
     lower_beyond: bool
     upper_beyond: bool
+    below_reference: bool
+    lower_below: bool
+    upper_below: bool
 
     def to_dict(self) -> dict:
         return {k: getattr(self, k) for k in self.__dataclass_fields__}
@@ -50,21 +56,26 @@ class DeeCurve:
     beyond_reference: NDArray[np.bool_]
     lower_beyond: NDArray[np.bool_]
     upper_beyond: NDArray[np.bool_]
+    below_reference: NDArray[np.bool_]
+    lower_below: NDArray[np.bool_]
+    upper_below: NDArray[np.bool_]
 
     def to_dict(self) -> dict:
         return {k: getattr(self, k).tolist() for k in self.__dataclass_fields__}
 
 
-def _first_crossing(curve: NDArray[np.float64], level: float) -> tuple[float, bool]:
-    """Smallest real k in [1, K] with the linear interpolation of ``curve`` (at k = 1..K) >= level."""
+def _first_crossing(curve: NDArray[np.float64], level: float) -> tuple[float, bool, bool]:
+    """``(k, beyond, below)``: the smallest real k in [1, K] with the linear interpolation of ``curve`` (at
+    k = 1..K) >= level; ``beyond`` when no point reaches the level (k = K), ``below`` when the level is under the
+    first point (k = 1, read "less than 1")."""
     if curve[0] >= level:
-        return 1.0, False  # floor: one network
+        return 1.0, False, bool(curve[0] > level)
     above = np.flatnonzero(curve >= level)
     if above.size == 0:
-        return float(curve.shape[0]), True
+        return float(curve.shape[0]), True, False
     j = int(above[0])  # curve[j - 1] < level <= curve[j]; sizes j and j + 1
     lo, hi = curve[j - 1], curve[j]
-    return float(j + (level - lo) / (hi - lo)), False
+    return float(j + (level - lo) / (hi - lo)), False, False
 
 
 def _check_reference(mean: ArrayLike, std: ArrayLike) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
@@ -85,10 +96,11 @@ def _check_reference(mean: ArrayLike, std: ArrayLike) -> tuple[NDArray[np.float6
 
 
 def _dee(level: float, mean: NDArray, std: NDArray) -> DeeScore:
-    d, b = _first_crossing(mean, level)
-    lo, lb = _first_crossing(mean + std, level)
-    up, ub = _first_crossing(mean - std, level)
-    return DeeScore(dee=d, lower=lo, upper=up, beyond_reference=b, lower_beyond=lb, upper_beyond=ub)
+    d, b, w = _first_crossing(mean, level)
+    lo, lb, lw = _first_crossing(mean + std, level)
+    up, ub, uw = _first_crossing(mean - std, level)
+    return DeeScore(dee=d, lower=lo, upper=up, beyond_reference=b, lower_beyond=lb, upper_beyond=ub,
+                    below_reference=w, lower_below=lw, upper_below=uw)
 
 
 def dee_score(cll: float, reference_cll_mean: ArrayLike, reference_cll_std: ArrayLike) -> DeeScore:
@@ -105,7 +117,8 @@ def dee_score(cll: float, reference_cll_mean: ArrayLike, reference_cll_std: Arra
     -------
     DeeScore
         ``dee``, ``lower``, ``upper`` in ``[1, K]`` with ``lower <= dee <= upper`` for a monotone reference;
-        flags when a value lies beyond the reference (``dee = K`` then reads "more than K").
+        flags when a value lies beyond the reference (``dee = K`` then reads "more than K") or below its first
+        point (``dee = 1`` then reads "less than 1": worse than one deep-ensemble member).
 
     Raises
     ------
@@ -118,11 +131,14 @@ def dee_score(cll: float, reference_cll_mean: ArrayLike, reference_cll_std: Arra
               \mathrm{DEE}_{\mathrm{lower/upper}}(l) = \min\{k : \mathrm{CLL}_{\mathrm{mean}}(k) \pm
               \mathrm{CLL}_{\mathrm{std}}(k) \ge l\}
 
-    with the CLL curves linearly interpolated between integer k; a value at or below ``CLL(1)`` gives 1.
+    with the CLL curves linearly interpolated between integer k; a value at ``CLL(1)`` gives 1, a value below it
+    gives 1 with ``below_reference`` set.
 
     Convention: the Pitfalls paper (Eqs. 4-5) writes the bounds with ``mean -/+ std`` for upper/lower; ubench
-    does the same (the optimistic curve ``mean + std`` is reached sooner, so it gives the lower bound), floors at
-    one network, and flags values beyond the reference instead of capping them silently. The interpolation equals
+    does the same (the optimistic curve ``mean + std`` is reached sooner, so it gives the lower bound). The
+    notebook's ``dee`` floors a value below ``CLL(1)`` at 1 without saying so, which reads as "as good as one
+    member"; ubench returns the same 1 but flags it (``below_reference``), as it flags values beyond the
+    reference instead of capping them silently, and its reports show such a DEE as ``null`` ("< 1"). The interpolation equals
     the Pitfalls DEE notebook's ``dee`` (pinned in ``tests/metrics/test_protocol.py``). With the reference of
     :func:`dee_reference` the std is over member orders with the CV halvings redrawn per order (ddof=1), as over
     the code's 5 tries, so the band is not empty at k = K. The notebook walks the reference once along a
@@ -139,6 +155,9 @@ def dee_score(cll: float, reference_cll_mean: ArrayLike, reference_cll_std: Arra
     >>> s = dee_score(-0.75, [-1.0, -0.8, -0.7], [0.0, 0.0, 0.0])
     >>> s.dee, s.beyond_reference
     (2.5, False)
+    >>> s = dee_score(-1.2, [-1.0, -0.8, -0.7], [0.0, 0.0, 0.0])
+    >>> s.dee, s.below_reference
+    (1.0, True)
     """
     cll = float(cll)
     if not np.isfinite(cll):
@@ -187,6 +206,9 @@ def dee_curve(method_cll: ArrayLike, reference_cll_mean: ArrayLike, reference_cl
         beyond_reference=np.array([s.beyond_reference for s in scores], dtype=bool),
         lower_beyond=np.array([s.lower_beyond for s in scores], dtype=bool),
         upper_beyond=np.array([s.upper_beyond for s in scores], dtype=bool),
+        below_reference=np.array([s.below_reference for s in scores], dtype=bool),
+        lower_below=np.array([s.lower_below for s in scores], dtype=bool),
+        upper_below=np.array([s.upper_below for s in scores], dtype=bool),
     )
 
 

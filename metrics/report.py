@@ -25,6 +25,8 @@ from . import report_sections as _sections
 from .decision import COST_PRESETS, cost_preset_for_dataset
 from .report_sections import *  # noqa: F403 -- the sections stay reachable as ubench.metrics.report.<name>
 from .report_sections import RENORMALISE_ABOVE, RowSums, SplitArrays, scores_for
+from .method_scores import MethodScore, method_scores_in_domain, method_scores_ood, method_scores_summary
+from .report_intervals import IntervalCollector
 from .shift_paper import _confidence_curves
 from .uncertainty import _confidence
 from .ensemble import _smooth
@@ -182,7 +184,12 @@ class ReportBuilder:
         # may be fitted on (a validation-named in-domain split, else the primary one), and the one chosen.
         self._ts_sources: dict[str, tuple[str, Any, int]] = {}
         self._shift_ts: dict[str, Any] | None = None
+        self._method_scores: dict[str, Mapping[str, MethodScore]] = {}  # issue #31: split -> its method scores
         self.cost_preset, self.cost_matrix = self._decision_cost_matrix(dataset)
+        # per-sample statistics for the report's confidence intervals (metrics/report_intervals.py); score.py
+        # sets intervals.units to each split's sample-ids digest
+        self.intervals = IntervalCollector(protocol, scores=self.scores, cost_preset=self.cost_preset,
+                                           cost_matrix=self.cost_matrix)
         if self.n_members == 1:
             self.notes.append("one member: its knowledge uncertainty (mutual information) is 0 for every sample, "
                               "so the knowledge-based detection scores (*_knowledge, aurc_knowledge) are null")
@@ -214,6 +221,12 @@ class ReportBuilder:
 
     def note(self, text: str) -> None:
         self.notes.append(text)
+
+    def add_method_scores(self, name: str, scores: Mapping[str, MethodScore]) -> None:
+        """A split's method and logit scores (``ubench.metrics.method_scores``); give them before the split's
+        ``add_*`` call."""
+        if scores:
+            self._method_scores[name] = scores
 
     def add_in_domain(self, name: str, arrays: SplitArrays, labels: NDArray | None, *, progress=None) -> None:
         """An in-domain split: its metrics, calibrated protocol and member curves (only if labelled)."""
@@ -267,7 +280,12 @@ class ReportBuilder:
                     arrays.member_probs, labels, placement=p.placement, orders=p.orders, repeats=p.repeats,
                     seed=p.seed, eps=p.eps, smoothing=p.smoothing,
                     progress=None if progress is None else (lambda done, total: progress(task, done, total)))
+        if name in self._method_scores:
+            sec["method_scores"], ms_notes = method_scores_in_domain(arrays.mean_probs, labels,
+                                                                     self._method_scores[name], tpr=p.tpr)
+            sec["notes"] = sec["notes"] + ms_notes
         self.sections["in_domain"][name] = sec
+        self.intervals.add_labelled("in_domain", name, arrays, labels, sec)
         if name == self.primary:
             self._primary_arrays = arrays.scores_only()  # OOD splits need its scores, not its (N, C) mean
         if p.shift_temperature and n >= 2:
@@ -306,6 +324,7 @@ class ReportBuilder:
                 sec["temperature_scaled"] = {k: core[k] for k in ("accuracy", "nll", "brier", "ece")}
         sec.update(shift_kind=kind, shift_intensity=float(intensity))
         self.sections["shift"][name] = sec
+        self.intervals.add_labelled("shift", name, arrays, labels, sec)
 
     def shift_temperature(self, fitted: dict[str, Any] | None = None) -> dict[str, Any] | None:
         """The shift temperature (fitted once, from the in-domain splits added so far: call it after all of
@@ -340,11 +359,14 @@ class ReportBuilder:
         """What adding split ``name`` left in this builder, for a builder that was given only that split (its
         constructor's notes cleared): the part of the report a worker computes (``scoring/score_parallel.py``),
         merged into the report's builder by :meth:`absorb`. Small: sections and (N,) scores, no (N, C) array."""
+        iv = self.intervals
         return {"notes": list(self.notes), "rows": self._rows.get(name),
                 "in_domain": self.sections["in_domain"].get(name), "shift": self.sections["shift"].get(name),
                 "primary": self._primary_arrays if name == self.primary else None, "ood": self._ood.get(name),
                 "ood_own": self._ood_own.get(name),
-                "ts_sources": {k: v for k, v in self._ts_sources.items() if v[0] == name}}
+                "ts_sources": {k: v for k, v in self._ts_sources.items() if v[0] == name},
+                "method_scores": self._method_scores.get(name),
+                "intervals": (iv.stats[name], iv.roles[name], iv.arrays[name]) if name in iv.stats else None}
 
     def absorb(self, name: str, result: dict[str, Any]) -> None:
         """Merge a :meth:`split_result` of split ``name``; merged in scoring order, the report is the one of
@@ -361,6 +383,11 @@ class ReportBuilder:
             self._ood[name], self._ood_own[name] = result["ood"], result["ood_own"]
         for role, source in result["ts_sources"].items():
             self._ts_sources.setdefault(role, source)
+        if result["method_scores"] is not None:
+            self._method_scores[name] = result["method_scores"]
+        if result["intervals"] is not None:
+            iv = self.intervals
+            iv.stats[name], iv.roles[name], iv.arrays[name] = result["intervals"]
 
     def _row_sums(self) -> dict[str, Any]:
         worst_split, worst = None, RowSums()
@@ -378,7 +405,7 @@ class ReportBuilder:
 
     def finish(self) -> dict[str, Any]:
         """The report body: ``primary_split``, ``in_domain``, ``ood``, ``shift``, ``shift_summary``, ``summary``,
-        ``comparability``, ``row_sums`` and ``notes``."""
+        ``comparability``, ``method_scores``, ``row_sums`` and ``notes``."""
         p = self.p
         report: dict[str, Any] = dict(self.sections)
         if self._ood and self._primary_arrays is None:
@@ -390,7 +417,11 @@ class ReportBuilder:
                 sec.update(against=self.primary, n_samples=arrays.n_samples,
                            histograms=ood_histograms(self._primary_arrays, arrays, scores=self.scores),
                            roc_curves=ood_roc_curves(self._primary_arrays, arrays, scores=self.scores))
+                if name in self._method_scores and self.primary in self._method_scores:
+                    sec["method_scores"] = method_scores_ood(self._method_scores[self.primary],
+                                                             self._method_scores[name], tpr=p.tpr)
                 report["ood"][name] = sec
+                self.intervals.add_ood(name, self._primary_arrays, arrays, self.primary)
         report["shift_summary"] = shift_summary_section(report["shift"]) if report["shift"] else None
         if report["shift_summary"] is not None and self._shift_ts:
             report["shift_summary"]["temperature"] = self._shift_ts
@@ -398,6 +429,10 @@ class ReportBuilder:
         report["summary"] = headline(report, primary, calibrated=p.temperature_scaling)
         report["comparability"] = comparability(report["summary"])
         report["primary_split"] = primary
+        report["method_scores"] = method_scores_summary(
+            (report["in_domain"].get(primary) or {}).get("method_scores"),
+            {n: sec["method_scores"] for n, sec in report["ood"].items() if "method_scores" in sec}) or None
         report["row_sums"] = self._row_sums()
+        self.intervals.finish(report)
         report["notes"] = self.notes
         return report

@@ -39,6 +39,7 @@ from .calibration import (
     _tace,
     _uce,
 )
+from .calibration_debiased import _debiased_error
 from .classification import _accuracy, _brier_per_sample, _nll, _predictions
 from .decision import _check_cost, _decision_cost, cost_matrix_preset
 from .ensemble import _ensemble_mean, _smooth
@@ -305,8 +306,10 @@ def _float_list(a: NDArray) -> list[float]:
 
 
 def core_metrics(probs: NDArray, labels: NDArray, *, bins: int, eps: float, smoothing: float) -> dict[str, float]:
-    """accuracy, nll, brier, ece, tace, uce of one predictive distribution (validated (N, C) and labels); only NLL
-    sees ``smoothing`` (the ``ursabench`` preset in ``scoring/protocols.py`` says why)."""
+    """accuracy, nll, brier, ece, tace, uce and the debiased L2 calibration error ``l2_ce_debiased`` (Kumar et al.
+    2019) of one predictive distribution (validated (N, C) and labels); only NLL sees ``smoothing`` (the
+    ``ursabench`` preset in ``scoring/protocols.py`` says why)."""
+    conf = probs[np.arange(probs.shape[0]), _predictions(probs)].astype(np.float64)
     return {
         "accuracy": _accuracy(probs, labels),
         "nll": _nll(probs, labels, eps, smoothing),
@@ -314,6 +317,7 @@ def core_metrics(probs: NDArray, labels: NDArray, *, bins: int, eps: float, smoo
         "ece": _ece(probs, labels, bins),
         "tace": _tace(probs, labels, bins),
         "uce": _uce(probs, labels, bins),
+        "l2_ce_debiased": _debiased_error(conf, (_predictions(probs) == labels).astype(np.float64), bins),
     }
 
 

@@ -103,7 +103,8 @@ def fit_temperature(
     -------
     TemperatureFit
         ``temperature`` in ``bounds``; ``nll_before`` (``T = 1``) and ``nll_after`` on this data, with
-        ``nll_after <= nll_before``; ``hit_bound`` when the optimum is at an end of ``bounds``.
+        ``nll_after <= nll_before``; ``hit_bound`` when the optimum is at an end of ``bounds``; ``path``, the
+        solver that ran (``"one_pass"`` from ``N >= 16384`` rows when it certifies its answer, else ``"newton"``).
 
     Raises
     ------
@@ -163,7 +164,8 @@ def fit_temperature_from_logits(
     Returns
     -------
     TemperatureFit
-        As :func:`fit_temperature`; ``nll_before`` is the NLL of ``softmax(logits)``.
+        As :func:`fit_temperature`; ``nll_before`` is the NLL of ``softmax(logits)``; ``path`` is
+        ``"logit_passes"`` when the large-input path below certified its answer, else ``"newton"``.
 
     Notes
     -----

@@ -31,13 +31,17 @@ class TemperatureFit:
     """A fitted temperature: ``temperature`` in ``bounds``; NLLs at ``T = 1`` and at the fit, on the fit data.
 
     ``hit_bound`` is True when the optimum lies at (or beyond) an end of the search interval, e.g. a separable
-    fit split, whose NLL keeps falling as ``T -> 0``.
+    fit split, whose NLL keeps falling as ``T -> 0``. ``path`` says which solver produced it: ``"newton"`` (the
+    float64 safeguarded Newton iteration), ``"one_pass"`` (:func:`_fit_post_fused`, large probability input) or
+    ``"logit_passes"`` (:func:`_fit_logits_fast`, large logits); the two fast paths fall back to ``"newton"``
+    whenever they cannot certify their answer.
     """
 
     temperature: float
     nll_before: float
     nll_after: float
     hit_bound: bool
+    path: str = "newton"
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -422,7 +426,8 @@ def _fit_post_fused(x: NDArray, labels: NDArray, kind: str, eps: float, bounds) 
     nll = nll0 + h * (g0 + h * (0.5 * g1 + h * (g2 / 6.0 + h * g3 / 24.0)))
     if not nll < nll_one:
         return None
-    return TemperatureFit(temperature=float(1.0 / beta), nll_before=nll_one, nll_after=float(nll), hit_bound=False)
+    return TemperatureFit(temperature=float(1.0 / beta), nll_before=nll_one, nll_after=float(nll), hit_bound=False,
+                          path="one_pass")
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -619,7 +624,8 @@ def _fit_logits_fast(x: NDArray, labels: NDArray, bounds, max_passes: int = 4) -
     nll = nll0 + h * (g[0] + h * (g[1] / 2.0 + h * (g[2] / 6.0 + h * (g[3] / 24.0 + h * g[4] / 120.0))))
     if not nll < nll_one:
         return None
-    return TemperatureFit(temperature=float(1.0 / beta), nll_before=nll_one, nll_after=float(nll), hit_bound=False)
+    return TemperatureFit(temperature=float(1.0 / beta), nll_before=nll_one, nll_after=float(nll), hit_bound=False,
+                          path="logit_passes")
 
 
 def _fit_per_member(s, s_y, lse1, bounds, rows=None, beta0=None) -> TemperatureFit:

@@ -37,14 +37,20 @@ def _check_model(value: str) -> str:
 
 
 def _parse_shifts(value: str) -> tuple[str, ...]:
+    """Shift kinds: today's four families, the suites ``hendrycks`` (15 corruptions x 5 severities) and
+    ``mnist-c`` (15 kinds; issue #31), or single corruption kinds, comma-separated; ``none`` for no shifts."""
+    from .corruptions import CORRUPTION_KINDS, SUITES
+
     if value.strip().lower() in ("", "none"):
         return ()
-    kinds = tuple(k.strip() for k in value.split(",") if k.strip())
-    bad = [k for k in kinds if k not in _SHIFT_FAMILIES]
+    kinds: list[str] = []
+    for k in (k.strip() for k in value.split(",") if k.strip()):
+        kinds += SUITES.get(k.lower(), (k,))
+    bad = [k for k in kinds if k not in _SHIFT_FAMILIES and k not in CORRUPTION_KINDS]
     if bad:
-        raise click.BadParameter(f"unknown shift families {bad}; choose from {list(_SHIFT_FAMILIES)} or 'none'",
-                                 param_hint="--shifts")
-    return kinds
+        raise click.BadParameter(f"unknown shift families {bad}; choose from {list(_SHIFT_FAMILIES)}, the suites "
+                                 f"{list(SUITES)}, a corruption kind of theirs, or 'none'", param_hint="--shifts")
+    return tuple(dict.fromkeys(kinds))
 
 
 def _config_hparams(method: str) -> tuple[str, ...]:
@@ -58,19 +64,47 @@ def _config_hparams(method: str) -> tuple[str, ...]:
     return tuple(f"{k}={v}" for k, v in ctx.meta.get("ubench.config_hparams", {}).items())
 
 
-def _training_progress():
-    """The producers' progress hook drawn in ubench's one progress style (``ubench/progress.py``): member and
-    epoch bars with loss, accuracy and time left on a terminal, one plain line per epoch anywhere else."""
-    from ..progress import ProgressDisplay, TrainingProgress
+def _display():
+    """The command's progress display on stderr (``ubench/progress.py``)."""
+    from ..progress import ProgressDisplay
 
-    return TrainingProgress(ProgressDisplay())
+    return ProgressDisplay()
+
+
+def _training_progress(display):
+    """The producers' progress hook drawn in ubench's one progress style (``ubench/progress.py``): member, epoch
+    and prediction bars with loss, accuracy, the time left and the whole run's time left on a terminal, plain lines
+    anywhere else; None when ``display`` is (``--no-progress``)."""
+    from ..progress import TrainingProgress
+
+    return None if display is None else TrainingProgress(display)
+
+
+#: Predictions (images times members) above which ``produce`` warns before it starts: 20 MC-dropout passes over
+#: Fashion-MNIST's default splits (8.2 million) took 32 minutes and 406 MiB with --epochs 2 on the 2-core
+#: development machine (issue #28 item 10); the README's 5-member deep ensemble (2 million) stays under it.
+LONG_RUN_PREDICTIONS = 4_000_000
+
+
+def long_run_note(split_sizes: list[int], n_classes: int, members: int) -> str | None:
+    """The warning ``produce`` prints up front when ``members`` members predicting splits of ``split_sizes`` make
+    a long run (:data:`LONG_RUN_PREDICTIONS`), with the archive's size and what makes it smaller; else None."""
+    images = sum(split_sizes)
+    predictions = members * images
+    if predictions < LONG_RUN_PREDICTIONS:
+        return None
+    mib = predictions * n_classes * 4 / 2**20  # float32 probabilities
+    return (f"a long run: {members} members predict {len(split_sizes)} splits of {images:,} images in all, "
+            f"{predictions / 1e6:.1f} million predictions and an archive of about {mib:,.0f} MiB (tens of minutes on "
+            "a CPU); --members, --shifts none or fewer --shifts, --shift-samples and --test-samples make it smaller")
 
 
 #: ``produce``'s exit codes (its help's epilog; the README's Producers section).
 PRODUCE_EXIT_CODES = (
     "Exit codes: 0 archive written (its path printed); 1 the run failed (training diverged, the output exists, "
-    "PyTorch or JAX missing, an archive error); 2 usage error (an unknown option value or hyperparameter, data not "
-    "found). A run killed or failed part-way keeps its finished members: run the same command again to resume."
+    "an archive error) or an extra it needs is not installed (its pip install line printed); 2 usage error (an "
+    "unknown option value or hyperparameter, data not found). A run killed or failed part-way keeps its finished "
+    "members: run the same command again to resume."
 )
 
 
@@ -137,11 +171,16 @@ def _load_config(ctx: click.Context, param: click.Parameter, path: Path | None) 
               show_default=True, help="Directory searched first for data files (repeatable); then $UBENCH_DATA and "
                                       "/usr/share/datasets, ../shared/data, ~/.cache/ubench/data.")
 @click.option("--download/--no-download", default=False, show_default=True,
-              help="Download missing datasets with torchvision into the first --data-dir.")
-@click.option("--ood", multiple=True, show_default="the dataset's pairing (e.g. mnist, notmnist, uniform)",
-              help="OOD set: a dataset name or 'uniform' (repeatable).")
+              help="Download missing datasets with torchvision into the first --data-dir (else $UBENCH_DATA, else "
+                   "~/.cache/ubench/data).")
+@click.option("--ood", multiple=True,
+              show_default="the dataset's pairing (e.g. mnist, notmnist, uniform), those found; the others are "
+                           "skipped with a note",
+              help="OOD set: a dataset name or 'uniform' (repeatable); a set named here must be found.")
 @click.option("--shifts", default=",".join(_SHIFT_FAMILIES), show_default=True,
-              help="Comma-separated shift families (rotate, translate, noise, blur) or 'none'.")
+              help="Comma-separated shift families (rotate, translate, noise, blur), corruption suites (hendrycks: "
+                   "15 corruptions x 5 severities; mnist-c: MNIST-C's 15 kinds) or single corruption kinds, or "
+                   "'none'.")
 @click.option("--train-samples", type=click.IntRange(min=1), default=None, show_default="all",
               help="Train on a random subset of this size.")
 @click.option("--test-samples", type=click.IntRange(min=1), default=None, show_default="all",
@@ -180,13 +219,16 @@ def _load_config(ctx: click.Context, param: click.Parameter, path: Path | None) 
               help="Test-time augmentation on top of METHOD (Pitfalls Table 1): train with random crops and give "
                    "each member its own random crop of every test image (the archive's method is METHOD+tta; "
                    "--set tta_samples=K for K crops per member, tta_crop_fraction=, tta_flip=, tta_train_augment=).")
+@click.option("--logits/--no-logits", default=False, show_default=True,
+              help="Also store every member's logits beside its probabilities (archive format 1.1), so that "
+                   "`ubench score` reports the energy and max-logit OOD scores (torch producers).")
 @click.option("--config", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
               is_eager=True, expose_value=False, callback=_load_config, show_default=True,
               help="JSON configuration (e.g. from 'ubench tune --out'); flags given here override it, --set "
                    "overrides its hyperparameters one by one; an unknown key is an error.")
 def produce(method, out, dataset, model, members, epochs, lr, hparams, seed, data_dirs, download, ood, shifts,
             train_samples, test_samples, shift_samples, ood_samples, data_seed, val_fraction, batch_size,
-            predict_batch_size, device, threads, overwrite, chains, framework, progress, save_models, tta):
+            predict_batch_size, device, threads, overwrite, chains, framework, progress, save_models, tta, logits):
     """Train METHOD with PyTorch and write its prediction archive (test, OOD and shifted splits).
 
     Needs the torch extra (pip install 'ubench[torch]'). Killing a run and starting the same command again
@@ -198,26 +240,28 @@ def produce(method, out, dataset, model, members, epochs, lr, hparams, seed, dat
       ubench produce csgld --dataset digits --set cycle_epochs=6 --set exploration_epochs=3 --members 8 --out c.h5
       ubench produce sgd --config best.json --out tuned.h5
     """
+    from ..extras import require
+
     hparams = _config_hparams(method) + tuple(hparams)
+    if save_models:
+        require("edge", what="--save-models")
     if tta:
         if framework == "jax" or method == "tta":
             raise click.UsageError("--tta augments a torch method's members; " + (
                 "the tta method already does" if method == "tta" else "--framework jax has no test-time augmentation"))
         method = f"{method}+tta"
+    display = _display() if progress else None
     if framework == "jax":
+        if logits:
+            raise click.UsageError("--logits is for the torch producers; the jax ones store probabilities only")
         return _produce_jax(method, out, dataset, model, members, epochs, lr, hparams, seed, data_dirs, download,
                             ood, shifts, train_samples, test_samples, shift_samples, ood_samples, data_seed,
                             batch_size, predict_batch_size, overwrite, val_fraction=val_fraction or 0.0,
-                            chains=chains, progress=_training_progress() if progress else None)
-    try:
-        import torch  # noqa: F401
-    except ImportError:
-        raise click.ClickException("ubench produce needs PyTorch: pip install 'ubench[torch]'") from None
+                            chains=chains, display=display)
+    require("torch", what="ubench produce")
     from ..archive_schema import ArchiveError
     from .archive_run import check_members, produce_archive
-    from .datasets import DataNotFoundError
     from .registry import load_method
-    from .task import build_task
     from .torch_trainer import RunSettings
 
     cls = load_method(method)
@@ -233,28 +277,21 @@ def produce(method, out, dataset, model, members, epochs, lr, hparams, seed, dat
         raise click.BadParameter(f"{method} searches its noise scale on a validation split; it needs a "
                                  f"--val-fraction above 0 (default {cls.default_val_fraction})",
                                  param_hint="--val-fraction")
-    try:
-        task = build_task(
-            dataset, ood=tuple(ood) if ood else None, shift_kinds=_parse_shifts(shifts),
-            train_samples=train_samples, test_samples=test_samples, shift_samples=shift_samples,
-            ood_samples=ood_samples, data_dirs=tuple(data_dirs), download=download, data_seed=data_seed,
-            val_fraction=cls.default_val_fraction if val_fraction is None else val_fraction,
-        )
-    except DataNotFoundError as exc:
-        raise click.UsageError(str(exc)) from None
-    except ValueError as exc:  # an unknown dataset, or a --val-fraction that holds out nothing: the message names it
-        raise click.UsageError(str(exc)) from None
+    task = _build_task(dataset, ood, shifts, train_samples, test_samples, shift_samples, ood_samples, data_dirs,
+                       download, data_seed, cls.default_val_fraction if val_fraction is None else val_fraction,
+                       display=display)
     try:
         check_input_size(model, *task.input_shape[-2:])
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--model") from None
     settings = RunSettings(model=model, members=members or cls.default_members, seed=seed, batch_size=batch_size,
-                           predict_batch_size=predict_batch_size, device=device, chains=chains)
+                           predict_batch_size=predict_batch_size, device=device, chains=chains, logits=logits)
     try:
-        cls.resolve_hyperparameters(hyper)
+        resolved = cls.resolve_hyperparameters(hyper)
         check_members(cls, settings.members)
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None
+    _warn_long_run(task, settings.members * int(resolved.get("tta_samples", 1)))  # K crops per member (--tta)
     if save_models:
         from ..edge.export import NotExportable, member_sampling
 
@@ -264,44 +301,56 @@ def produce(method, out, dataset, model, members, epochs, lr, hparams, seed, dat
             raise click.UsageError(str(exc)) from None
     try:
         path = produce_archive(method, task, out, settings=settings, hyper=hyper, overwrite=overwrite,
-                               progress=_training_progress() if progress else None, threads=threads,
-                               save_models=save_models)
+                               progress=_training_progress(display), threads=threads, save_models=save_models)
     except (ArchiveError, FloatingPointError) as exc:
         raise click.ClickException(str(exc)) from None
     click.echo(str(path))
 
 
+def _warn_long_run(task, members: int) -> None:
+    note = long_run_note([len(s.images) for s in task.splits.values()], task.n_classes, members)
+    if note is not None:
+        click.echo(f"note: {note}", err=True)
+
+
 def _build_task(dataset, ood, shifts, train_samples, test_samples, shift_samples, ood_samples, data_dirs, download,
-                data_seed, val_fraction=0.0):
+                data_seed, val_fraction=0.0, *, display=None):
+    """The task (``build_task``), its preparation shown on ``display`` split by split, its notes (a default OOD
+    set skipped, and how to add it) on stderr; a data or value error is a usage error."""
     from .datasets import DataNotFoundError
     from .task import build_task
 
+    def prepared(done: int, total: int) -> None:
+        if "data" not in display.tasks:
+            display.start("data", f"preparing {dataset}: splits", total, each=True, every=10.0)
+        display.update("data", done)
+
     try:
-        return build_task(
+        task = build_task(
             dataset, ood=tuple(ood) if ood else None, shift_kinds=_parse_shifts(shifts),
             train_samples=train_samples, test_samples=test_samples, shift_samples=shift_samples,
             ood_samples=ood_samples, data_dirs=tuple(data_dirs), download=download, data_seed=data_seed,
-            val_fraction=val_fraction,
+            val_fraction=val_fraction, progress=None if display is None else prepared,
         )
     except DataNotFoundError as exc:
         raise click.UsageError(str(exc)) from None
+    except ValueError as exc:  # an unknown dataset, or a --val-fraction that holds out nothing: the message names it
+        raise click.UsageError(str(exc)) from None
+    for note in task.notes:
+        click.echo(f"note: {note}", err=True)
+    return task
 
 
 def _produce_jax(method, out, dataset, model, members, epochs, lr, hparams, seed, data_dirs, download, ood, shifts,
                  train_samples, test_samples, shift_samples, ood_samples, data_seed, batch_size, predict_batch_size,
-                 overwrite, *, val_fraction=0.0, chains=1, progress=None):
+                 overwrite, *, val_fraction=0.0, chains=1, display=None):
     """The --framework jax branch of ``produce``."""
-    try:
-        from .jax.run import JAX_METHODS, JaxRunSettings, produce_archive_jax, resolve_hyperparameters
-    except ImportError as exc:
-        raise click.ClickException(f"--framework jax needs JAX and optax (and BlackJAX for hmc): pip install "
-                                   f"'ubench[jax]' ({exc})") from None
+    from ..extras import require
+
+    require("jax", what="--framework jax")
     if method == "hmc":
-        try:
-            import blackjax  # noqa: F401
-        except ImportError as exc:
-            raise click.ClickException(f"--framework jax hmc needs BlackJAX: pip install 'ubench[jax]' "
-                                       f"({exc})") from None
+        require("jax", what="--framework jax hmc", modules=("blackjax",))
+    from .jax.run import JAX_METHODS, JaxRunSettings, produce_archive_jax, resolve_hyperparameters
     from ..archive_schema import ArchiveError
 
     if method not in JAX_METHODS:
@@ -315,12 +364,13 @@ def _produce_jax(method, out, dataset, model, members, epochs, lr, hparams, seed
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None
     task = _build_task(dataset, ood, shifts, train_samples, test_samples, shift_samples, ood_samples, data_dirs,
-                       download, data_seed, val_fraction)
+                       download, data_seed, val_fraction, display=display)
     settings = JaxRunSettings(members=members or JAX_METHODS[method][2], seed=seed, model=model,
                               batch_size=batch_size, predict_batch_size=predict_batch_size, chains=chains)
+    _warn_long_run(task, settings.members)
     try:
         path = produce_archive_jax(method, task, out, settings=settings, hyper=hyper, overwrite=overwrite,
-                                   progress=progress)
+                                   progress=_training_progress(display))
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None
     except (ArchiveError, FloatingPointError) as exc:

@@ -9,7 +9,9 @@ Where files are looked for, in order: the directories the caller names, the dire
 ``UBENCH_DATA`` (``os.pathsep``-separated), then :data:`DEFAULT_SEARCH_PATH` (``/usr/share/datasets``, the
 ``shared/data`` folder beside the repository, ``~/.cache/ubench/data``). Inside each directory a dataset is looked
 for under each of its known folder names (``fashion-mnist``, torchvision's ``FashionMNIST/raw``, ...) and in the
-directory itself.
+directory itself. ``download=True`` fetches a missing dataset with torchvision into the first directory the caller
+or ``UBENCH_DATA`` names, else ``~/.cache/ubench/data``. Where the files come from, per dataset, is in
+:func:`where_to_get`, which every "not found" message quotes.
 """
 
 from __future__ import annotations
@@ -25,20 +27,24 @@ from numpy.typing import NDArray
 
 __all__ = [
     "DEFAULT_SEARCH_PATH",
+    "CACHE_DIR",
     "DataNotFoundError",
     "ImageSet",
     "DATASETS",
     "search_path",
+    "where_to_get",
     "read_idx",
     "load_dataset",
     "resize_images",
 ]
 
 _REPO_ROOT = Path(__file__).resolve().parents[1]
+#: Where ``download=True`` writes when the caller names no directory.
+CACHE_DIR = Path.home() / ".cache" / "ubench" / "data"
 DEFAULT_SEARCH_PATH: tuple[Path, ...] = (
     Path("/usr/share/datasets"),
     _REPO_ROOT.parent / "shared" / "data",
-    Path.home() / ".cache" / "ubench" / "data",
+    CACHE_DIR,
 )
 ENV_VAR = "UBENCH_DATA"
 
@@ -86,6 +92,7 @@ class _Source:
     class_names: tuple[str, ...] | None = None
     torchvision_name: str | None = None
     cifar_folder: str = ""
+    source: str = ""  # where the files come from besides torchvision, for the "not found" messages
 
 
 _FASHION_CLASSES = (
@@ -96,10 +103,14 @@ _CIFAR10_CLASSES = ("airplane", "automobile", "bird", "cat", "deer", "dog", "fro
 DATASETS: dict[str, _Source] = {
     "digits": _Source("digits", class_names=tuple(str(d) for d in range(10))),
     "fashion-mnist": _Source(
-        "idx", ("fashion-mnist", "fashion_mnist", "FashionMNIST/raw"), _FASHION_CLASSES, "FashionMNIST"
+        "idx", ("fashion-mnist", "fashion_mnist", "FashionMNIST/raw"), _FASHION_CLASSES, "FashionMNIST",
+        source="Debian's package puts them in /usr/share/datasets/fashion-mnist: apt-get install dataset-fashion-mnist",
     ),
     "mnist": _Source("idx", ("mnist", "mnist-test", "MNIST/raw"), tuple(str(d) for d in range(10)), "MNIST"),
-    "notmnist": _Source("idx", ("notmnist", "notmnist-test", "notMNIST"), tuple("ABCDEFGHIJ")),
+    "notmnist": _Source("idx", ("notmnist", "notmnist-test", "notMNIST"), tuple("ABCDEFGHIJ"),
+                        source="no package or torchvision class has it: put an MNIST-format IDX copy of its letters "
+                               "A-J (t10k-images-idx3-ubyte.gz, t10k-labels-idx1-ubyte.gz) in DIR/notmnist and pass "
+                               "--data-dir DIR"),
     "kmnist": _Source("idx", ("kmnist", "KMNIST/raw"), None, "KMNIST"),
     "cifar10": _Source("cifar", ("",), _CIFAR10_CLASSES, "CIFAR10", "cifar-10-batches-py"),
     "cifar100": _Source("cifar", ("",), None, "CIFAR100", "cifar-100-python"),
@@ -107,10 +118,29 @@ DATASETS: dict[str, _Source] = {
 }
 
 
+def _user_dirs(data_dirs: tuple | list = ()) -> list[Path]:
+    env = [p for p in os.environ.get(ENV_VAR, "").split(os.pathsep) if p]
+    return [Path(p).expanduser() for p in (*data_dirs, *env)]
+
+
 def search_path(data_dirs: tuple[str | os.PathLike, ...] | list = ()) -> list[Path]:
     """The directories searched for data, in order: ``data_dirs``, ``$UBENCH_DATA``, the default search path."""
-    env = [p for p in os.environ.get(ENV_VAR, "").split(os.pathsep) if p]
-    return [Path(p).expanduser() for p in (*data_dirs, *env)] + list(DEFAULT_SEARCH_PATH)
+    return _user_dirs(data_dirs) + list(DEFAULT_SEARCH_PATH)
+
+
+def where_to_get(name: str, *, download: bool = False) -> str:
+    """How to add dataset ``name`` that was not found, worded by what was tried: ``--data-dir``/``$UBENCH_DATA``
+    always; ``--download`` only where torchvision can fetch the dataset and it was not asked for already; the
+    dataset's own source (Debian's package for Fashion-MNIST, an IDX copy for notMNIST)."""
+    source = DATASETS.get(name)
+    ways = [f"pass --data-dir DIR or set {ENV_VAR}"]
+    if source is not None and source.torchvision_name is not None and not download:
+        ways.append("add --download to fetch it with torchvision (needs a network)")
+    if source is not None and source.source:
+        ways.append(source.source)
+    elif source is not None and source.torchvision_name is None and download:
+        ways.append(f"torchvision cannot download {name}")
+    return "; ".join(ways)
 
 
 def read_idx(path: str | os.PathLike) -> NDArray:
@@ -154,8 +184,7 @@ def _load_idx_dataset(name: str, source: _Source, train: bool, dirs: list[Path])
         split = "train" if train else "test"
         raise DataNotFoundError(
             f"{name} {split} IDX files ({_idx_names(train, 'images')[0]}, {_idx_names(train, 'labels')[0]}) not "
-            f"found under {[str(d) for d in dirs]} (folders tried: {list(source.folders)}); pass --data-dir, set "
-            f"{ENV_VAR}, or use --download where a network exists"
+            f"found under {[str(d) for d in dirs]} (folders tried: {list(source.folders)})"
         )
     images = read_idx(images_path)
     labels = read_idx(labels_path).astype(np.int64)
@@ -216,12 +245,13 @@ def _load_svhn(name: str, source: _Source, train: bool, dirs: list[Path]) -> Ima
 
 
 def _load_torchvision(class_name: str, train: bool, dirs: list[Path], download: bool) -> ImageSet:
+    """A torchvision dataset read from (or, with ``download``, fetched into) ``dirs[0]``, the cache when empty."""
     import torchvision
 
     cls = getattr(torchvision.datasets, class_name, None)
     if cls is None:
         raise ValueError(f"torchvision.datasets has no dataset {class_name!r}")
-    root = dirs[0] if dirs else DEFAULT_SEARCH_PATH[-1]
+    root = dirs[0] if dirs else CACHE_DIR
     if class_name == "SVHN":
         ds = cls(str(root), split="train" if train else "test", download=download)
         data, targets = np.asarray(ds.data), np.asarray(ds.labels)
@@ -265,11 +295,13 @@ def load_dataset(
         The files are in none of the searched directories (and ``download`` is false).
     """
     dirs = search_path(data_dirs)
+    # where --download writes: a directory the user named, else the cache (never /usr/share/datasets)
+    download_dirs = _user_dirs(data_dirs) or [CACHE_DIR]
     if name.startswith("idx:"):
         directory = Path(name[4:]).expanduser()
         return _load_idx_dataset(name, _Source("idx", ("",)), train, [directory])
     if name.startswith("torchvision:"):
-        return _load_torchvision(name.split(":", 1)[1], train, dirs, download)
+        return _load_torchvision(name.split(":", 1)[1], train, download_dirs if download else dirs, download)
     if name not in DATASETS:
         raise ValueError(f"unknown dataset {name!r}; known: {sorted(DATASETS)}, idx:DIR, torchvision:ClassName")
     source = DATASETS[name]
@@ -278,10 +310,15 @@ def load_dataset(
         return _load_digits(train)
     try:
         return loaders[source.kind](name, source, train, dirs)
-    except DataNotFoundError:
+    except DataNotFoundError as exc:
         if not download or source.torchvision_name is None:
-            raise
-    return _load_torchvision(source.torchvision_name, train, dirs, download=True)
+            raise DataNotFoundError(f"{exc}; {where_to_get(name, download=download)}") from None
+        not_found = str(exc)
+    try:
+        return _load_torchvision(source.torchvision_name, train, download_dirs, download=True)
+    except (OSError, RuntimeError) as exc:  # no network, a refused or truncated download
+        raise DataNotFoundError(f"{not_found}, and --download into {download_dirs[0]} failed: {exc}; "
+                                f"{where_to_get(name, download=True)}") from None
 
 
 def resize_images(images: NDArray[np.float32], channels: int, height: int, width: int) -> NDArray[np.float32]:

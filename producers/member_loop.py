@@ -104,6 +104,17 @@ def _train_run(
     return model, state, epoch, step
 
 
+def _epochs_left(method: Method, written: int, members: int, per_member: int, chains: int) -> int:
+    """Training epochs the run still has to do (a resumed run's checkpointed epochs counted as left): one run per
+    member not yet written (independent), one per chain not yet finished (trajectory), or the one run (posterior)."""
+    total = method.total_epochs()
+    if method.shape == "independent":
+        return (members - written // per_member) * total
+    if method.shape == "trajectory":
+        return (chains - written // (members // chains * per_member)) * total
+    return total if written < members * per_member else 0
+
+
 def run_method(
     method: Method,
     task: Task,
@@ -129,15 +140,16 @@ def run_method(
         """Write the entries of member ``member`` (archive member ``index``, default ``member``) not yet on disk."""
         first = max(0, writer.n_members - (member if index is None else index) * K)
         started = time.perf_counter()
-        predictor = method.member_predictor(model, state, ctx, member_seed)
+        predictor = method.indexed_predictor(member if index is None else index, model, state, ctx, member_seed)
         for k in range(first, K):
             seed = member_seed if k == 0 else derive_seed(member_seed, 2, k)
             probs = predict_splits(predictor, task, device=ctx.device, batch_size=settings.predict_batch_size,
-                                   seed=seed)
+                                   seed=seed, progress=progress, with_logits=settings.logits)
+            probs, logits = probs if settings.logits else (probs, None)
             clock.add("predict", time.perf_counter() - started)
             started = time.perf_counter()
             writer.add_member(
-                probs, seed=member_seed, epoch=epoch, step=step, kind=method.member_kind,
+                probs, logits=logits, seed=member_seed, epoch=epoch, step=step, kind=method.member_kind,
                 info={**(extra or {}), **method.member_info(member, epoch),
                       **({"member": member if index is None else index, "augmentation": k,
                           "augmentation_seed": seed} if K > 1 else {})},
@@ -146,6 +158,8 @@ def run_method(
             on_member(member if index is None else index, getattr(predictor, "network", model))
 
     probe = ctx.new_model(method, 0)
+    progress.plan(_epochs_left(method, writer.n_members, M, K, settings.chains),
+                  (M * K - writer.n_members) * len(task.splits))
     if method.shape == "independent":
         for member in range(writer.n_members // K, M):
             progress.member(member, M, method.name)
@@ -180,7 +194,10 @@ def run_method(
         if method.member_kind == "posterior_sample":
             record_chain_diagnostics(task, writer)
     elif method.shape == "posterior":
-        if writer.n_members < M * K:
+        # A method with its own scores (issue #31) writes them after the members; a run killed between the two
+        # resumes from the run's checkpoint (kept until the scores are durable) to write them.
+        scores_done = (writer.partial_dir / "scores").is_dir()
+        if writer.n_members < M * K or (method.writes_scores and not scores_done):
             model, state, epoch, step = _train_run(
                 method, ctx, writer, run_index=0, run_seed=derive_seed(settings.seed, 0), clock=clock,
                 progress=progress, on_snapshot=None,
@@ -188,6 +205,11 @@ def run_method(
             for member in range(writer.n_members // K, M):
                 progress.member(member, M, method.name)
                 add(member, model, state, epoch, step, derive_seed(settings.seed, 1, member))
+            if method.writes_scores:
+                started = time.perf_counter()
+                for name, (values, direction) in method.method_scores(model, state, ctx).items():
+                    writer.set_scores(name, values, direction=direction)
+                clock.add("predict", time.perf_counter() - started)
     else:
         raise ValueError(f"{method.name}: unknown method shape {method.shape!r}")
     progress.close()

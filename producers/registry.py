@@ -32,6 +32,14 @@ METHODS: dict[str, str] = {
     "swa": "swa:SWA",
     "swag_dropout": "swag:SWAGDropout",
     "subspace_ess": "subspace:SubspaceESS",
+    # issue #31: the peers' methods
+    "batch_ensemble": "efficient_ensembles:BatchEnsemble",
+    "packed_ensembles": "efficient_ensembles:PackedEnsembles",
+    "mimo": "efficient_ensembles:MIMO",
+    "mc_batchnorm": "mc_batchnorm:MCBatchNorm",
+    "evidential": "evidential:Evidential",
+    "sngp": "sngp:SNGP",
+    "ddu": "ddu:DDU",
 }
 
 

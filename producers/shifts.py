@@ -1,8 +1,8 @@
 # SPDX-License-Identifier: MIT
 """Shifted copies of a test set, as in the shift paper's MNIST experiments (Ovadia et al. 2019, appendix B).
 
-Rotations (spline interpolation) of 15 to 180 degrees, horizontal cyclic translations of 2 pixels up to the image
-width, and additive Gaussian noise and Gaussian blur at 5 intensities. numpy and scipy only. Images are float32
+Rotations (spline interpolation) of 15 to 180 degrees, horizontal cyclic translations of 2 pixels up to (not
+including) the image width, and additive Gaussian noise and Gaussian blur at 5 intensities. numpy and scipy only. Images are float32
 (n, channels, height, width) in [0, 1]; every function returns a new array in [0, 1] and never mutates its input.
 """
 
@@ -24,6 +24,7 @@ __all__ = [
     "gaussian_noise",
     "gaussian_blur",
     "default_shifts",
+    "is_identity",
     "apply_shift",
     "uniform_noise_images",
 ]
@@ -58,10 +59,7 @@ def rotate(images: NDArray[np.float32], degrees: float) -> NDArray[np.float32]:
 def translate(images: NDArray[np.float32], pixels: int) -> NDArray[np.float32]:
     """Translate every image ``pixels`` to the right, cyclically (what leaves the right edge enters on the left).
 
-    The shift paper's grid runs up to the image width (0-28 pixels on MNIST, its appendix B and Figure 1b), where a
-    cyclic translation is the identity: accuracy recovers towards that end of the curve by construction. ubench keeps
-    that endpoint (``shift_translate_8`` on 8 x 8 digits, ``shift_translate_28`` on MNIST equal the clean test set)
-    so that the curve matches the paper's.
+    Translating by a multiple of the width is the identity; :func:`default_shifts` leaves such intensities out.
     """
     return np.roll(images, int(pixels), axis=3).astype(np.float32, copy=True)
 
@@ -80,18 +78,42 @@ def gaussian_blur(images: NDArray[np.float32], severity: int) -> NDArray[np.floa
     return np.clip(out, 0.0, 1.0).astype(np.float32)
 
 
+def is_identity(shift: Shift, width: int) -> bool:
+    """Whether ``shift`` leaves every image of ``width`` pixels unchanged: a cyclic translation by a multiple of the
+    width, or a rotation by a multiple of 360 degrees."""
+    if shift.kind == "translate":
+        return int(shift.intensity) % int(width) == 0
+    if shift.kind == "rotate":
+        return float(shift.intensity) % 360.0 == 0.0
+    return False
+
+
 def default_shifts(width: int, kinds: tuple[str, ...] = SHIFT_KINDS) -> list[Shift]:
-    """The shift paper's grid: rotations 15..180 by 15; translations 2..width by 2; noise and blur severities 1..5."""
-    unknown = set(kinds) - set(SHIFT_KINDS)
+    """The shift paper's grid without its identities: rotations 15..180 by 15; translations 2..width - 2 by 2;
+    noise and blur severities 1..5; then the corruption suites' kinds among ``kinds``
+    (:mod:`~ubench.producers.corruptions`).
+
+    The shift paper's translation grid runs up to the image width (0-28 pixels on MNIST, its appendix B and
+    Figure 1b), where a cyclic translation is the identity: ``shift_translate_28`` on 28 x 28 images (and
+    ``shift_translate_8`` on 8 x 8 digits) is the clean test set, yet it counted in the per-intensity quartiles
+    and was drawn as the most shifted point. ubench leaves every identity intensity out (:func:`is_identity`), so
+    its translation curve stops one step short of the paper's, whose last point equals its clean accuracy.
+    """
+    from .corruptions import CORRUPTION_KINDS, suite_grid
+
+    unknown = set(kinds) - set(SHIFT_KINDS) - set(CORRUPTION_KINDS)
     if unknown:
-        raise ValueError(f"unknown shift kinds {sorted(unknown)}; known: {list(SHIFT_KINDS)}")
+        raise ValueError(f"unknown shift kinds {sorted(unknown)}; known: {list(SHIFT_KINDS)} and the corruptions "
+                         f"{list(CORRUPTION_KINDS)}")
     grid = {
         "rotate": [float(a) for a in range(15, 181, 15)],
-        "translate": [float(p) for p in range(2, width + 1, 2)],
+        "translate": [float(p) for p in range(2, width + 1, 2)],  # the paper's; width itself is dropped below
         "noise": [1.0, 2.0, 3.0, 4.0, 5.0],
         "blur": [1.0, 2.0, 3.0, 4.0, 5.0],
     }
-    return [Shift(kind, value) for kind in SHIFT_KINDS if kind in kinds for value in grid[kind]]
+    shifts = ([Shift(kind, value) for kind in SHIFT_KINDS if kind in kinds for value in grid[kind]]
+              + [Shift(kind, value) for kind in CORRUPTION_KINDS if kind in kinds for value in suite_grid(kind)])
+    return [s for s in shifts if not is_identity(s, width)]
 
 
 def apply_shift(images: NDArray[np.float32], shift: Shift, *, seed: int) -> NDArray[np.float32]:
@@ -104,6 +126,10 @@ def apply_shift(images: NDArray[np.float32], shift: Shift, *, seed: int) -> NDAr
         return gaussian_noise(images, int(shift.intensity), seed=seed)
     if shift.kind == "blur":
         return gaussian_blur(images, int(shift.intensity))
+    from .corruptions import CORRUPTION_KINDS, corrupt
+
+    if shift.kind in CORRUPTION_KINDS:
+        return corrupt(images, shift.kind, int(shift.intensity), seed=seed)
     raise ValueError(f"unknown shift kind {shift.kind!r}; known: {list(SHIFT_KINDS)}")
 
 

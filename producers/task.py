@@ -7,12 +7,13 @@ the shifted splits are the (optionally subsampled) test set under each :class:`~
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
 from numpy.typing import NDArray
 
-from .datasets import ImageSet, load_dataset, resize_images
+from .datasets import DataNotFoundError, ImageSet, load_dataset, resize_images
 from .shifts import BLUR_SIGMAS, NOISE_STDS, SHIFT_KINDS, apply_shift, default_shifts, uniform_noise_images
 
 __all__ = ["DEFAULT_OOD", "SplitData", "Task", "build_task", "build_validation_task", "training_split"]
@@ -45,7 +46,8 @@ class SplitData:
 class Task:
     """Training data plus named prediction splits; ``mean``/``std`` are the training set's pixel statistics the
     model normalises with. ``val`` is the validation split held out of the training set (None when
-    ``val_fraction`` is 0): methods that tune on it (Laplace's noise scale) never see the test split."""
+    ``val_fraction`` is 0): methods that tune on it (Laplace's noise scale) never see the test split. ``notes``:
+    what the command tells the user about the splits (a default OOD set skipped, and how to add it)."""
 
     dataset: str
     train: ImageSet
@@ -56,6 +58,7 @@ class Task:
     std: float
     settings: dict = field(default_factory=dict)
     val: ImageSet | None = None
+    notes: tuple[str, ...] = ()  # what the user should know about how the splits were built (skipped OOD sets)
 
     @property
     def input_shape(self) -> tuple[int, int, int]:
@@ -66,6 +69,18 @@ def _subsample(n_total: int, n: int | None, seed: int) -> NDArray[np.int64]:
     if n is None or n >= n_total:
         return np.arange(n_total, dtype=np.int64)
     return np.sort(np.random.default_rng(seed).choice(n_total, size=n, replace=False)).astype(np.int64)
+
+
+def _ood_split(name: str, shape: tuple, n_test: int, ood_samples: int | None, seed: int, data_dirs: tuple,
+               download: bool) -> SplitData:
+    """The OOD split ``name`` (``"uniform"``: noise images), brought to the in-domain image ``shape``."""
+    if name == "uniform":
+        n = ood_samples or n_test
+        return SplitData("ood", "uniform-noise", uniform_noise_images(n, shape, seed=seed), None,
+                         np.arange(n, dtype=np.int64))
+    other = load_dataset(name, train=False, data_dirs=data_dirs, download=download)
+    other = other.take(_subsample(len(other), ood_samples, seed))
+    return SplitData("ood", name, resize_images(other.images, *shape), None, other.sample_ids)
 
 
 def training_split(
@@ -134,6 +149,7 @@ def build_task(
     download: bool = False,
     data_seed: int = 0,
     val_fraction: float = 0.0,
+    progress: Callable[[int, int], None] | None = None,
 ) -> Task:
     """Load ``dataset`` and build its splits.
 
@@ -143,7 +159,9 @@ def build_task(
         A name :func:`~ubench.producers.datasets.load_dataset` knows.
     ood : tuple of str, optional
         OOD dataset names, or ``"uniform"`` for uniform noise; default :data:`DEFAULT_OOD` for the dataset (uniform
-        noise only for an unknown one).
+        noise only for an unknown one). A default OOD set whose files are not found (nor downloaded) is skipped,
+        named in ``settings["ood_skipped"]`` (recorded in the archive) and in ``notes`` (saying how to add it), so
+        that the defaults work with only the in-domain data present; an OOD set named here must be found.
     shift_kinds : tuple of str
         Which shift families to add (``()`` for none).
     train_samples, test_samples, shift_samples, ood_samples : int, optional
@@ -155,7 +173,10 @@ def build_task(
     val_fraction : float
         Fraction of the (subsampled) training set held out as ``task.val`` (a random subset seeded by
         ``data_seed``; the rest is ``task.train``). It comes out of the training set, never the test set.
+    progress : called as ``progress(done, total)`` after each split is built (the training and test sets count as
+        the first), so that a command can show the data preparation, which takes minutes on big grids.
     """
+    oods = ood if ood is not None else DEFAULT_OOD.get(dataset, ("uniform",))
     train, val = training_split(dataset, train_samples=train_samples, data_dirs=data_dirs, download=download,
                                 data_seed=data_seed, val_fraction=val_fraction)
     test = load_dataset(dataset, train=False, data_dirs=data_dirs, download=download)
@@ -165,27 +186,38 @@ def build_task(
     splits: dict[str, SplitData] = {
         "test": SplitData("in_domain", dataset, test.images, test.labels, test.sample_ids)
     }
-    for i, name in enumerate(ood if ood is not None else DEFAULT_OOD.get(dataset, ("uniform",))):
-        if name == "uniform":
-            n = ood_samples or len(test)
-            images = uniform_noise_images(n, shape, seed=data_seed + 100 + i)
-            splits["ood_uniform"] = SplitData("ood", "uniform-noise", images, None, np.arange(n, dtype=np.int64))
-            continue
-        other = load_dataset(name, train=False, data_dirs=data_dirs, download=download)
-        other = other.take(_subsample(len(other), ood_samples, data_seed + 100 + i))
-        images = resize_images(other.images, *shape)
-        splits[f"ood_{name.replace('-', '_')}"] = SplitData("ood", name, images, None, other.sample_ids)
+    shifts = default_shifts(shape[-1], tuple(shift_kinds))
+    total = 1 + len(oods) + len(shifts)
+    if progress is not None:
+        progress(1, total)  # the training and test sets
+    skipped: list[str] = []
+    notes: list[str] = []
+    for i, name in enumerate(oods):
+        try:
+            split = _ood_split(name, shape, len(test), ood_samples, data_seed + 100 + i, data_dirs, download)
+        except DataNotFoundError as exc:
+            if ood is not None:  # asked for by name: its absence is an error
+                raise
+            skipped.append(name)
+            notes.append(f"the default OOD set {name} was skipped: {exc}")
+        else:
+            splits["ood_uniform" if name == "uniform" else f"ood_{name.replace('-', '_')}"] = split
+        if progress is not None:
+            progress(2 + i, total)
     shifted = test.take(_subsample(len(test), shift_samples, data_seed + 2))
-    for j, shift in enumerate(default_shifts(shape[-1], tuple(shift_kinds))):
+    for j, shift in enumerate(shifts):
         images = apply_shift(shifted.images, shift, seed=data_seed + 200 + j)
         splits[shift.split_name] = SplitData(
             "shift", dataset, images, shifted.labels, shifted.sample_ids, shift.kind, shift.intensity
         )
+        if progress is not None:
+            progress(2 + len(oods) + j, total)
     mean = float(train.images.mean(dtype=np.float64))
     std = float(train.images.std(dtype=np.float64)) or 1.0
     settings = {
         "dataset": dataset,
         "ood": [s.dataset for s in splits.values() if s.role == "ood"],
+        "ood_skipped": skipped,
         "shift_kinds": list(shift_kinds),
         "train_samples": len(train),
         "test_samples": len(test),
@@ -199,5 +231,6 @@ def build_task(
         "noise_stds": list(NOISE_STDS),
         "blur_sigmas": list(BLUR_SIGMAS),
     }
-    return Task(dataset, train, splits, n_classes, train.class_names or test.class_names, mean, std, settings, val)
+    return Task(dataset, train, splits, n_classes, train.class_names or test.class_names, mean, std, settings, val,
+                tuple(notes))
 

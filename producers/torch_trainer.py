@@ -42,6 +42,7 @@ __all__ = [
     "resolve_device",
     "pitfalls_schedule",
     "predict_splits",
+    "predict_values",
     "crop_padding",
     "random_crop_flip",
     "train_epoch",
@@ -91,6 +92,13 @@ def random_crop_flip(x: torch.Tensor, generator: torch.Generator, *, pad: int, f
 class Progress:
     """What the member and epoch loops report; the default reports nothing (the command draws bars)."""
 
+    def plan(self, epochs: int, predictions: int) -> None:
+        """The run has ``epochs`` training epochs and ``predictions`` split predictions (one member on one split)
+        left to do, in all."""
+
+    def predicting(self, done: int, total: int) -> None:
+        """``done`` of the ``total`` splits of the current member are predicted (``done = 0``: it starts)."""
+
     def member(self, index: int, total: int, label: str) -> None:
         """Work on member ``index`` (0-based) of ``total`` starts."""
 
@@ -116,13 +124,18 @@ class RunSettings:
     predict_batch_size: int = 1000
     device: str = "auto"
     chains: int = 1
+    #: Also store every member's logits (archive format 1.1, SPEC.md §4.3): energy and max-logit scores.
+    logits: bool = False
 
     def record(self) -> dict:
         """The settings that define the run's results (the device does not; a run may resume elsewhere).
-        ``chains`` is recorded only when it is not 1, so single-chain configs are as before."""
+        ``chains`` and ``logits`` are recorded only when they differ from their defaults, so earlier configs are
+        as before."""
         out = {"model": self.model, "members": self.members, "seed": self.seed, "batch_size": self.batch_size}
         if self.chains != 1:
             out["chains"] = self.chains
+        if self.logits:
+            out["logits"] = True
         return out
 
 
@@ -241,6 +254,32 @@ class Method:
         """Free metadata stored with a member."""
         return {}
 
+    # -- issue #31: hooks of the methods with their own outputs, losses and scores --------------------------------
+    #: Methods whose members are heads of one network (BatchEnsemble, MIMO, Packed-Ensembles) say which member a
+    #: predictor is for through :meth:`indexed_predictor`.
+    def indexed_predictor(self, index: int, model: nn.Module, state: dict[str, Any], ctx: "TrainContext",
+                          seed: int) -> Callable[[torch.Tensor, torch.Generator], torch.Tensor]:
+        """The predictor of archive member ``index``; :meth:`member_predictor` unless a method needs the index."""
+        return self.member_predictor(model, state, ctx, seed)
+
+    def format_batch(self, x: torch.Tensor, y: torch.Tensor, generator: torch.Generator
+                     ) -> tuple[torch.Tensor, torch.Tensor]:
+        """A training minibatch as the network trains on it (MIMO stacks shuffled copies); by default as it is."""
+        return x, y
+
+    def loss(self, outputs: torch.Tensor, y: torch.Tensor, t: float) -> torch.Tensor:
+        """The training loss of a minibatch after ``t`` (fractional) epochs; cross-entropy by default."""
+        return F.cross_entropy(outputs, y)
+
+    #: The method writes :meth:`method_scores` (posterior-shaped methods only: one trained network).
+    writes_scores: ClassVar[bool] = False
+
+    def method_scores(self, model: nn.Module, state: dict[str, Any], ctx: "TrainContext"
+                      ) -> dict[str, tuple[dict[str, np.ndarray], str]]:
+        """Per-sample scores the method produces besides its probabilities (archive format 1.1, SPEC.md §4.4):
+        ``{name: ({split: (N,) values}, direction)}``, computed once after the members; none by default."""
+        return {}
+
     def log_posterior(self, model: nn.Module, state: dict[str, Any], ctx: "TrainContext") -> float | None:
         """Samplers: the log-posterior (up to its constant) at the current weights, for the chain diagnostics;
         None for methods that are not samplers."""
@@ -336,7 +375,7 @@ def train_epoch(
     augment = method.augment_training(*ctx.x_train.shape[-2:])
     model.train()
     total = torch.zeros((), dtype=torch.float64, device=ctx.device)
-    correct = torch.zeros((), dtype=torch.int64, device=ctx.device)
+    correct = torch.zeros((), dtype=torch.float64, device=ctx.device)
     for b in range(n_batches):
         index = order[b * batch_size: (b + 1) * batch_size]
         x, y = ctx.x_train[index], ctx.y_train[index]
@@ -344,15 +383,17 @@ def train_epoch(
             x = random_crop_flip(x, order_gen, pad=augment[0], flip=augment[1])
         for group in optimizer.param_groups:
             group.update(method.schedule(epoch - 1 + b / n_batches))
+        x, y = method.format_batch(x, y, order_gen)
         optimizer.zero_grad(set_to_none=True)
         logits = model(x)
-        loss = F.cross_entropy(logits, y)
+        loss = method.loss(logits, y, epoch - 1 + b / n_batches)
         loss.backward()
         optimizer.step()
-        total += loss.detach().double() * len(y)
-        correct += (logits.detach().argmax(dim=1) == y).sum()
+        total += loss.detach().double() * len(index)
+        # rows trained on per sample: 1, or M for the methods that repeat a batch per member (format_batch)
+        correct += (logits.detach().argmax(dim=1) == y).double().sum() * (len(index) / len(y))
     mean_loss = float(total) / n
-    ctx.train_accuracy = int(correct) / n
+    ctx.train_accuracy = float(correct) / n
     if not math.isfinite(mean_loss):
         raise FloatingPointError(f"{method.name}: training loss became {mean_loss} in epoch {epoch}; lower the lr")
     return mean_loss, n_batches
@@ -366,16 +407,41 @@ def predict_splits(
     device: torch.device,
     batch_size: int,
     seed: int,
-) -> dict[str, np.ndarray]:
-    """Softmax probabilities (float32, computed in float64) of ``predictor`` on every split, in batches."""
-    out = {}
+    progress: Progress | None = None,
+    with_logits: bool = False,
+) -> dict[str, np.ndarray] | tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+    """Softmax probabilities (float32, computed in float64) of ``predictor`` on every split, in batches; with
+    ``with_logits`` also the float32 logits they are the softmax of, as ``(probs, logits)``;
+    ``progress.predicting`` hears of each split done."""
+    out, raw = {}, {}
+    if progress is not None:
+        progress.predicting(0, len(task.splits))
     for i, (name, split) in enumerate(task.splits.items()):
         gen = torch.Generator().manual_seed(derive_seed(seed, i))
         torch.manual_seed(derive_seed(seed, i, 1))
-        parts = []
+        parts, zs = [], []
         for start in range(0, len(split.images), batch_size):
             x = torch.from_numpy(split.images[start: start + batch_size]).to(device)
             logits = predictor(x, gen).double()
+            if with_logits:  # float32: within SPEC.md 4.3's tolerance of the float64 softmax below
+                zs.append(logits.float().cpu().numpy())
             parts.append(torch.softmax(logits, dim=1).float().cpu().numpy())
+        out[name] = np.concatenate(parts)
+        if with_logits:
+            raw[name] = np.concatenate(zs)
+        if progress is not None:
+            progress.predicting(i + 1, len(task.splits))
+    return (out, raw) if with_logits else out
+
+
+@torch.no_grad()
+def predict_values(fn: Callable[[torch.Tensor], torch.Tensor], task: Task, *, device: torch.device,
+                   batch_size: int) -> dict[str, np.ndarray]:
+    """``fn`` (a batch of inputs to one float per sample) on every split, in batches, as float64 arrays: a
+    method's own per-sample scores (SPEC.md §4.4)."""
+    out = {}
+    for name, split in task.splits.items():
+        parts = [fn(torch.from_numpy(split.images[start: start + batch_size]).to(device)).double().cpu().numpy()
+                 for start in range(0, len(split.images), batch_size)]
         out[name] = np.concatenate(parts)
     return out

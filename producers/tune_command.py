@@ -29,7 +29,15 @@ def _run_worker(args: tuple) -> None:
              n_trials=n_trials, sampler=sampler, pruner=pruner, worker=worker)
 
 
-@click.command("tune")
+#: ``tune``'s exit codes (its help's epilog).
+TUNE_EXIT_CODES = (
+    "Exit codes: 0 best configuration written to --out; 1 no trial finished, or the tune or torch extra is not "
+    "installed (its pip install line printed); 2 usage error (an unknown option value, hyperparameter or search "
+    "space, a storage that cannot be opened, data not found). A killed study resumes from its --storage."
+)
+
+
+@click.command("tune", epilog=TUNE_EXIT_CODES)
 @click.argument("method", type=click.Choice(list(METHODS)))
 @click.option("--out", required=True, type=click.Path(dir_okay=False, path_type=Path),
               help="JSON file for the best configuration ('ubench produce METHOD --config OUT' reads it).")
@@ -91,12 +99,10 @@ def tune(method, out, n_trials, sampler, space, objective, storage, heartbeat, s
       ubench tune sgd --dataset digits --trials 20 --storage sqlite:///study.db --out best.json
       ubench produce sgd --config best.json --out tuned.h5
     """
-    try:
-        import optuna
-        import torch  # noqa: F401
-    except ImportError as exc:
-        raise click.ClickException(f"ubench tune needs Optuna and PyTorch: pip install 'ubench[tune,torch]' "
-                                   f"({exc})") from None
+    from ..extras import require
+
+    require("tune", "torch", what="ubench tune")
+    import optuna
     from sqlalchemy.exc import SQLAlchemyError  # Optuna's RDB storage is SQLAlchemy
 
     from .command import _parse_hparams

@@ -19,16 +19,10 @@ from typing import Any
 
 from .compare import task_difference
 from .html import _CSS, CELL_LIMIT, _fmt
-from .tables import COMPARE_COLUMNS, latency_table
+from .tables import HIGHER_IS_BETTER, compare_cell, compare_columns, latency_table
 from .text import html_text
 
 __all__ = ["HIGHER_IS_BETTER", "best_rows", "render_compare_html", "write_compare_html"]
-
-#: Comparable columns where a larger value is better; every other comparable column is better when smaller.
-HIGHER_IS_BETTER = frozenset({
-    "accuracy", "cll", "dee", "ood_auroc_total", "ood_auroc_knowledge", "ood_auroc_confidence", "ood_aupr_total",
-    "shift_accuracy_median", "posterior_agreement",
-})
 
 
 def best_rows(reports: Sequence[Mapping[str, Any]], key: str) -> set[int]:
@@ -46,15 +40,24 @@ def best_rows(reports: Sequence[Mapping[str, Any]], key: str) -> set[int]:
     return {i for i, v in values.items() if v == best}
 
 
-def _table(reports: Sequence[Mapping[str, Any]], names: Sequence[str]) -> str:
-    cols = [(k, h) for k, h in COMPARE_COLUMNS if any(r["summary"].get(k) is not None for r in reports)]
+def _table(reports: Sequence[Mapping[str, Any]], names: Sequence[str],
+           comparison: Mapping[str, Any] | None = None) -> str:
+    cols = compare_columns(reports)
     comparable = set().union(*(r["comparability"]["comparable"] for r in reports))
     best = {k: best_rows(reports, k) for k, _ in cols}
+    tied = (comparison or {}).get("tied", {})
     head = "".join(f"<th>{html_text(h)}{' *' if k in comparable else ''}</th>" for k, h in cols)
     rows = []
+
+    def value(r, k):
+        iv = ((r.get("intervals") or {}).get("summary") or {}).get(k)
+        v = _fmt(compare_cell(r["summary"], k))
+        return v if iv is None else f"{v} <span class='iv'>[{_fmt(iv[0])}, {_fmt(iv[1])}]</span>"
+
     for i, (name, r) in enumerate(zip(names, reports)):
-        cells = "".join(f"<td class='best'>{_fmt(r['summary'].get(k))} ▲</td>" if i in best[k]
-                        else f"<td>{_fmt(r['summary'].get(k))}</td>" for k, _ in cols)
+        cells = "".join(f"<td class='best'>{value(r, k)} ▲</td>" if i in best[k]
+                        else f"<td class='tied'>{value(r, k)} ≈</td>" if name in tied.get(k, ())
+                        else f"<td>{value(r, k)}</td>" for k, _ in cols)
         dataset = html_text(r["archive"].get("dataset"), CELL_LIMIT)
         rows.append(f"<tr><td>{html_text(name, CELL_LIMIT)}</td><td>{dataset}</td>{cells}</tr>")
     return f"<table><tr><th>method</th><th>dataset</th>{head}</tr>{''.join(rows)}</table>"
@@ -62,7 +65,7 @@ def _table(reports: Sequence[Mapping[str, Any]], names: Sequence[str]) -> str:
 
 def render_compare_html(reports: Sequence[Mapping[str, Any]], names: Sequence[str], *,
                         figures: Sequence[tuple[str, str]] = (), figure_notes: Sequence[str] = (),
-                        ensemble: str | None = None) -> str:
+                        ensemble: str | None = None, comparison: Mapping[str, Any] | None = None) -> str:
     """The comparison page: table, figures (``(caption, svg)`` pairs, plain-text captions), notes and the
     protocol; ``ensemble`` names the DEE reference archive."""
     title = "ubench comparison: " + ", ".join(html_text(n, CELL_LIMIT) for n in names[:8]) + \
@@ -71,10 +74,13 @@ def render_compare_html(reports: Sequence[Mapping[str, Any]], names: Sequence[st
     parts = [f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{title}</title>"
              f"<style>{_CSS}</style></head><body><h1>{title}</h1>",
              f"<p class='proto'>{html_text(protocol['description'], CELL_LIMIT)}</p>",
-             "<h2>Comparison</h2>", _table(reports, names),
+             "<h2>Comparison</h2>", _table(reports, names, comparison),
              "<p>* comparable across models (calibrated metrics, DEE, accuracy, OOD and shift scores; Ashukha et al. "
              "2020); ▲ marks the best value of each comparable column among the methods on the first one's task. "
-             "Unmarked columns are not comparable.</p>"]
+             "Unmarked columns are not comparable."
+             + (" ≈ marks every method not distinguishable from the best (paired bootstrap on the shared test "
+                "samples, Holm-adjusted p ≥ 1 - level); [low, high] are the bootstrap intervals over the test "
+                "samples." if comparison and comparison.get("best") else "") + "</p>"]
     if ensemble is not None:
         parts.append(f"<p>DEE reference: the deep ensemble <code>{html_text(ensemble, CELL_LIMIT)}</code>.</p>")
     header, rows = latency_table(reports, names)
@@ -104,7 +110,8 @@ def render_compare_html(reports: Sequence[Mapping[str, Any]], names: Sequence[st
 
 
 def write_compare_html(reports: Sequence[Mapping[str, Any]], names: Sequence[str], path: str | Path, *,
-                       ensemble: str | None = None, limits=None) -> tuple[Path, tuple[str, ...]]:
+                       ensemble: str | None = None, limits=None, comparison: Mapping[str, Any] | None = None
+                       ) -> tuple[Path, tuple[str, ...]]:
     """Draw the comparison figures in the limited child (under ``limits``, a ``SandboxLimits``; its defaults
     when None) and write :func:`render_compare_html` to ``path`` (UTF-8); returns the path and the figure notes."""
     from .plot_sandbox import draw_compare_figures
@@ -113,5 +120,5 @@ def write_compare_html(reports: Sequence[Mapping[str, Any]], names: Sequence[str
     drawn = draw_compare_figures(reports, names, SandboxLimits() if limits is None else limits)
     path = Path(path)
     path.write_text(render_compare_html(reports, names, figures=drawn.figures, figure_notes=drawn.notes,
-                                        ensemble=ensemble), encoding="utf-8")
+                                        ensemble=ensemble, comparison=comparison), encoding="utf-8")
     return path, drawn.notes

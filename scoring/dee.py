@@ -15,8 +15,8 @@ from typing import Any
 from ..metrics.dee import dee_curve, dee_score
 from ..metrics.report import comparability
 
-__all__ = ["DEE_REFERENCE_SETTINGS", "DEE_CLL_SOURCES", "DeeUnavailableError", "reference_curve", "dee_of_report", "dee_between",
-           "attach_dee"]
+__all__ = ["DEE_REFERENCE_SETTINGS", "DEE_CLL_SOURCES", "DeeUnavailableError", "reference_curve", "dee_of_report",
+           "dee_between", "attach_dee", "below_one_note"]
 
 #: Protocol settings a deep ensemble is scored under to serve as DEE reference (``Protocol.replace(**…)``): its
 #: member curves, with the temperature fitted after averaging as in the Pitfalls paper.
@@ -87,7 +87,8 @@ def _dee_cll(sec: Mapping[str, Any]) -> tuple[float, str]:
 
 
 def dee_of_report(report: Mapping[str, Any], ensemble_report: Mapping[str, Any]) -> dict[str, Any]:
-    """DEE (with bounds and the beyond-reference flag) of a report's full ensemble, read off the reference curve at
+    """DEE (with bounds and the beyond- and below-reference flags; a value below one member is ``None``) of a
+    report's full ensemble, read off the reference curve at
     the CLL averaged as the curve averages it (``cll_source``: one of :data:`DEE_CLL_SOURCES`), so that
     ``compare``, ``leaderboard`` and ``ubench dee`` give one number and a deep ensemble has DEE = K on its own curve.
     """
@@ -100,7 +101,22 @@ def dee_of_report(report: Mapping[str, Any], ensemble_report: Mapping[str, Any])
         if abs(cll - level) <= 1e-12 * max(1.0, abs(level)):
             cll = float(level)
             break
-    return {"cll": cll, "cll_source": source, **dee_score(cll, mean, std).to_dict()}
+    return {"cll": cll, "cll_source": source, **_below_as_null(dee_score(cll, mean, std).to_dict())}
+
+
+def _below_as_null(d: dict[str, Any]) -> dict[str, Any]:
+    """A DEE (or bound) below one member is ``None`` in a report, never the metric's floor of 1, which would read
+    "as good as one member"; the ``below_reference`` flags say why it is ``None``."""
+    for value, flag in (("dee", "below_reference"), ("lower", "lower_below"), ("upper", "upper_below")):
+        if d[flag]:
+            d[value] = None
+    return d
+
+
+def below_one_note(cll: float, reference_cll_mean: list[float], what: str = "its CLL") -> str:
+    """The note of a report whose DEE is below one deep-ensemble member."""
+    return (f"DEE below 1: {what} ({cll:.4f}) is below the CLL of one deep-ensemble member "
+            f"({reference_cll_mean[0]:.4f}); reported as null ('< 1'), not as 1")
 
 
 def dee_between(method_report: Mapping[str, Any], ensemble_report: Mapping[str, Any]) -> dict[str, Any]:
@@ -115,12 +131,22 @@ def dee_between(method_report: Mapping[str, Any], ensemble_report: Mapping[str, 
     else:
         k, cll = [method_report["archive"]["n_members"]], [_dee_cll(sec)[0]]
     curve = dee_curve(cll, mean, std).to_dict()
-    points = [{"n_members": int(k[i]), "cll": float(cll[i]), "dee": curve["dee"][i], "dee_lower": curve["lower"][i],
-               "dee_upper": curve["upper"][i], "beyond_reference": curve["beyond_reference"][i]}
-              for i in range(len(k))]
+    points = []
+    for i in range(len(k)):
+        d = _below_as_null({key: curve[key][i] for key in curve})
+        points.append({"n_members": int(k[i]), "cll": float(cll[i]), "dee": d["dee"], "dee_lower": d["lower"],
+                       "dee_upper": d["upper"], "beyond_reference": d["beyond_reference"],
+                       "below_reference": d["below_reference"]})
     if any(p["beyond_reference"] for p in points):
         notes.append(f"some points lie beyond the reference's largest ensemble ({len(mean)} members): their DEE "
                      f"reads 'at least {len(mean)}'")
+    below = [p["n_members"] for p in points if p["below_reference"]]
+    if below:
+        notes.append(below_one_note(points[-1]["cll"], mean, f"the CLL with {points[-1]['n_members']} member(s)")
+                     if below == [points[-1]["n_members"]] else
+                     f"DEE below 1 at {len(below)} point(s) (members {', '.join(map(str, below[:10]))}"
+                     f"{', …' if len(below) > 10 else ''}): their CLL is below one deep-ensemble member's "
+                     f"({mean[0]:.4f}); reported as null ('< 1'), not as 1")
     return {
         "method": {k2: method_report["archive"][k2] for k2 in ("path", "sha256", "method", "n_members")},
         "ensemble": {k2: ensemble_report["archive"][k2] for k2 in ("path", "sha256", "method", "n_members")},
@@ -134,19 +160,28 @@ def dee_between(method_report: Mapping[str, Any], ensemble_report: Mapping[str, 
 
 def attach_dee(report: dict[str, Any], ensemble_report: Mapping[str, Any], *, curve: bool = True) -> None:
     """Add the DEE against a deep-ensemble report to a finished report, in place: ``summary.dee`` (``None`` with a
-    note when unavailable) and, with ``curve``, the whole ``dee`` section of :func:`dee_between` (``ubench score
-    --ensemble``); ``ubench compare --ensemble`` asks for the number only."""
+    note when unavailable, or when below one member), ``summary.dee_below_one`` (whether the CLL is below one
+    deep-ensemble member's: the DEE reads "< 1") and, with ``curve``, the whole ``dee`` section of
+    :func:`dee_between` (``ubench score --ensemble``); ``ubench compare --ensemble`` asks for the number only."""
     try:
         if curve:
             report["dee"] = dee_between(report, ensemble_report)
+            last = report["dee"]["curve"][-1]
             report["summary"]["dee"] = report["dee"]["dee"]
+            report["summary"]["dee_below_one"] = last["below_reference"]
+            if last["below_reference"]:
+                report["notes"].append(below_one_note(last["cll"], report["dee"]["reference_curve"]["cll_mean"]))
         else:
             d = dee_of_report(report, ensemble_report)
             report["summary"]["dee"] = d["dee"]
+            report["summary"]["dee_below_one"] = d["below_reference"]
+            if d["below_reference"]:
+                report["notes"].append(below_one_note(d["cll"], reference_curve(ensemble_report)[0]))
             if d["cll_source"] == "cll":
                 report["notes"].append("DEE read at the single-seed CLL, not averaged over the reference curve's "
                                        "halvings (score with the protocol's dee_point or member curves on)")
     except DeeUnavailableError as exc:
         report["summary"]["dee"] = None
+        report["summary"]["dee_below_one"] = None
         report["notes"].append(f"no DEE: {exc}")
     report["comparability"] = comparability(report["summary"])

@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from .tables import latency_table, shift_rows
+from .tables import latency_table, shift_rows, with_interval
 from .text import html_text
 
 __all__ = ["render_html", "write_html", "summary_groups", "HEADLINE", "CELL_LIMIT"]
@@ -26,8 +26,8 @@ _CSS = """body{font-family:system-ui,sans-serif;margin:2em;max-width:1100px}tabl
 td,th{border:1px solid #ccc;padding:3px 8px;text-align:right}th:first-child,td:first-child,td:nth-child(2){text-align:left}
 figure{margin:1.5em 0}figure svg{max-width:100%;height:auto}figcaption{font-size:90%;color:#444}.note{color:#844}code{font-size:90%}
 .headline{display:flex;flex-wrap:wrap;gap:1em}.hl{border:1px solid #ccc;padding:.5em 1em;min-width:8em}
-.hv{font-size:150%;font-weight:bold}.hk{font-size:85%;color:#444}.proto{font-size:85%;color:#444}
-td.best{font-weight:bold;background:#e6f4e6}"""
+.hv{font-size:150%;font-weight:bold}.hi{font-size:85%}.hk{font-size:85%;color:#444}.proto{font-size:85%;color:#444}
+td.best{font-weight:bold;background:#e6f4e6}td.tied{background:#f4f4e0}.iv{font-size:85%;color:#444}"""
 
 
 def _fmt(v: Any) -> str:
@@ -77,10 +77,14 @@ def _headline(summary: Mapping[str, Any], comparable: set[str], report: Mapping[
             continue
         mark = " *" if key in comparable else ""
         value = _fmt(summary[key])
+        iv = ((report.get("intervals") or {}).get("summary") or {}).get(key)
+        interval = "" if iv is None else f"<div class='hi'>[{_fmt(iv[0])}, {_fmt(iv[1])}]</div>"
         dee = report.get("dee")
         if key == "dee" and dee and dee["curve"] and dee["curve"][-1].get("beyond_reference"):
             value = "≥ " + value  # beyond the reference's largest ensemble: a lower bound
-        cells.append(f"<div class='hl'><div class='hv'>{value}</div>"
+        if key == "dee" and summary[key] is None and summary.get("dee_below_one"):
+            value = html_text("< 1")  # below one deep-ensemble member (null in the report, never 1)
+        cells.append(f"<div class='hl'><div class='hv'>{value}</div>{interval}"
                      f"<div class='hk'>{html_text(label)}{mark}</div></div>")
     return ("<h2>Headline</h2><div class='headline'>" + "".join(cells) + "</div>"
             f"<p class='proto'>{html_text(report['protocol']['description'], CELL_LIMIT)}</p>")
@@ -111,9 +115,16 @@ def render_html(report: Mapping[str, Any], *, figures: Sequence[tuple[str, str]]
         parts.append(f"<p>DEE against the deep ensemble {html_text(e['method'], CELL_LIMIT)} "
                      f"(<code>{html_text(e['path'], CELL_LIMIT)}</code>, {int(e['n_members'])} members).</p>")
     if summary:
+        intervals = report.get("intervals") or {}
+        ivs = intervals.get("summary") or {}
         parts.append("<h2>All summary numbers</h2><p>* comparable across models (Ashukha et al. 2020); unmarked "
-                     "values are not.</p>")
-        parts.append(_table(("group", "key", "value"), [(g, k + (" *" if k in comparable else ""), v)
+                     "values are not."
+                     + (f" [low, high]: {100 * intervals['level']:g} % {html_text(intervals['method'])} bootstrap "
+                        f"intervals over the test samples ({int(intervals['replicates'])} replicates, seed "
+                        f"{int(intervals['seed'])}; scoring/REPORT_KEYS.md says what each covers)." if ivs else "")
+                     + "</p>")
+        parts.append(_table(("group", "key", "value"), [(g, k + (" *" if k in comparable else ""),
+                                                         with_interval(v, ivs.get(k)))
                                                         for g, k, v in summary_groups(summary)]))
     diagnostics = a.get("diagnostics")
     if isinstance(diagnostics, Mapping) and diagnostics:
@@ -126,6 +137,11 @@ def render_html(report: Mapping[str, Any], *, figures: Sequence[tuple[str, str]]
             else:
                 rows.append((key, value))
         parts.append(_table(("quantity", "value"), rows))
+    if report.get("method_scores"):  # issue #31: method-specific and logit scores
+        from .method_score_view import METHOD_SCORE_NOTE, method_score_table
+
+        parts.append(f"<h2>Method and logit scores</h2><p>{html_text(METHOD_SCORE_NOTE)}.</p>")
+        parts.append(_table(*method_score_table(report)))
     if report.get("shift"):
         parts.append("<h2>Shift</h2>")
         parts.append(_table(("split", "kind", "intensity", "accuracy", "NLL", "Brier", "ECE"), shift_rows(report)))

@@ -34,6 +34,7 @@ from __future__ import annotations
 import contextlib
 import datetime as _dt
 import dataclasses
+import errno
 import hashlib
 import json
 import os
@@ -54,9 +55,11 @@ from .sandbox import SandboxLimits, SandboxOutcome, SandboxTask, run_sandboxed
 
 __all__ = ["BoardConfig", "BoardError", "BoardBusyError", "archive_digest", "list_uploads", "score_one",
            "score_directory", "build_board", "board_lock", "LEADERBOARD_SCHEMA", "RESOURCE_STATUSES",
-           "PRIMARY_COLUMNS", "LOCK_NAME"]
+           "PRIMARY_COLUMNS", "LOCK_NAME", "add_rank_intervals"]
 
-LEADERBOARD_SCHEMA = "1.0"
+#: 1.1: every row's ``rank_interval`` ([best, worst]) and ``tied_with_leader``; the board's ``rank_intervals``
+#: (``metric``, ``level``, ``replicates``, ``seed``, ``method``, ``rows``; ``None`` when intervals are off).
+LEADERBOARD_SCHEMA = "1.1"
 #: Outcomes that depend on the sandbox limits rather than on the archive alone.
 RESOURCE_STATUSES = frozenset({"timeout", "memory-limit", "cpu-limit", "killed", "report-limit"})
 #: Columns shown first, in this order (Ashukha et al. 2020: CLL and DEE are the comparable headline numbers).
@@ -64,6 +67,7 @@ PRIMARY_COLUMNS = ("cll", "dee", "accuracy", "ood_auroc_total", "calibrated_brie
 #: The lock file one ``ubench leaderboard`` run holds in its board directory.
 LOCK_NAME = ".ubench-leaderboard.lock"
 _BLOCK = 1 << 20
+_ZEROS = bytes(_BLOCK)
 
 
 class BoardError(RuntimeError):
@@ -130,6 +134,9 @@ class BoardConfig:
             from .protocols import Protocol
 
             proto = Protocol.preset("pitfalls").to_dict()
+        if kind == "score" and proto.get("intervals", True):
+            # every row keeps its per-sample statistics in its cached result, for the rank intervals
+            proto = {**proto, "sample_stats": True}
         return cls(kind, ref, None if ref is None else file_sha256(ref), proto, dict(read_limits or {}), sandbox)
 
     def key(self) -> str:
@@ -286,25 +293,60 @@ def _open_upload(path: Path, limits: SandboxLimits) -> int:
     return fd
 
 
+def _data_run(fd: int, offset: int) -> tuple[int, int]:
+    """``(start, end)`` of the next run of data at or after ``offset`` (``SEEK_DATA``/``SEEK_HOLE``): bytes before
+    ``start`` are a hole (zeros, not stored); ``start == end`` when only a hole, or nothing, is left. A file system
+    that reports no holes gives one run to the end."""
+    try:
+        start = os.lseek(fd, offset, os.SEEK_DATA)
+    except OSError as exc:
+        if exc.errno != errno.ENXIO:
+            return offset, 2**63  # SEEK_DATA unsupported: read everything
+        end = max(offset, os.fstat(fd).st_size)
+        return end, end
+    return start, os.lseek(fd, start, os.SEEK_HOLE)
+
+
 def _file_digest(fd: int, name: str, limits: SandboxLimits, deadline: float, copy_to: int | None = None) -> str:
     """sha256 of the file behind ``fd`` from offset 0 (``pread``: the descriptor's offset is not used), also
-    writing every byte to ``copy_to`` when given; refused past ``max_file_bytes`` or the deadline."""
+    writing every byte to ``copy_to`` when given; refused past ``max_file_bytes`` or the deadline.
+
+    Holes (``SEEK_HOLE``) are hashed as the zeros they read as but not written: the copy of a sparse upload is
+    as sparse as the upload (a 32 KiB file of 2 GiB used to become 2 GiB of disk; issue #25 item 14)."""
     h = hashlib.sha256()
     offset = 0
-    while block := os.pread(fd, _BLOCK, offset):
-        h.update(block)
-        if copy_to is not None:
-            view = memoryview(block)
-            while view:
-                view = view[os.write(copy_to, view):]
-        offset += len(block)
-        if offset > limits.max_file_bytes:
-            raise _Refused("rejected", 1, "file-size", f"{name} grew past {limits.max_file_bytes} bytes while "
-                           "it was read; refused")
-        if time.monotonic() > deadline:
-            raise _Refused("timeout", 1, "timeout", f"reading {name} took longer than {limits.timeout_seconds:g} s "
-                           "of wall-clock time")
+    while True:
+        start, end = _data_run(fd, offset)
+        while offset < start:  # a hole: zeros for the hash, nothing for the copy
+            step = min(len(_ZEROS), start - offset)
+            h.update(_ZEROS[:step])
+            offset += step
+            _check_read(name, offset, limits, deadline)
+        if start == end:
+            break
+        block = b""
+        while offset < end and (block := os.pread(fd, min(_BLOCK, end - offset), offset)):
+            h.update(block)
+            if copy_to is not None:
+                view = memoryview(block)
+                while view:
+                    view = view[os.pwrite(copy_to, view, offset + len(block) - len(view)):]
+            offset += len(block)
+            _check_read(name, offset, limits, deadline)
+        if not block:
+            break
+    if copy_to is not None:
+        os.ftruncate(copy_to, offset)  # a trailing hole
     return h.hexdigest()
+
+
+def _check_read(name: str, offset: int, limits: SandboxLimits, deadline: float) -> None:
+    if offset > limits.max_file_bytes:
+        raise _Refused("rejected", 1, "file-size", f"{name} grew past {limits.max_file_bytes} bytes while "
+                       "it was read; refused")
+    if time.monotonic() > deadline:
+        raise _Refused("timeout", 1, "timeout", f"reading {name} took longer than {limits.timeout_seconds:g} s "
+                       "of wall-clock time")
 
 
 @contextlib.contextmanager
@@ -507,7 +549,8 @@ def _ensemble_report(record: dict[str, Any] | None) -> dict[str, Any] | None:
 
 def build_board(records: Sequence[dict[str, Any]], config: BoardConfig,
                 ensemble_record: dict[str, Any] | None = None) -> dict[str, Any]:
-    """Rows (scored uploads ranked by CLL, then accuracy; rejected ones after them) and column metadata."""
+    """Rows (scored uploads ranked by CLL, then accuracy; rejected ones after them; each with its
+    ``rank_interval`` and ``tied_with_leader``, :func:`add_rank_intervals`) and column metadata."""
     ens_report = _ensemble_report(ensemble_record)
     curve = None if ens_report is None else reference_curve(ens_report)[0]
     comparable: list[str] = []
@@ -550,6 +593,8 @@ def build_board(records: Sequence[dict[str, Any]], config: BoardConfig,
     rank = 0
     for row in rows:
         row["rank"] = (rank := rank + 1) if row["status"] == "ok" and row["metrics"] else None
+    samples = {rec.get("archive"): ((rec.get("outcome") or {}).get("report") or {}).get("samples") for rec in records}
+    rank_info = add_rank_intervals(rows, samples, config.protocol or {})
     present = {k for r in rows for k in r["metrics"]}
     first = [k for k in PRIMARY_COLUMNS if k in present]
     rest_comp = [k for k in comparable if k in present and k not in first]
@@ -573,8 +618,45 @@ def build_board(records: Sequence[dict[str, Any]], config: BoardConfig,
                                                    "so DEE is not reported"},
         "columns": columns,
         "counts": {s: sum(r["status"] == s for r in rows) for s in sorted({r["status"] for r in rows})},
+        "rank_intervals": rank_info,
         "rows": rows,
     }
+
+
+def add_rank_intervals(rows: list[dict[str, Any]], samples: dict[str, Any], protocol: dict[str, Any]
+                       ) -> dict[str, Any] | None:
+    """Give every ranked row ``rank_interval`` ``[best, worst]`` and ``tied_with_leader``, from a paired bootstrap
+    of the ranking metric over all ranked rows (``metrics/paired.py``: every row resampled with the same counts).
+
+    ``rows`` are the board's rows in rank order (``rank``, ``archive``, ``metrics``), ``samples`` the ``samples``
+    of each row's report by archive name. The metric is the board's ordering key, CLL (accuracy when a row has no
+    CLL); the ordering itself is the point values' and does not change. Returns the settings (``metric``,
+    ``level``, ``replicates``, ``seed``, ``method``, ``rows``) or None (intervals off, or fewer than two rows with
+    per-sample statistics); rows left out get ``rank_interval`` None.
+    """
+    from ..metrics.paired import HIGHER_IS_BETTER, rank_intervals, sample_replicates
+
+    for row in rows:
+        row["rank_interval"], row["tied_with_leader"] = None, None
+    ranked = [r for r in rows if r["rank"] is not None and samples.get(r["archive"])]
+    if not protocol.get("intervals", True) or len(ranked) < 2:
+        return None
+    metric = "cll" if all(r["metrics"].get("cll") is not None for r in ranked) else "accuracy"
+    settings = {"metric": metric, "level": float(protocol.get("confidence", 0.95)),
+                "replicates": int(protocol.get("bootstrap", 1000)), "seed": int(protocol.get("seed", 0)),
+                "method": "paired percentile bootstrap of the ranks", "rows": len(ranked)}
+    try:
+        reps = sample_replicates([samples[r["archive"]] for r in ranked], n_replicates=settings["replicates"],
+                                 seed=settings["seed"], tpr=float(protocol.get("tpr", 0.95)), keys=(metric,))
+    except (ValueError, KeyError, TypeError) as exc:  # a damaged cache entry, or rows on other samples
+        return {**settings, "rows": 0, "note": f"no rank intervals: {exc}"}
+    names = [str(i) for i in range(len(ranked))]
+    out = rank_intervals({n: r["metrics"][metric] for n, r in zip(names, ranked)},
+                         {n: rep[metric] for n, rep in zip(names, reps)},
+                         higher_is_better=HIGHER_IS_BETTER[metric], level=settings["level"])
+    for n, r in zip(names, ranked):
+        r["rank_interval"], r["tied_with_leader"] = out[n]["rank_interval"], out[n]["tied_with_leader"]
+    return settings
 
 
 def write_board(result: dict[str, Any], board: str | Path) -> None:

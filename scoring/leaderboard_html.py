@@ -56,7 +56,10 @@ def _fmt(value: float | None) -> str:
 
 def _row(r: dict[str, Any], cols: list[dict[str, Any]]) -> str:
     ok = r["status"] == "ok"
+    iv = r.get("rank_interval")
+    tie = " =" if r.get("tied_with_leader") else ""
     cells = [f'<td class="l" data-v="{_e(r["rank"] if r["rank"] is not None else "")}">{_e(r["rank"])}</td>',
+             f'<td class="l" data-v="{_e(iv[1] if iv else "")}">{_e(f"[{iv[0]}, {iv[1]}]{tie}" if iv else "")}</td>',
              f'<td class="l" data-v="{_e(r["archive"])}"><code>{_e(r["archive"])}</code></td>',
              f'<td class="l" data-v="{_e(r["method"])}">{_e(r["method"])}</td>',
              f'<td class="l" data-v="{_e(r["model"])}">{_e(r["model"])}</td>',
@@ -80,11 +83,23 @@ def _unrenderable_row(index: int, r: Any, n_metric_columns: int, exc: Exception)
     per column, as in every other row, so sorting by any column still works."""
     name = r.get("archive") if isinstance(r, dict) else None
     why = f"this row cannot be shown ({type(exc).__name__}: {exc}); see leaderboard.json, row {index}"
-    cells = ['<td class="l" data-v=""></td>', f'<td class="l" data-v="{_e(name)}"><code>{_e(name)}</code></td>',
+    cells = ['<td class="l" data-v=""></td>', '<td class="l" data-v=""></td>',
+             f'<td class="l" data-v="{_e(name)}"><code>{_e(name)}</code></td>',
              f'<td class="l" data-v="">{_e(why)}</td>', '<td class="l" data-v=""></td>', '<td data-v=""></td>']
     cells += ['<td data-v=""></td>'] * n_metric_columns
     cells.append('<td class="l" data-v="unrenderable">unrenderable</td>')
     return f'<tr class="bad">{"".join(cells)}</tr>'
+
+
+def _rank_note(board: dict[str, Any]) -> str:
+    info = board.get("rank_intervals")
+    if not info or not info.get("rows"):
+        return ""
+    level = f"{100 * float(info['level']):g}"
+    return (f"Rank interval: the {_e(level)} % interval of each row's rank by "
+            f"{_e(info['metric'])} over {_e(info['replicates'])} paired bootstrap resamples of the test samples "
+            "(every row resampled alike); = marks rows whose interval overlaps the leader's (tied with it). The order "
+            "is by the point values. ")
 
 
 def render_html(board: dict[str, Any]) -> str:
@@ -92,7 +107,9 @@ def render_html(board: dict[str, Any]) -> str:
     cols = board["columns"]
     cfg = board["config"]
     proto = cfg.get("protocol") or {}
-    head = ['<th class="l" title="rank by CLL">#</th>', '<th class="l">upload</th>', '<th class="l">method</th>',
+    head = ['<th class="l" title="rank by CLL">#</th>',
+            '<th class="l" title="paired bootstrap interval of the rank; = tied with the leader">rank interval</th>',
+            '<th class="l">upload</th>', '<th class="l">method</th>',
             '<th class="l">model</th>', '<th>M</th>']
     for c in cols:
         label = _LABELS.get(c["key"], c["key"])
@@ -130,7 +147,7 @@ labels from reference <code>{_e(cfg.get("reference_sha256"))}</code>; {counts}.<
 </tbody></table>
 <p>Columns marked † are not comparable across models (uncalibrated NLL/ECE/TACE depend on the temperature a model
 happens to have; misclassification AUROC is a different task for every model). Rank by CLL (calibrated
-log-likelihood, higher is better). Click a header to sort.</p>
+log-likelihood, higher is better). {_rank_note(board)}Click a header to sort.</p>
 <script>{_JS}</script>
 </body></html>
 """

@@ -39,6 +39,14 @@ MAX_KINDS_DRAWN = 12
 #: Largest intensity magnitude drawn on a linear axis: at +-1e308 the tick locator's range overflows
 #: (``arange: cannot compute length``), and far before that ticks stop meaning anything.
 AXIS_LIMIT = 1e12
+#: Panels in one row of a figure, and the size of one panel in inches (width, height): three panels are
+#: 10.8 in = 778 pt = 1037 CSS px wide, narrower than the pages' 1100 px, so a figure is shown at its own size and
+#: its text at the sizes of :data:`FONT` (issue #28 item 14: a row of 12 panels was shrunk to a fifth, its bin
+#: counts to 3 px).
+MAX_COLUMNS = 3
+PANEL_SIZE = (3.6, 3.1)
+#: Font sizes in points (1 pt = 4/3 CSS px at 100 % zoom): the smallest, the bin counts, is 10 px on the page.
+FONT = {"title": 10, "panel": 9, "label": 9, "tick": 8, "legend": 8, "count": 7.5}
 
 
 def _svg(fig) -> str:
@@ -51,11 +59,19 @@ def _svg(fig) -> str:
     return text[text.index("<svg"):]
 
 
-def _new(plt, title: str, protocol_line: str, ncols: int = 1):
+def _new(plt, title: str, protocol_line: str, npanels: int = 1):
+    """A figure of ``npanels`` panels, at most :data:`MAX_COLUMNS` to a row, each :data:`PANEL_SIZE` inches, so
+    that no figure is wider than a page and a browser never scales its text down; returns (figure, the panels)."""
     # constrained layout keeps the two-line title (what, and the protocol that produced it) clear of the axes
-    fig, axes = plt.subplots(1, ncols, figsize=(4.6 * ncols, 3.8), squeeze=False, layout="constrained")
-    fig.suptitle(f"{title}\n{_label(protocol_line, 4 * LABEL_LIMIT)}", fontsize=8)
-    return fig, axes[0]
+    ncols = max(1, min(npanels, MAX_COLUMNS))
+    nrows = max(1, math.ceil(npanels / ncols))
+    fig, axes = plt.subplots(nrows, ncols, figsize=(PANEL_SIZE[0] * ncols, PANEL_SIZE[1] * nrows + 0.5),
+                             squeeze=False, layout="constrained")
+    fig.suptitle(f"{title}\n{_label(protocol_line, 4 * LABEL_LIMIT)}", fontsize=FONT["title"])
+    panels = list(axes.flat)
+    for ax in panels[max(npanels, 1):]:
+        ax.remove()
+    return fig, panels[:max(npanels, 1)]
 
 
 def _pyplot():
@@ -69,10 +85,14 @@ def _pyplot():
 
 @contextlib.contextmanager
 def _plain_text() -> Iterator[None]:
-    """Every Text created inside draws its string as it is: no mathtext (``$...$``), no LaTeX."""
+    """Every Text created inside draws its string as it is (no mathtext ``$...$``, no LaTeX), at the sizes of
+    :data:`FONT`."""
     import matplotlib
 
-    with matplotlib.rc_context({"text.parse_math": False, "text.usetex": False}):
+    with matplotlib.rc_context({"text.parse_math": False, "text.usetex": False, "font.size": FONT["label"],
+                                "axes.titlesize": FONT["panel"], "axes.labelsize": FONT["label"],
+                                "xtick.labelsize": FONT["tick"], "ytick.labelsize": FONT["tick"],
+                                "legend.fontsize": FONT["legend"], "figure.titlesize": FONT["title"]}):
         yield
 
 
@@ -108,13 +128,13 @@ def _confidence_panel(ax, rel: Mapping[str, Any], title: str, color: str = "C0",
     ax.plot([0, 1], [0, 1], "k--", lw=1)
     if counts:
         for x, y, k in zip(mids[keep], acc[keep], n[keep]):
-            ax.text(x, min(y, 0.93) + 0.01, str(int(k)), ha="center", va="bottom", fontsize=5, rotation=90)
-    ax.set(xlabel="confidence", ylabel="accuracy", xlim=(0, 1), ylim=(0, 1.05),
+            ax.text(x, min(y, 0.9) + 0.01, str(int(k)), ha="center", va="bottom", fontsize=FONT["count"],
+                    rotation=90)
+    ax.set(xlabel="confidence", ylabel="accuracy", xlim=(0, 1), ylim=(0, 1.15),
            title=f"{title}: ECE {_ece_of_bins(c):.4f}")
-    ax.title.set_fontsize(8)
 
 
-def _reliability(plt, name: str, sec: Mapping[str, Any], line: str) -> str:
+def _reliability(plt, name: str, sec: Mapping[str, Any], line: str):
     """Confidence reliability before and (when calibrated) after temperature scaling, with per-bin counts and
     the ECE of each; and the uncertainty (UCE) diagram."""
     import numpy as np
@@ -136,8 +156,7 @@ def _reliability(plt, name: str, sec: Mapping[str, Any], line: str) -> str:
     b.bar(mids[keep], np.asarray(u["error"])[keep], width=width[keep], edgecolor="k", alpha=0.7, color="C1")
     b.plot([0, 1], [0, 1], "k--", lw=1)
     b.set(xlabel="normalized entropy", ylabel="error", xlim=(0, 1), ylim=(0, 1), title="uncertainty (UCE)")
-    b.title.set_fontsize(8)
-    return _svg(fig)
+    return fig
 
 
 def _baselines(ax, accuracy: float) -> None:
@@ -149,18 +168,18 @@ def _baselines(ax, accuracy: float) -> None:
     ax.plot([0, 1], [accuracy, accuracy], color="grey", ls="--", lw=1, label="random")
 
 
-def _rejection(plt, name: str, curves: Mapping[str, Any], line: str) -> str:
+def _rejection(plt, name: str, curves: Mapping[str, Any], line: str):
     fig, (a,) = _new(plt, f"accuracy-rejection curves, split {_label(name)}", line)
     for score, c in curves.items():
         a.plot(c["rejected_fraction"], c["accuracy"], label=_label(score))
     first = next(iter(curves.values()))
     _baselines(a, float(first["accuracy"][0]))
     a.set(xlabel="fraction rejected (most uncertain first)", ylabel="accuracy of the rest")
-    a.legend(fontsize=7)
-    return _svg(fig)
+    a.legend()
+    return fig
 
 
-def _member_curve(plt, name: str, mc: Mapping[str, Any], line: str) -> str:
+def _member_curve(plt, name: str, mc: Mapping[str, Any], line: str):
     """One panel per metric (their scales differ): mean over member orders, with a one-std band."""
     import numpy as np
 
@@ -172,11 +191,11 @@ def _member_curve(plt, name: str, mc: Mapping[str, Any], line: str) -> str:
         a.plot(k, mean, marker=".")
         a.fill_between(k, mean - std, mean + std, alpha=0.2, label="± std over orders")
         a.set(xlabel="members in the ensemble", ylabel=_label(key))
-    axes[0].legend(fontsize=7)
-    return _svg(fig)
+    axes[0].legend()
+    return fig
 
 
-def _ood_hist(plt, name: str, hists: Mapping[str, Any], line: str) -> str:
+def _ood_hist(plt, name: str, hists: Mapping[str, Any], line: str):
     import numpy as np
 
     fig, axes = _new(plt, f"OOD scores, split {_label(name)} (positive = OOD)", line, len(hists))
@@ -185,8 +204,24 @@ def _ood_hist(plt, name: str, hists: Mapping[str, Any], line: str) -> str:
         a.stairs(h["in_domain"], edges, label="in-domain", fill=True, alpha=0.5)
         a.stairs(h["ood"], edges, label="OOD", fill=True, alpha=0.5)
         a.set(xlabel=f"{_label(score)} (higher = more uncertain)", ylabel="count")
-        a.legend(fontsize=7)
-    return _svg(fig)
+        a.legend()
+    return fig
+
+
+def _ood_roc(plt, ood: Mapping[str, Any], line: str):
+    """ROC curves of OOD detection (positive = OOD): one panel per uncertainty score, one line per OOD split."""
+    scores = list(dict.fromkeys(sc for sec in ood.values() for sc in (sec.get("roc_curves") or {})))
+    fig, axes = _new(plt, "OOD ROC curves (positive = OOD)", line, len(scores))
+    for ax, sc in zip(axes, scores):
+        for i, (name, sec) in enumerate(ood.items()):
+            c = (sec.get("roc_curves") or {}).get(sc)
+            if c:
+                ax.plot(c["fpr"], c["tpr"], color=f"C{i}", label=_label(name))
+        ax.plot([0, 1], [0, 1], "k:", lw=1)
+        ax.set(xlabel="false-positive rate", ylabel="true-positive rate", title=f"score: {_label(sc)}",
+               xlim=(0, 1), ylim=(0, 1.02))
+    _legend(axes[0])
+    return fig
 
 
 def _kinds(group: Mapping[str, Any]) -> str:
@@ -195,7 +230,7 @@ def _kinds(group: Mapping[str, Any]) -> str:
     return shown if len(kinds) <= MAX_KINDS_DRAWN else f"{shown}; {MAX_KINDS_DRAWN} of {len(kinds)} kinds drawn"
 
 
-def _shift(plt, summary: Mapping[str, Any], group: Mapping[str, Any], line: str) -> str:
+def _shift(plt, summary: Mapping[str, Any], group: Mapping[str, Any], line: str):
     """Accuracy and ECE against intensity for the kinds of one intensity grid, with their quartile band."""
     fig, (a, b) = _new(plt, f"accuracy and ECE against shift intensity ({_kinds(group)})", line, 2)
     q = list(group["by_intensity"].values())
@@ -221,8 +256,8 @@ def _shift(plt, summary: Mapping[str, Any], group: Mapping[str, Any], line: str)
         else:
             ax.set_xticks(list(ranks.values()), [f"{v:.3g}" for v in ranks])
             ax.set(xlabel="shift intensity (placed by rank: values beyond an axis's range)", ylabel=key)
-    a.legend(fontsize=7)
-    return _svg(fig)
+    a.legend()
+    return fig
 
 
 def _reference_size(dee: Mapping[str, Any]) -> int:
@@ -232,39 +267,77 @@ def _reference_size(dee: Mapping[str, Any]) -> int:
 
 def _reference_name(dee: Mapping[str, Any]) -> str:
     e = dee["ensemble"]
-    path = str(e.get("path", "")).replace("\\", "/").rsplit("/", 1)[-1]
+    if not e.get("path"):  # arrays (score_arrays): no file to name
+        return f"{_label(e.get('method'))}, {_reference_size(dee)} members"
+    path = str(e["path"]).replace("\\", "/").rsplit("/", 1)[-1]
     return f"{_label(e.get('method'))} ({_label(path)}), {_reference_size(dee)} members"
 
 
 def _diagonal(ax, k_max: int, dee: Mapping[str, Any]) -> None:
-    """y = k up to the reference ensemble's size: beyond it the DEE is only a lower bound."""
-    k = min(k_max, _reference_size(dee))
-    ax.plot([1, max(k, 1)], [1, max(k, 1)], "k--", lw=1, label=f"deep ensemble {_reference_name(dee)}")
+    """y = k from 1 to the method's size + 1/2 (to the axis' end; a one-member method's diagonal is not a point),
+    but not beyond the reference ensemble's size: there the DEE is only a lower bound."""
+    k = max(1.0, min(k_max + 0.5, _reference_size(dee)))
+    ax.plot([1, k], [1, k], "k--", lw=1, label=f"deep ensemble {_reference_name(dee)}")
 
 
 def _beyond(ax, curves) -> None:
     """Ring the points whose CLL beats the reference's largest ensemble: their DEE reads "at least K"."""
-    pts = [(p["n_members"], p["dee"]) for curve in curves for p in curve if p.get("beyond_reference")]
+    pts = [(p["n_members"], p["dee"]) for curve in curves for p in curve
+           if p.get("beyond_reference") and p["dee"] is not None]
     if pts:
         ax.scatter([x for x, _ in pts], [y for _, y in pts], s=120, facecolors="none", edgecolors="k", zorder=3,
                    label="beyond the reference: DEE at least this")
 
 
+def _dee_line(ax, curve, color: str, label: str, below_label: bool) -> None:
+    """One method's DEE against its members: the points with a number joined by a line, the bounds as a band (a
+    bound below one member drawn at 0, open below, and at most 1 above), and the points below one deep-ensemble
+    member as down-pointing triangles at 1 ("< 1", never drawn as a DEE of 1)."""
+    import numpy as np
+
+    k = np.array([p["n_members"] for p in curve], dtype=float)
+    dee = np.array([np.nan if p["dee"] is None else p["dee"] for p in curve], dtype=float)
+    lower = np.array([0.0 if p["dee_lower"] is None else p["dee_lower"] for p in curve], dtype=float)
+    upper = np.array([1.0 if p["dee_upper"] is None else p["dee_upper"] for p in curve], dtype=float)
+    ax.plot(k, dee, marker="o", color=color, label=label)
+    ax.fill_between(k, lower, upper, color=color, alpha=0.15)
+    below = np.array([bool(p.get("below_reference")) for p in curve])
+    if below.any():
+        ax.plot(k[below], np.ones(int(below.sum())), marker="v", markersize=9, linestyle="none", color=color,
+                label="DEE < 1: below one deep-ensemble member" if below_label else None)
+
+
+def _dee_axes(fig, ax, k_max: int) -> None:
+    """Axes from 0.5 to the largest size + 0.5 (a one-member method's only point is not on an edge), and the
+    legend outside the axes, right of them, where it hides no point (issue #28 item 14)."""
+    from matplotlib.ticker import MaxNLocator
+
+    ax.set_xlim(0.5, k_max + 0.5)
+    ax.set_ylim(bottom=0)
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.set(xlabel="members of the method", ylabel="equivalent deep-ensemble members")
+    fig.set_size_inches(2 * PANEL_SIZE[0], PANEL_SIZE[1] + 0.5)
+    fig.legend(*ax.get_legend_handles_labels(), loc="outside right center")
+
+
+def _dee(plt, dee: Mapping[str, Any], line: str):
+    """The DEE figure of one method (:func:`dee_figure`)."""
+    fig, (a,) = _new(plt, f"Deep Ensemble Equivalent against {_reference_name(dee)}", line)
+    k_max = max(p["n_members"] for p in dee["curve"])
+    _dee_line(a, dee["curve"], "C0", "DEE (band: bounds)", True)
+    _diagonal(a, k_max, dee)
+    _beyond(a, [dee["curve"]])
+    _dee_axes(fig, a, max(k_max, min(k_max, _reference_size(dee))))
+    return fig
+
+
 def dee_figure(dee: Mapping[str, Any], line: str) -> str:
-    """The DEE curve: the method's DEE against its number of members, with lower/upper bounds, the diagonal of
-    the reference deep ensemble up to its size, and the reference named."""
+    """The DEE curve as SVG: the method's DEE against its number of members, with lower/upper bounds, the
+    diagonal of the reference deep ensemble up to its size, and the reference named; a point below one
+    deep-ensemble member is a down-pointing triangle at 1."""
     plt = _pyplot()
     with _plain_text():
-        fig, (a,) = _new(plt, f"Deep Ensemble Equivalent against {_reference_name(dee)}", line)
-        k = [p["n_members"] for p in dee["curve"]]
-        a.plot(k, [p["dee"] for p in dee["curve"]], marker="o", label="DEE")
-        a.fill_between(k, [p["dee_lower"] for p in dee["curve"]], [p["dee_upper"] for p in dee["curve"]],
-                       alpha=0.2, label="bounds")
-        _diagonal(a, max(k), dee)
-        _beyond(a, [dee["curve"]])
-        a.set(xlabel="members of the method", ylabel="equivalent deep-ensemble members")
-        a.legend(fontsize=7)
-        return _svg(fig)
+        return _svg(_dee(plt, dee, line))
 
 
 def _confidence_lines(report: Mapping[str, Any]) -> list[tuple[str, Mapping[str, Any]]]:
@@ -287,7 +360,7 @@ def _confidence_lines(report: Mapping[str, Any]) -> list[tuple[str, Mapping[str,
     return out[:8]
 
 
-def _confidence_panels(plt, title: str, lines: list[tuple[str, Mapping[str, Any]]], line: str) -> str:
+def _confidence_panels(plt, title: str, lines: list[tuple[str, Mapping[str, Any]]], line: str):
     """Accuracy and number of samples with top-1 confidence >= τ (Ovadia et al. 2019, Fig. 3's confidence plots)."""
     fig, (acc, cnt) = _new(plt, title, line, 2)
     for i, (label, c) in enumerate(lines):
@@ -298,8 +371,8 @@ def _confidence_panels(plt, title: str, lines: list[tuple[str, Mapping[str, Any]
         cnt.plot(t, c["count"], color=f"C{i}", marker=".", label=_label(label))
     acc.set(xlabel="confidence threshold τ", ylabel="accuracy on samples with confidence ≥ τ")
     cnt.set(xlabel="confidence threshold τ", ylabel="samples with confidence ≥ τ")
-    cnt.legend(fontsize=6)
-    return _svg(fig)
+    cnt.legend()
+    return fig
 
 
 def _planned(report: Mapping[str, Any], line: str) -> list[tuple[str, Callable[[Any], str]]]:
@@ -312,14 +385,17 @@ def _planned(report: Mapping[str, Any], line: str) -> list[tuple[str, Callable[[
         if sec.get("reliability"):
             out.append((f"Reliability diagrams of {_label(name)}",
                         lambda plt, n=name, s=sec: _reliability(plt, n, s, line)))
-        if sec.get("rejection_curves"):
+        if sec.get("rejection_curves"):  # method and logit scores (issue #31) drawn beside the softmax ones
+            curves = {**sec["rejection_curves"], **{f"{k} ({'method' if v['method_specific'] else 'logits'})":
+                                                    v["rejection_curve"] for k, v in
+                                                    (sec.get("method_scores") or {}).items()}}
             out.append((f"Accuracy-rejection curves of {_label(name)}",
-                        lambda plt, n=name, s=sec: _rejection(plt, n, s["rejection_curves"], line)))
+                        lambda plt, n=name, c=curves: _rejection(plt, n, c, line)))
         if sec.get("member_curves"):
             out.append((f"Metrics against members of {_label(name)}",
                         lambda plt, n=name, s=sec: _member_curve(plt, n, s["member_curves"], line)))
     if report.get("dee"):
-        out.append(("Deep Ensemble Equivalent", lambda plt: dee_figure(report["dee"], line)))
+        out.append(("Deep Ensemble Equivalent", lambda plt: _dee(plt, report["dee"], line)))
     if report.get("shift_summary"):
         for group in report["shift_summary"]["groups"]:
             out.append((f"Accuracy and ECE against shift intensity: {_kinds(group)}",
@@ -343,10 +419,10 @@ def _primary_section(report: Mapping[str, Any]) -> Mapping[str, Any]:
 
 def _legend(ax) -> None:
     if ax.get_legend_handles_labels()[0]:
-        ax.legend(fontsize=6)
+        ax.legend()
 
 
-def _cmp_members(plt, names, reports, line: str) -> str:
+def _cmp_members(plt, names, reports, line: str):
     """CLL, accuracy and Brier against the number of members, one line and one-std band per method."""
     import numpy as np
 
@@ -364,27 +440,24 @@ def _cmp_members(plt, names, reports, line: str) -> str:
     for ax, key in zip(axes, ("CLL (calibrated)", "accuracy", "Brier")):
         ax.set(xlabel="members in the ensemble", ylabel=key)
     _legend(axes[0])
-    return _svg(fig)
+    return fig
 
 
-def _cmp_dee(plt, names, dees, line: str) -> str:
+def _cmp_dee(plt, names, dees, line: str):
     """Every method's DEE curve with its bounds, and the reference deep ensemble's diagonal up to its size."""
     fig, (a,) = _new(plt, "Deep Ensemble Equivalent (Ashukha et al. 2020, Fig. 1)", line)
-    ref, k_max = None, 1
+    ref, k_max, below_label = None, 1, True
     for i, (name, d) in enumerate(zip(names, dees)):
         if not d:
             continue
         ref = d
-        k = [p["n_members"] for p in d["curve"]]
-        k_max = max(k_max, max(k))
-        a.plot(k, [p["dee"] for p in d["curve"]], marker="o", color=f"C{i}", label=_label(name))
-        a.fill_between(k, [p["dee_lower"] for p in d["curve"]], [p["dee_upper"] for p in d["curve"]],
-                       color=f"C{i}", alpha=0.15)
+        k_max = max(k_max, max(p["n_members"] for p in d["curve"]))
+        _dee_line(a, d["curve"], f"C{i}", _label(name), below_label)
+        below_label = below_label and not any(p.get("below_reference") for p in d["curve"])
     _diagonal(a, k_max, ref)
     _beyond(a, [d["curve"] for d in dees if d])
-    a.set(xlabel="members of the method", ylabel="equivalent deep-ensemble members")
-    a.legend(fontsize=6)
-    return _svg(fig)
+    _dee_axes(fig, a, k_max)
+    return fig
 
 
 def _latency_point(report) -> tuple[float, float] | None:
@@ -404,7 +477,7 @@ def pareto_front(points: list[tuple[float, float]]) -> list[int]:
     return sorted(front, key=lambda i: points[i])
 
 
-def _cmp_pareto(plt, names, reports, line: str) -> str:
+def _cmp_pareto(plt, names, reports, line: str):
     """Accuracy against the ensemble's batch latency (p50, members one after another; hollow marker: fused), one
     marker per method, the Pareto front as a step line (URSABench, fig. 1)."""
     fig, (a,) = _new(plt, "Accuracy against latency (URSABench)", line)
@@ -427,8 +500,8 @@ def _cmp_pareto(plt, names, reports, line: str) -> str:
            label="Pareto front (sequential)")
     a.set_xscale("log")
     a.set(xlabel="ensemble latency per batch, p50 (ms; hollow: fused graph)", ylabel="accuracy")
-    a.legend(fontsize=6)
-    return _svg(fig)
+    a.legend()
+    return fig
 
 
 def _shared_kinds(reports) -> list[str]:
@@ -440,7 +513,7 @@ def _shared_kinds(reports) -> list[str]:
     return kinds
 
 
-def _cmp_shift_kinds(plt, names, reports, kinds, metric: str, line: str) -> str:
+def _cmp_shift_kinds(plt, names, reports, kinds, metric: str, line: str):
     """One panel per shift kind: ``metric`` against intensity, one line per method."""
     fig, axes = _new(plt, f"{metric} against shift intensity, per kind", line, len(kinds))
     for ax, kind in zip(axes, kinds):
@@ -454,12 +527,11 @@ def _cmp_shift_kinds(plt, names, reports, kinds, metric: str, line: str) -> str:
         if ranks is not None:
             ax.set_xticks(list(ranks.values()), [f"{v:.3g}" for v in ranks])
         ax.set(xlabel="intensity", ylabel=metric, title=_label(kind))
-        ax.title.set_fontsize(8)
-    _legend(axes[0])
-    return _svg(fig)
+        _legend(axes[0])
+    return fig
 
 
-def _cmp_shift_boxes(plt, names, reports, group_index: int, line: str) -> str:
+def _cmp_shift_boxes(plt, names, reports, group_index: int, line: str):
     """Ovadia et al. (2019) Fig. 2: per intensity, one box per method over the shift kinds (whiskers min-max,
     box quartiles, line median), for accuracy and ECE."""
     groups = []
@@ -493,20 +565,20 @@ def _cmp_shift_boxes(plt, names, reports, group_index: int, line: str) -> str:
         ax.set_xticks(range(len(intensities)), labels)
         ax.set(xlabel="shift intensity" + ("" if ranks is None else " (by rank)"), ylabel=metric)
     _legend(axes[0])
-    return _svg(fig)
+    return fig
 
 
-def _cmp_reliability(plt, names, reports, line: str) -> str:
+def _cmp_reliability(plt, names, reports, line: str):
     """One confidence reliability diagram per method, side by side (before temperature scaling, with counts)."""
     shown = [(n, _primary_section(r)["reliability"]) for n, r in zip(names, reports)
              if _primary_section(r).get("reliability")][:MAX_KINDS_DRAWN]
     fig, axes = _new(plt, "reliability diagrams of the primary split (numbers: samples per bin)", line, len(shown))
     for i, (ax, (name, rel)) in enumerate(zip(axes, shown)):
         _confidence_panel(ax, rel, _label(name), color=f"C{i}")
-    return _svg(fig)
+    return fig
 
 
-def _cmp_roc(plt, names, reports, split: str, line: str) -> str:
+def _cmp_roc(plt, names, reports, split: str, line: str):
     """ROC curves of OOD detection on one OOD split, one panel per uncertainty score, one line per method."""
     scores: list[str] = []
     for r in reports:
@@ -522,12 +594,11 @@ def _cmp_roc(plt, names, reports, split: str, line: str) -> str:
         ax.plot([0, 1], [0, 1], "k:", lw=1)
         ax.set(xlabel="false-positive rate", ylabel="true-positive rate", title=f"score: {_label(sc)}",
                xlim=(0, 1), ylim=(0, 1.02))
-        ax.title.set_fontsize(8)
-    _legend(axes[0])
-    return _svg(fig)
+        _legend(axes[0])
+    return fig
 
 
-def _cmp_rejection(plt, names, reports, line: str) -> str:
+def _cmp_rejection(plt, names, reports, line: str):
     """Accuracy-rejection curves of the primary split, one panel per score, one line per method."""
     scores: list[str] = []
     for r in reports:
@@ -542,9 +613,8 @@ def _cmp_rejection(plt, names, reports, line: str) -> str:
             if c:
                 ax.plot(c["rejected_fraction"], c["accuracy"], color=f"C{i}", label=_label(name))
         ax.set(xlabel="fraction rejected", ylabel="accuracy of the rest", title=f"score: {_label(sc)}")
-        ax.title.set_fontsize(8)
-    _legend(axes[0])
-    return _svg(fig)
+        _legend(axes[0])
+    return fig
 
 
 def _planned_compare(inputs: Mapping[str, Any]) -> list[tuple[str, Callable[[Any], str]]]:
@@ -611,7 +681,7 @@ def _draw(planned, limit: int) -> Figures:
     with _plain_text():
         for caption, draw in planned[:limit]:
             try:
-                drawn.append((caption, draw(plt)))
+                drawn.append((caption, _svg(draw(plt))))
             except _DRAW_ERRORS as exc:
                 plt.close("all")
                 failed.append(f"{caption}: {type(exc).__name__}: {shorten(exc, 3 * LABEL_LIMIT)}")

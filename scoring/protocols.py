@@ -94,6 +94,14 @@ class Protocol:
         validation-named in-domain split when the archive has one, else the primary test split, said in a note)
         and applied to every shifted split, whose ``temperature_scaled`` section then holds accuracy, NLL, Brier
         and ECE (``shift_ts_*_median`` in the summary). Off by default; meant for the ``shift`` preset.
+    intervals : add the report's ``intervals``: a percentile bootstrap interval over the test samples beside every
+        number that has one (``metrics/intervals.py`` says what each covers). On by default.
+    confidence : the intervals' level (0.95: 95 % intervals).
+    bootstrap : bootstrap replicates B of the intervals (and of ``compare``'s paired differences and the
+        leaderboard's rank intervals); drawn from ``default_rng([seed, 2, crc32(unit)])``.
+    sample_stats : also return ``samples``, the primary split's per-sample statistics (and the OOD and shift
+        splits' needed for the comparable keys), so that ``compare`` and ``leaderboard`` can resample several
+        archives with the same counts; off by default (they ask for it).
     overrides : names of the settings changed from the preset, in the order they were set.
     """
 
@@ -118,6 +126,10 @@ class Protocol:
     calibrators: tuple[str, ...] = ()
     odir: str = "fixed"
     shift_temperature: bool = False
+    intervals: bool = True
+    confidence: float = 0.95
+    bootstrap: int = 1000
+    sample_stats: bool = False
     overrides: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
@@ -136,6 +148,10 @@ class Protocol:
             raise ValueError(f"conformal_alpha must lie in (0, 1); found {self.conformal_alpha!r}")
         if self.repeats < 1:
             raise ValueError(f"repeats must be at least 1; found {self.repeats}")
+        if not 0.0 < self.confidence < 1.0:
+            raise ValueError(f"confidence must lie in (0, 1); found {self.confidence!r}")
+        if self.bootstrap < 10:
+            raise ValueError(f"bootstrap must be at least 10 replicates; found {self.bootstrap}")
         if self.bins < 1:
             raise ValueError(f"bins must be at least 1; found {self.bins}")
         if not (0.0 <= self.smoothing < 1.0):

@@ -93,7 +93,9 @@ def write_reference(archive_path: str | Path, out: str | Path, *, overwrite: boo
     split); it is stored, so uploads are scored on it whatever order they write their splits in.
 
     Raises ``ReferenceError`` when a split lacks sample ids, an in-domain/shift split lacks labels, or
-    ``primary`` is not an in-domain split, and the archive reader's errors when the archive is invalid.
+    ``primary`` is not an in-domain split, and the archive reader's errors when the archive is invalid. Labels and
+    sample ids are value-checked (labels in [0, C), ids unique) before anything is written: a reference is trusted
+    by every score against it, so a label equal to C or negative never gets into one.
     """
     from ..archive_schema import open_archive
     from ..archive_schema.durable import atomic_path
@@ -103,6 +105,7 @@ def write_reference(archive_path: str | Path, out: str | Path, *, overwrite: boo
     if out.exists() and not overwrite:
         raise ReferenceError(f"{out} already exists; choose another output or replace it with --overwrite")
     with open_archive(archive_path, check_values=False) as r:
+        r.check_labels_and_ids()  # the predictions need no check; the labels and ids become the reference
         h = r.header
         splits = {}
         for name, s in h.splits.items():
@@ -178,20 +181,18 @@ def read_reference(path: str | Path, limits=None) -> Reference:
     unknown filters and sizes over ``limits`` (``ReadLimits``) are refused before any label is read.
     """
     from ..archive_schema.safe_h5py import h5py
-    from ..archive_schema.scan import Scan, check_container, open_readonly, walk
+    from ..archive_schema.scan import open_walked
     from ..archive_schema.spec import ReadLimits
 
     path = str(path)
-    scan = Scan(path, limits or ReadLimits())
-    if not check_container(scan):
+    scan, f, safe = open_walked(path, limits or ReadLimits())
+    if f is None:
         if scan.findings[0].check == "not-found":
             raise ReferenceError(f"{path}: no such reference file")
+        if scan.findings[-1].check == "hdf5-open":
+            raise ReferenceError(f"{path}: not an HDF5 file ({scan.findings[-1].message})")
         _fail(scan)
-    f = open_readonly(scan)
-    if f is None:
-        raise ReferenceError(f"{path}: not an HDF5 file ({scan.findings[-1].message})")
     with f:
-        safe = walk(scan, f)
         if not scan.ok:
             _fail(scan)
         fmt = (_attr(scan, f, "ubench_format", "/", False), _attr(scan, f, "ubench_format_version", "/", False))
@@ -220,8 +221,10 @@ def read_reference(path: str | Path, limits=None) -> Reference:
             if labels is not None:
                 if labels.shape != ids.shape:
                     raise ReferenceError(f"{path}: {where}/labels must be integers of the sample_ids' shape")
-                if labels.size and (labels.min() < 0 or labels.max() >= n_classes):
-                    raise ReferenceError(f"{path}: {where}/labels must be in [0, {n_classes})")
+                bad = np.flatnonzero((labels < 0) | (labels >= n_classes))
+                if bad.size:
+                    raise ReferenceError(f"{path}: {where}/labels must be in [0, {n_classes}); found {labels[bad[0]]} "
+                                         f"at index {bad[0]} ({bad.size} outside in all)")
             elif role != "ood":
                 raise ReferenceError(f"{path}: {where}/labels missing (required for role {role!r})")
             intensity = _attr(scan, g, "shift_intensity", where, False)

@@ -13,7 +13,8 @@ new session (so a timeout kills the whole process group), and sends it one JSON 
   also calls ``H5PLset_loading_state(0)``);
 - where the kernel has Landlock, after importing what it needs: no file may be written or created anywhere, and
   files may be read only from the interpreter's and the libraries' directories and the archives of the request
-  (and no TCP connection may be made, Landlock ABI >= 4).
+  (a ``.partial`` run directory of the request: listed and read) (and no TCP connection may be made, Landlock
+  ABI >= 4).
 
 It answers with one JSON line per task on stdout. Whatever the child does — a signal inside libhdf5, running out
 of its address space or CPU time, hanging — the parent turns it into a finding (``hdf5-crash``,
@@ -442,13 +443,15 @@ def _landlock(read_files: list[str]) -> bool:
     dirs |= {os.path.dirname(os.path.dirname(os.path.abspath(__file__)))}
     dirs |= {d for d in ("/usr/lib", "/usr/lib64", "/lib", "/lib64", "/usr/local/lib", "/usr/share/zoneinfo")
              if os.path.isdir(d)}
-    rules = [(d, execute | read_file | read_dir) for d in sorted(dirs)]
-    rules += [(f, read_file) for f in read_files]
+    rules = [(d, execute | read_file | read_dir, 0) for d in sorted(dirs)]
+    # a request's file is read; a request's directory (a `<out>.partial` run) is listed and its files read: the
+    # validator counts its finished members (without read_dir it counted none)
+    rules += [(f, read_file | (read_dir if os.path.isdir(f) else 0), os.O_NOFOLLOW) for f in read_files]
     o_path = getattr(os, "O_PATH", 0o10000000)
     try:
-        for path, access in rules:
+        for path, access, nofollow in rules:
             try:
-                fd = os.open(path, o_path | os.O_CLOEXEC | (os.O_NOFOLLOW if access == read_file else 0))
+                fd = os.open(path, o_path | os.O_CLOEXEC | nofollow)
             except OSError:
                 continue
             try:

@@ -32,7 +32,7 @@ __all__ = ["MEMBER_CACHE_BLOCKS", "score_archive", "score_arrays", "run_score", 
            "REPORT_SCHEMA_VERSION"]
 
 #: Version of the report layout (``scoring/REPORT_KEYS.md``); bumped when a key changes meaning or moves.
-REPORT_SCHEMA_VERSION = "1.1"
+REPORT_SCHEMA_VERSION = "1.2"
 
 #: ``progress(task, done, total)``: called while streaming; ``task`` names the split or sweep.
 ProgressFn = Callable[[str, int, int], None]
@@ -63,7 +63,7 @@ def _as_protocol(protocol: Protocol | str) -> Protocol:
 
 def score_archive(path: str | Path, *, reference: str | Path | None = None,
                   protocol: Protocol | str = "pitfalls", limits: ReadLimits = ReadLimits(),
-                  memory_bytes: int | None = None) -> dict:
+                  intervals: bool | None = None, memory_bytes: int | None = None) -> dict:
     """Score an archive under ``protocol``; returns the report dict (``scoring/REPORT_KEYS.md``).
 
     Parameters
@@ -75,6 +75,8 @@ def score_archive(path: str | Path, *, reference: str | Path | None = None,
         :class:`Protocol` (``Protocol.preset(name).replace(bins=20)``).
     limits : the safe reader's limits; ``limits.block_bytes`` sets the streamed block size and, times
         ``MEMBER_CACHE_BLOCKS``, the largest member stack held in memory.
+    intervals : add the ``intervals`` object (bootstrap confidence intervals over the test samples); ``None``
+        follows ``protocol.intervals`` (on in every preset), ``True``/``False`` override it.
     memory_bytes : the memory one split may use (default: the address space left under ``RLIMIT_AS``, else the
         memory available). A split whose (N, C) mean does not fit is read again for each pass of its metrics;
         one whose per-sample arrays do not fit either stops scoring up front (:mod:`ubench.scoring.memory_plan`).
@@ -88,7 +90,13 @@ def score_archive(path: str | Path, *, reference: str | Path | None = None,
     MemoryBudgetError
         A split cannot be scored within ``memory_bytes`` (a ``ValueError``; raised before any prediction is read).
     """
-    return run_score(path, reference=reference, protocol=protocol, limits=limits, memory_bytes=memory_bytes)
+    return run_score(path, reference=reference, protocol=_with_intervals(_as_protocol(protocol), intervals),
+                     limits=limits, memory_bytes=memory_bytes)
+
+
+def _with_intervals(protocol: Protocol, intervals: bool | None) -> Protocol:
+    """``protocol`` with its ``intervals`` setting replaced when ``intervals`` is not None."""
+    return protocol if intervals is None else protocol.replace(intervals=bool(intervals))
 
 
 def _aligned_rows(chunk_rows: int | None, rows: int) -> int:
@@ -202,6 +210,7 @@ def score_split(reader, name: str, builder, labels: np.ndarray | None, limits: R
     (N, C) arrays are freed on return, before the next split is read."""
     info = reader.header.splits[name]
     arrays = _stream_split(reader, name, builder, limits, progress, plan)
+    builder.add_method_scores(name, _method_scores(reader, name))
     if info.role == "in_domain":
         builder.add_in_domain(name, arrays, labels, progress=progress)
     elif info.role == "ood":
@@ -212,6 +221,21 @@ def score_split(reader, name: str, builder, labels: np.ndarray | None, limits: R
         builder.note(f"split {name!r}: its (N, C) mean ({plan.mean_bytes / 2**20:,.0f} MiB) did not fit the "
                      f"{plan.budget / 2**20:,.0f} MiB of memory left beside its per-sample arrays, so its metrics "
                      f"read it again from the archive ({arrays.mean_probs.passes:.0f} more passes over the split)")
+
+
+def _method_scores(reader, name: str) -> dict:
+    """A split's declared method scores and, with logits, energy and max-logit (format 1.1; value-checked as they
+    are read: ``ubench.metrics.method_scores``)."""
+    from ..metrics.method_scores import LogitScoreAccumulator, MethodScore
+
+    info = reader.header.splits[name]
+    out = {s: MethodScore(v.astype(np.float64), info.scores[s]) for s, v in reader.scores(name).items()}
+    if info.has_logits:
+        acc = LogitScoreAccumulator(info.n_samples)
+        for start, block in reader.iter_checked_logits(name):
+            acc.add(start, block)
+        out.update(acc.result())
+    return out
 
 
 def _ids_digest(ids: np.ndarray | None) -> str | None:
@@ -296,6 +320,7 @@ def run_score(path: str | Path, *, reference: str | Path | None = None,
             known_inputs, known_notes = check_known_splits(h.dataset, h.splits)
             notes = notes + known_notes
         builder.notes[:0] = notes
+        builder.intervals.units = {name: _ids_digest(reader.sample_ids(name)) for name in h.splits}
         budget = memory_budget(memory_bytes)  # up front: a split that cannot be scored stops before any read
         plans = {name: plan_split(name, h.n_members, h.splits[name].n_samples, h.n_classes, budget=budget,
                                   block_bytes=limits.block_bytes) for name in _scoring_order(h)}
@@ -322,22 +347,46 @@ def _report(archive: dict, labels: dict, protocol: Protocol, limits: dict | None
             "labels": labels, "protocol": protocol.to_dict(), "limits": limits, **body, "notes": notes}
 
 
+def _as_member_probs(x: ArrayLike, name: str, kind: str) -> np.ndarray:
+    """``x`` as an (M, N, C) stack of probabilities: one model's (N, C) array is M = 1; logits (``kind``) are
+    checked (float, finite; the member and row named) and turned into probabilities by a float64 softmax."""
+    from scipy.special import softmax
+
+    from ..metrics._validation import check_logits, check_member_probs
+
+    arr = np.asarray(x)
+    if arr.ndim not in (2, 3):
+        raise ValueError(f"{name} must have shape (n_members, n_samples, n_classes) or, for one model, "
+                         f"(n_samples, n_classes); found ndim {arr.ndim}, shape {arr.shape}")
+    arr = arr[None] if arr.ndim == 2 else arr
+    if kind == "logits":
+        for m in range(arr.shape[0]):
+            check_logits(arr[m], f"{name}[{m}] (logits)")
+        arr = softmax(arr.astype(np.float64), axis=-1)
+    return check_member_probs(arr, name)
+
+
 def score_arrays(member_probs: ArrayLike, labels: ArrayLike, *,
                  ood: ArrayLike | Mapping[str, ArrayLike] | None = None, protocol: Protocol | str = "pitfalls",
                  split: str = "test", method: str = "arrays", model: str = "unknown",
-                 dataset: str = "unknown") -> dict:
+                 dataset: str = "unknown", kind: str = "probs", intervals: bool | None = None) -> dict:
     """Score in-memory predictions as ``ubench score`` scores an archive holding them; no file is read or written.
 
     Parameters
     ----------
-    member_probs : ndarray of shape (n_members, n_samples, n_classes), float32 or float64, rows on the simplex
-        The in-domain split's softmax outputs, one row per member and sample.
+    member_probs : ndarray of shape (n_members, n_samples, n_classes), or (n_samples, n_classes) for one model
+        The in-domain split's predictions, one row per member and sample: float32 or float64 softmax outputs
+        (rows on the simplex), or logits with ``kind="logits"``.
     labels : ndarray of shape (n_samples,), integers in ``[0, n_classes)``
-    ood : ndarray of shape (n_members, n_ood, n_classes), or a mapping of split name to such arrays, optional
-        Out-of-distribution predictions (one array is named ``"ood"``), scored against ``split``.
+    ood : ndarray of shape (n_members, n_ood, n_classes) or (n_ood, n_classes), or a mapping of split name to such
+        arrays, optional
+        Out-of-distribution predictions of the same kind (one array is named ``"ood"``), scored against ``split``.
     protocol : a preset name (``"pitfalls"``, ``"ursabench"``, ``"shift"``) or a :class:`Protocol`.
     split, method, model, dataset : the names the report gives the in-domain split and the predictions
         (``dataset`` also picks the decision-cost matrix under ``cost_preset="auto"``).
+    kind : ``"probs"`` (default) or ``"logits"``: logits become probabilities by a softmax in float64 (noted in
+        the report); never guessed from the values.
+    intervals : as :func:`score_archive` (``None``: the protocol's setting, on in every preset).
 
     Returns
     -------
@@ -351,12 +400,14 @@ def score_arrays(member_probs: ArrayLike, labels: ArrayLike, *,
         An array has the wrong dtype, shape or values; the message names it (``ood['far']``) and the first bad
         index.
     """
-    from ..metrics._validation import check_labels, check_member_probs, check_n_samples
+    from ..metrics._validation import check_labels, check_n_samples
     from ..metrics.report import ReportBuilder
     from ..metrics.report_sections import split_arrays
 
-    protocol = _as_protocol(protocol)
-    probs = check_member_probs(member_probs, "member_probs")
+    protocol = _with_intervals(_as_protocol(protocol), intervals)
+    if kind not in ("probs", "logits"):
+        raise ValueError(f"kind must be 'probs' or 'logits'; found {kind!r}")
+    probs = _as_member_probs(member_probs, "member_probs", kind)
     m, n, c = probs.shape
     y = check_labels(labels, c, "labels")
     check_n_samples(probs, "member_probs", y, "labels", a_axis=1)
@@ -369,11 +420,13 @@ def score_arrays(member_probs: ArrayLike, labels: ArrayLike, *,
     ood_probs = {}
     for name, arr in ood.items():
         what = f"ood[{name!r}]"
-        arr = check_member_probs(arr, what)
+        arr = _as_member_probs(arr, what, kind)
         if arr.shape[0] != m or arr.shape[2] != c:
             raise ValueError(f"{what} must have shape ({m}, n_ood, {c}) like member_probs; found {arr.shape}")
         ood_probs[str(name)] = arr
     builder = ReportBuilder(protocol, n_members=m, n_classes=c, dataset=dataset, primary=split)
+    if kind == "logits":
+        builder.note("predictions given as logits (kind='logits'): scored as their softmax, taken in float64")
     builder.add_in_domain(split, split_arrays(probs, smoothing=protocol.smoothing,
                                               keep_members=builder.keep_members(split, n)), y)
     for name, arr in ood_probs.items():

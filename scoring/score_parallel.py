@@ -33,13 +33,14 @@ def score_split_task(path: str, name: str, labels: np.ndarray | None, *, protoco
     from ..archive_schema import open_archive
     from ..metrics.report import ReportBuilder
     from .memory_plan import memory_budget, plan_split
-    from .score import score_split
+    from .score import _ids_digest, score_split
 
     with open_archive(path, limits, check_values=False) as reader:
         h = reader.header
         builder = ReportBuilder(protocol, n_members=h.n_members, n_classes=h.n_classes, dataset=h.dataset,
                                 primary=primary)
         builder.notes.clear()  # the report's builder has the constructor's notes already
+        builder.intervals.units = {n: _ids_digest(reader.sample_ids(n)) for n in h.splits}
         if shift_ts is not None:
             builder.shift_temperature(shift_ts)
         plan = plan_split(name, h.n_members, h.splits[name].n_samples, h.n_classes,

@@ -17,7 +17,25 @@ _DB = click.option("--db", "db_url", default=None, metavar="URL",
                    help="SQLAlchemy database URL (e.g. postgresql://user@host/db). [default: SQLite in --data-dir]")
 
 
-@click.group(invoke_without_command=True)
+def _require(db_url: str | None, scheduler: str | None = None) -> None:
+    """The serve extra, and the postgres extra for a PostgreSQL --db, scale for --scheduler (``ubench/extras.py``)."""
+    from ..extras import require
+
+    require("serve", what="ubench serve")
+    if db_url is not None and db_url.startswith("postgresql"):
+        require("postgres", what="--db postgresql")
+    if scheduler is not None:
+        require("scale", what="--scheduler")
+
+
+_SERVE_EXIT_CODES = ("Exit codes: 0 the server stopped; 1 an extra it needs is not installed (its pip install line "
+                     "printed); 2 usage error (--reference or --data-dir missing, an unusable reference, a bad "
+                     "limit or scheduler).")
+_TEAM_EXIT_CODES = ("Exit codes: 0 done; 1 no such team, or a team of that name exists already (add), or the "
+                    "serve extra is not installed; 2 usage error.")
+
+
+@click.group(invoke_without_command=True, epilog=_SERVE_EXIT_CODES)
 @click.option("--reference", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
               help="Trusted reference label file (`ubench reference`): every upload is scored against it.")
 @click.option("--data-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
@@ -50,6 +68,7 @@ def serve(ctx, reference, data_dir, db_url, workers, scheduler, host, port, pres
     ubench serve --reference ref.h5 --data-dir srv    (http://127.0.0.1:8000/)
     curl -H "Authorization: Bearer TOKEN" -F archive=@run.h5 -F method=de http://127.0.0.1:8000/api/submissions
     """
+    _require(db_url, scheduler)
     if ctx.invoked_subcommand is not None:
         return
     if reference is None or data_dir is None:
@@ -92,17 +111,18 @@ def serve(ctx, reference, data_dir, db_url, workers, scheduler, host, port, pres
     uvicorn.run(app, host=host, port=port, log_level="warning", timeout_keep_alive=5)
 
 
-@serve.group()
+@serve.group(epilog=_TEAM_EXIT_CODES)
 def team() -> None:
     """Teams and their bearer tokens (only a hash of each token is stored)."""
 
 
-@team.command("add")
+@team.command("add", epilog=_TEAM_EXIT_CODES)
 @click.argument("name")
 @_DATA_DIR
 @_DB
 def team_add(name: str, data_dir: Path, db_url: str | None) -> None:
     """Create team NAME and print its token (shown once)."""
+    _require(db_url)
     from sqlalchemy.exc import IntegrityError
 
     from .db import Database
@@ -116,12 +136,13 @@ def team_add(name: str, data_dir: Path, db_url: str | None) -> None:
     click.echo(token)
 
 
-@team.command("revoke")
+@team.command("revoke", epilog=_TEAM_EXIT_CODES)
 @click.argument("name")
 @_DATA_DIR
 @_DB
 def team_revoke(name: str, data_dir: Path, db_url: str | None) -> None:
     """Revoke team NAME's token: its uploads are refused from now on (its results stay)."""
+    _require(db_url)
     from .db import Database
 
     if not Database.for_data_dir(data_dir, db_url).revoke_team(name):

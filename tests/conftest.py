@@ -12,7 +12,13 @@
   session starts and compared when it ends; any file added, removed or modified under the repository fails the
   run with the list. Only ``.git``, ``.hypothesis/`` (hypothesis's example database), ``.pytest_cache/``,
   ``__pycache__/``, virtual environments and pytest's ``--basetemp`` (when it lies inside) are ignored. Editing
-  the tree while the suite runs trips it too: the list then shows your own edit.
+  the tree while the suite runs trips it too: the list then shows your own edit. Not under mutation testing
+  (``UBENCH_MUTATION`` set by ``bench/bench_mutation.py``: the tree is then mutmut's copy, which it writes).
+* Hypothesis profile ``mutation``: derandomized, no example database (a mutant's verdict is reproducible).
+* Under CI (``CI=true``) a skip fails the test unless its reason is on ``suite_guards.CI_ALLOWED_SKIPS`` (no CUDA
+  GPU, no TensorRT): CI installs everything else the suite needs, so a skip there means a missing install step.
+  Skips at collection (a module-level ``importorskip``) become collection errors; xfail is not a skip. With
+  ``UBENCH_SKIP_SUMMARY=PATH`` the session's skips (reason, count) are written there (``.ci/run`` prints them).
 """
 
 from __future__ import annotations
@@ -23,7 +29,7 @@ from pathlib import Path
 import pytest
 from _pytest.doctest import DoctestModule  # not re-exported by pytest
 from hypothesis import HealthCheck, settings
-from suite_guards import SLOW_TESTS, torch_tests, tree_changes, tree_state
+from suite_guards import SLOW_TESTS, refuse_skip_in_ci, skip_reason, torch_tests, tree_changes, tree_state
 
 settings.register_profile("dev", max_examples=25, deadline=None)
 settings.register_profile(
@@ -32,6 +38,12 @@ settings.register_profile(
     deadline=None,
     print_blob=True,
     derandomize=True,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+#: Mutation testing (bench/bench_mutation.py): the dev profile's size, derandomized and without the example database,
+#: so that a mutant's verdict never depends on an earlier run.
+settings.register_profile(
+    "mutation", max_examples=25, deadline=None, derandomize=True, database=None,
     suppress_health_check=[HealthCheck.too_slow],
 )
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "dev"))
@@ -46,6 +58,8 @@ def _basetemp_skip(config: pytest.Config) -> tuple[Path, ...]:
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
+    if os.environ.get("UBENCH_MUTATION"):
+        return
     session.config.stash[_BEFORE] = tree_state(REPO, skip=_basetemp_skip(session.config))
 
 
@@ -53,6 +67,9 @@ def pytest_sessionstart(session: pytest.Session) -> None:
 def source_tree_unchanged(request):
     """Fail the session if any test added, removed or modified a file under the repository (use ``tmp_path``)."""
     config = request.config
+    if os.environ.get("UBENCH_MUTATION"):  # mutmut's working copy, which mutmut itself writes during the run
+        yield
+        return
     before = config.stash.get(_BEFORE, None)
     if before is None:  # this conftest was not loaded at session start
         before = tree_state(REPO, skip=_basetemp_skip(config))
@@ -93,3 +110,29 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.torch)
         if item.nodeid.split("[", 1)[0] in SLOW_TESTS:
             item.add_marker(pytest.mark.slow)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
+    report = yield
+    refuse_skip_in_ci(report)
+    return report
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_make_collect_report(collector: pytest.Collector):
+    report = yield
+    refuse_skip_in_ci(report)
+    return report
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
+    path = os.environ.get("UBENCH_SKIP_SUMMARY")
+    if not path:
+        return
+    counts: dict[str, int] = {}
+    for report in terminalreporter.stats.get("skipped", []):
+        reason = skip_reason(report.longrepr)
+        counts[reason] = counts.get(reason, 0) + 1
+    lines = [f"{n:5d}  {reason}" for reason, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))]
+    Path(path).write_text("".join(line + "\n" for line in lines), encoding="utf-8")

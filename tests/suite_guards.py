@@ -7,12 +7,15 @@
   marker follows the code instead of a hand-kept list.
 * :data:`SLOW_TESTS`: the tests marked ``slow`` (one list here rather than decorators spread over files that
   other branches edit); :func:`defines_test` lets a test check that every entry still names a test.
+* :data:`CI_ALLOWED_SKIPS` / :func:`ci_allows_skip`: the only skips a CI run (``CI=true``) accepts; any other skip
+  fails it, so a component CI should have installed cannot go missing unnoticed.
 """
 
 from __future__ import annotations
 
 import ast
 import os
+import re
 from pathlib import Path
 
 #: Directories the guard never looks into: git's data, and caches the tools keep (all git-ignored). Hypothesis's
@@ -39,9 +42,56 @@ SLOW_TESTS = frozenset({
     "tests/test_suite_guards.py::test_torch_marker_follows_the_imports",  # 14 s: two pytest subprocesses
     "tests/test_suite_guards.py::test_a_test_writing_into_the_source_tree_fails_the_run",  # 13 s: two as well
     "tests/test_api_docs.py::test_readme_torch_snippet_runs",  # 20 s: torch and ubench score in subprocesses
+    # issue #28: the README's commands in a copy of the clone (5 subprocesses, 2 import torch; 22 s of CPU), and
+    # the figures' text measured in headless Chromium (two pages scored and drawn; 13 s of CPU)
+    "tests/test_readme_fresh_clone.py::test_the_readme_commands_run_in_a_copy_of_the_clone_with_nothing_beside_it",
+    "tests/scoring/test_figures_in_browser.py::test_figure_text_is_readable_at_100_percent",
+    "tests/metrics/test_interval_coverage.py::test_95_percent_intervals_cover_the_population_values_at_the_nominal_rate",  # 15-25 s
     # a 2-worker LocalCluster started for the module, three reports each way (26 s at load 12)
     "tests/scoring/test_score_parallel.py::test_cluster_report_equals_the_one_process_report",
 })
+
+#: Skip reasons a CI run (``CI=true``) accepts, each with why the CI machine cannot have what is missing: an NVIDIA
+#: GPU, and TensorRT (the ``edge-trt`` extra, which needs one). Matched with ``re.search`` against the skip's reason.
+#: Every other skip in tests/ is a component CI installs (``.ci/run``: the ``test,torch,jax`` extras; Debian's
+#: chromium, postgresql, dataset-fashion-mnist, curl, g++; the kernel's Landlock; ``../shared`` beside the clone),
+#: so under CI it fails the test: torch, jax, optax, blackjax, onnx, onnxruntime, scikit-learn, arviz, distributed,
+#: pandas, laplace, optuna, mlflow, lightning, nbformat/nbclient/ipykernel, fastapi, uvicorn, sqlalchemy, alembic,
+#: httpx, psycopg, playwright ("could not import ..."); Debian's chromium, PostgreSQL binaries, runuser, curl, a C++
+#: compiler; Landlock; the Fashion-MNIST files and the shared MNIST/notMNIST copies.
+CI_ALLOWED_SKIPS: tuple[tuple[str, str], ...] = (
+    (r"\bCUDA\b", "no NVIDIA GPU on the CI machine (torch.cuda, onnxruntime's CUDA provider)"),
+    (r"could not import 'tensorrt'|\bTensorRT\b", "TensorRT is the edge-trt extra, which needs an NVIDIA GPU"),
+)
+
+
+def ci_allows_skip(reason: str) -> bool:
+    """Whether a skip with this reason may pass a CI run (it matches an entry of :data:`CI_ALLOWED_SKIPS`)."""
+    return any(re.search(pattern, reason) for pattern, _ in CI_ALLOWED_SKIPS)
+
+
+def in_ci(environ=os.environ) -> bool:
+    """Whether this run is CI's (``CI=true``, as CI sets it; ``1`` too)."""
+    return environ.get("CI", "").strip().lower() in ("true", "1")
+
+
+def refuse_skip_in_ci(report, environ=os.environ) -> None:
+    """Under CI, turn a skipped test or collection report whose reason is not on the allow-list into a failure
+    naming the reason (xfail, reported as skipped with ``wasxfail``, is left alone); outside CI change nothing."""
+    if not report.skipped or hasattr(report, "wasxfail") or not in_ci(environ):
+        return
+    reason = skip_reason(report.longrepr)
+    if not ci_allows_skip(reason):
+        report.outcome = "failed"
+        report.longrepr = (f"CI=true, and this skipped for a reason not on the CI allow-list "
+                           f"(tests/suite_guards.py CI_ALLOWED_SKIPS): {reason}; .ci/run must install what it needs")
+
+
+def skip_reason(longrepr) -> str:
+    """The reason of a skipped report (``(path, line, "Skipped: reason")`` or a plain string), without the prefix."""
+    text = longrepr[2] if isinstance(longrepr, tuple) and len(longrepr) == 3 else str(longrepr)
+    return text.removeprefix("Skipped: ")
+
 
 #: Top-level modules whose import makes a test a ``torch`` test.
 TORCH_MODULES = frozenset({"torch", "torchvision"})

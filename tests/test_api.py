@@ -194,9 +194,10 @@ def test_csv_cells_cannot_run_spreadsheet_formulas():
                       {"rank": None, "archive": "bad.h5", "status": "rejected", "method": None, "model": None,
                        "n_members": None, "metrics": {}}]}
     rows = list(csv.reader(io.StringIO(leaderboard_csv(board))))
-    assert rows[0] == ["rank", "upload", "status", "method", "model", "n_members", "cll", "accuracy"]
-    assert rows[1] == ["1", "'=HYPERLINK(\"x\")\\n.h5", "ok", "'@sum", "mlp", "3", "-0.25", "0.9"]
-    assert rows[2] == ["", "bad.h5", "rejected", "", "", "", "", ""]
+    assert rows[0] == ["rank", "rank_interval", "tied_with_leader", "upload", "status", "method", "model",
+                       "n_members", "cll", "accuracy"]
+    assert rows[1] == ["1", "", "", "'=HYPERLINK(\"x\")\\n.h5", "ok", "'@sum", "mlp", "3", "-0.25", "0.9"]
+    assert rows[2] == ["", "", "", "bad.h5", "rejected", "", "", "", "", ""]
 
 
 def test_report_frame_is_the_summary_as_a_dataframe(tmp_path):

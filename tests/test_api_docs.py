@@ -81,6 +81,37 @@ def test_notebook_executes_and_draws_the_comparison(tmp_path):
     dee_lines = {ln.split("  ")[0].strip(): ln for t in texts for ln in t.splitlines() if " DEE " in ln}
     assert set(dee_lines) == {"SGD", "MC dropout", "deep ensemble"}
     assert float(dee_lines["deep ensemble"].split("DEE")[1]) == 5.0
-    assert len(images) == 1
+    assert dee_lines["SGD"].endswith("DEE < 1")  # worse than one deep-ensemble member, not "1.00"
+    assert len(images) == 3  # the comparison, and ubench.plots' DEE and reliability figures
     assert not list(tmp_path.iterdir())  # the notebook writes nothing
     assert np.isfinite(float(dee_lines["MC dropout"].split("CLL")[1].split()[0]))
+
+
+def test_the_notebooks_first_cell_names_the_extras_it_needs():
+    """Every module the notebook imports, and pandas behind ubench.report_frame, is a dependency of ubench or of
+    an extra the first cell names with its pip install line (issue #28 item 4: it needed pandas, which no README
+    command installed). Oracle: pyproject.toml's dependencies and ubench/extras.py's modules per extra."""
+    import ast
+    import tomllib
+
+    from ubench.extras import EXTRAS
+
+    nb = json.loads((ROOT / "examples" / "notebook.ipynb").read_text(encoding="utf-8"))
+    first = "".join(nb["cells"][0]["source"])
+    code = "\n".join("".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "code")
+    modules = {a.name.split(".")[0] for node in ast.walk(ast.parse(code)) if isinstance(node, ast.Import)
+               for a in node.names}
+    modules |= {node.module.split(".")[0] for node in ast.walk(ast.parse(code))
+                if isinstance(node, ast.ImportFrom) and node.module}
+    if "report_frame" in code:
+        modules.add("pandas")
+    base = {re.split(r"[<>=\[]", d)[0] for d in tomllib.loads((ROOT / "pyproject.toml").read_text())["project"][
+        "dependencies"]} | {"ubench", "pathlib", "json", "math"}
+    named = {e for e in EXTRAS if f".[{e}]" in first or f"ubench[{e}]" in first}
+    provided = base | {m for e in named for m in EXTRAS[e]}
+    assert modules - provided == set(), f"the first cell does not name the extra of {modules - provided}"
+    assert "python3 -m pip install \".[frame]\"" in first
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    where = readme.index("(examples/notebook.ipynb) scores")
+    assert "pip install '.[frame]'" in readme[where:where + 300]  # the README says it too
+

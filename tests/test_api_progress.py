@@ -109,6 +109,59 @@ def test_training_progress_writes_one_line_per_epoch_and_member():
     ]
 
 
+def test_the_whole_run_has_a_time_left_from_its_epochs_and_predictions():
+    """Hand-worked: 2 members of 2 epochs, 3 splits each; epochs take 10 s, a split 4 s. After the first epoch:
+    3 epochs left x 10 s, prediction not measured yet. After member 1's first split: 2 epochs x 10 s + 5 splits x
+    4 s = 40 s; after its third: 20 + 3 x 4 = 32 s; after member 2's first epoch: 10 + 12 = 22 s; at the end 0
+    (issue #28 item 10: the first ETA covered the current member only)."""
+    d, out, clock = _plain()
+    p = TrainingProgress(d)
+    p.plan(epochs=4, predictions=6)
+    lefts = []
+    for member in range(2):
+        p.member(member, 2, "de")
+        p.epochs(2, 0, "de")
+        for epoch in (1, 2):
+            clock.t += 10
+            p.epoch_done(epoch, 0.5)
+            lefts.append(p.run_left())
+        p.predicting(0, 3)
+        for split in (1, 2, 3):
+            clock.t += 4
+            p.predicting(split, 3)
+            lefts.append(p.run_left())
+    p.close()
+    assert lefts == [
+        "run: ~0:30 of training left, then prediction", "run: ~0:20 of training left, then prediction",
+        "run ~0:40 left", "run ~0:36 left", "run ~0:32 left",
+        "run ~0:22 left", "run ~0:12 left", "run ~0:08 left", "run ~0:04 left", "run ~0:00 left"]
+    text = out.getvalue()
+    assert "de epochs (0/2 members done): 1/2  loss 0.5000; run: ~0:30 of training left, then prediction" in text
+    assert "de predicting member 2: splits: 3/3  run ~0:00 left" in text
+
+
+def test_an_every_task_writes_at_most_one_line_per_interval_and_its_last():
+    d, out, clock = _plain()
+    d.start("p", "splits", 41, each=True, every=20.0)
+    for k in range(1, 42):
+        clock.t += 3
+        d.update("p", k)
+    done = [int(ln.split(": ")[1].split("/")[0]) for ln in out.getvalue().splitlines()]
+    assert done == [7, 14, 21, 28, 35, 41]  # every 21 s (7 splits of 3 s), and the 41st
+
+
+def test_produce_warns_up_front_of_a_long_run():
+    """The warning's numbers by hand: 20 members on 40 splits of 10,000 images (MC dropout's default passes on
+    Fashion-MNIST's default splits) are 8.0 million predictions and 20 x 400,000 x 10 x 4 bytes = 305 MiB; the
+    README's 5-member deep ensemble (2.0 million) is not warned about."""
+    from ubench.producers.command import long_run_note
+
+    note = long_run_note([10_000] * 40, 10, 20)
+    assert "20 members predict 40 splits of 400,000 images" in note and "8.0 million predictions" in note
+    assert "about 305 MiB" in note and "--members" in note and "--shifts" in note
+    assert long_run_note([10_000] * 40, 10, 5) is None
+
+
 def test_compare_off_a_terminal_logs_each_archive(tmp_path):
     a, _ = build_archive(tmp_path / "a.h5", shifts=(), m=2, n=40)
     b, _ = build_archive(tmp_path / "b.h5", shifts=(), m=3, n=40)
@@ -164,11 +217,19 @@ def test_produce_off_a_terminal_writes_one_line_per_epoch(tmp_path):
     assert res.stdout.strip() == str(out)
     epochs = [ln for ln in res.stderr.splitlines() if " epochs " in ln]
     assert len(epochs) == 4
-    pattern = (r"deep_ensemble epochs \([01]/2 members done\): [12]/2  loss \d+\.\d{4} acc (0|1)\.\d{4}  "
-               r"elapsed \d+:\d\d")
+    run = r"(; run( ~\d+:\d\d left|: ~\d+:\d\d of training left, then prediction))?"  # the whole run's time left
+    pattern = (r"deep_ensemble epochs \([01]/2 members done\): [12]/2  loss \d+\.\d{4} acc (0|1)\.\d{4}" + run +
+               r"  elapsed \d+:\d\d")
     assert all(re.fullmatch(pattern + r"(, ~\d+:\d\d left)?", ln) for ln in epochs), epochs
+    assert "; run" in epochs[0] and "then prediction" in epochs[0]  # no prediction measured yet
+    assert "; run ~" in epochs[2]  # the second member's epochs: training and prediction both measured
     assert [ln.split("  ")[0] for ln in res.stderr.splitlines() if " members: " in ln] == \
         ["deep_ensemble members: 1/2", "deep_ensemble members: 2/2"]
+    lines = res.stderr.splitlines()
+    assert lines[0].startswith("preparing digits: splits: 2/2")  # the data, before training (test + uniform OOD)
+    predicting = [ln for ln in lines if " predicting member " in ln]
+    assert [ln.split(":")[0] for ln in predicting] == ["deep_ensemble predicting member 1",
+                                                       "deep_ensemble predicting member 2"]
     silent = CliRunner().invoke(cli, ["produce", "sgd", "--out", str(tmp_path / "s.h5"), "--epochs", "1",
                                       "--train-samples", "60", "--test-samples", "30", "--shifts", "none",
                                       "--threads", "1", "--no-progress"])

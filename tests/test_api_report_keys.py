@@ -33,6 +33,9 @@ DOC = Path(__file__).resolve().parents[1] / "scoring" / "REPORT_KEYS.md"
 NAMED_CHILDREN = {
     ("archive", "splits"), ("in_domain",), ("ood",), ("shift",), ("shift_summary", "by_kind"),
     ("shift_summary", "groups", "by_intensity"), ("in_domain", "*", "rejection_curves"), ("ood", "*", "histograms"), ("ood", "*", "roc_curves"),
+    ("method_scores",), ("in_domain", "*", "method_scores"), ("ood", "*", "method_scores"),
+    ("intervals", "summary"), ("intervals", "splits"), ("intervals", "splits", "*"), ("samples", "splits"),
+    ("samples", "splits", "*", "columns"), ("groups", "*", "summary"), ("best",), ("tied",),
 }
 #: Values that are free-form by design (documented as a whole), by the end of their path: not walked.
 OPAQUE = {("archive", "diagnostics"), ("protocol", "cost_matrix")}
@@ -101,7 +104,7 @@ def undocumented(obj, doc: Doc, root: str, path: tuple[str, ...] = ()) -> set[st
 @pytest.fixture(scope="module")
 def outputs(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("keys")
-    method, _ = build_archive(tmp / "method.h5", m=3, n=80)
+    method, _ = build_archive(tmp / "method.h5", m=3, n=80, logits=True, scores={"variance": "uncertainty"})
     from ubench.edge.record import record_latency  # /scalability latency (SPEC.md 5.2): the report's archive.latency
 
     record_latency(method, {"backend": "onnxruntime", "precision": "fp32", "sampling": "none", "threads": 1,
@@ -128,7 +131,8 @@ def outputs(tmp_path_factory):
 
 def test_every_key_of_a_score_report_is_documented(outputs):
     report = outputs["score"]
-    assert {"dee", "summary", "in_domain", "ood", "shift"} <= set(report)
+    assert {"dee", "summary", "in_domain", "ood", "shift", "method_scores"} <= set(report)
+    assert set(report["method_scores"]) == {"variance", "energy", "max_logit"}  # walked below
     assert "member_curves" in report["protocol"] and "member_curves" in report["in_domain"]["test"]
     assert undocumented(report, Doc(DOC.read_text(encoding="utf-8")), "Top level") == set()
 

@@ -85,8 +85,15 @@ def test_fashion_mnist_table_rendered_only_when_its_json_exists(tree):
     render.main(["--root", str(tree)])
     after = (tree / "README.md").read_text()
     table = after[after.index(render.FASHION[0]):after.index(render.FASHION[1])]
-    assert "| SGD | 1 | 0.9015 | 0.295 | -0.279 | 1.06 | 0.8169 | 0.7051 | 7.5 |" in table
+    assert "| SGD | 1 | 0.9015 | 0.295 | -0.279 | 1.06 | 0.8169 | 0.7051 | - | - | - | 7.5 |" in table
     assert "load 3.25 before" in table and fashion not in after
+    # issue #31: a single model with its own score gets the own-score columns
+    row = dict(row, method="DDU", own_score="log_density", ood_auroc_own_mnist=0.9876, ood_auroc_own_notmnist=0.9)
+    (tree / "bench" / "results" / "reproduce_fashion_mnist.json").write_text(
+        json.dumps(_doc("reproduce_fashion_mnist.py", [row], [])))
+    render.main(["--root", str(tree)])
+    assert "| DDU | 1 | 0.9015 | 0.295 | -0.279 | 1.06 | 0.8169 | 0.7051 | log_density | 0.9876 | 0.9 | 7.5 |" in (
+        tree / "README.md").read_text()
 
 
 def _results_module():

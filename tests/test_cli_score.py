@@ -91,7 +91,7 @@ def test_compare(run, tmp_path):
     res = CliRunner().invoke(cli, ["compare", str(path), str(other), "--protocol", "shift"])
     assert res.exit_code == 0, res.output
     lines = res.stdout.splitlines()
-    assert lines[0].startswith("method") and "acc*" in lines[0] and " NLL " in lines[0]
+    assert lines[0].startswith("method") and "acc↑*" in lines[0] and " NLL↓ " in lines[0]
     assert lines[2].startswith("deep_ensemble (run.h5)") and lines[3].startswith("deep_ensemble (other.h5)")
     res = CliRunner().invoke(cli, ["compare", str(path), str(other), "--json", "--protocol", "shift"])
     d = json.loads(res.stdout)

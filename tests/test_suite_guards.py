@@ -12,7 +12,19 @@ import sys
 import textwrap
 from pathlib import Path
 
-from suite_guards import SLOW_TESTS, defines_test, torch_tests, tree_changes, tree_state
+import pytest
+
+from suite_guards import (
+    CI_ALLOWED_SKIPS,
+    SLOW_TESTS,
+    ci_allows_skip,
+    defines_test,
+    refuse_skip_in_ci,
+    skip_reason,
+    torch_tests,
+    tree_changes,
+    tree_state,
+)
 
 TESTS = Path(__file__).parent
 
@@ -86,6 +98,56 @@ def test_writes_under_tmp_path(tmp_path):
 '''
 
 
+SKIPPING_MODULE = '''
+import pytest
+
+
+@pytest.fixture
+def server():
+    pytest.skip("PostgreSQL binaries not installed (Debian's postgresql package)")
+
+
+def test_gpu():
+    pytest.skip("needs a CUDA device")
+
+
+def test_trt():
+    pytest.importorskip("tensorrt_is_not_installed_here".replace("_is_not_installed_here", ""))
+
+
+def test_component():
+    pytest.skip("Debian's chromium is not installed")
+
+
+@pytest.mark.skipif(True, reason="the shared MNIST/notMNIST test copies are not on this machine")
+def test_marked():
+    pass
+
+
+def test_fixture(server):
+    pass
+
+
+@pytest.mark.xfail(reason="known", strict=True)
+def test_expected_failure():
+    assert False
+
+
+def test_runs():
+    pass
+'''
+
+MISSING_EXTRA_MODULE = '''
+import pytest
+
+pytest.importorskip("a_module_ci_would_install")
+
+
+def test_never_collected():
+    pass
+'''
+
+
 def _project(tmp_path: Path, modules: dict[str, str]) -> Path:
     root = tmp_path / "project"
     (root / "tests").mkdir(parents=True)
@@ -99,8 +161,8 @@ def _project(tmp_path: Path, modules: dict[str, str]) -> Path:
     return root
 
 
-def _pytest(root: Path, *args: str) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
+def _pytest(root: Path, *args: str, **env_changes: str) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_") and k != "CI"} | env_changes
     return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:randomly", *args], cwd=root,
                           capture_output=True, text=True, env=env)
 
@@ -176,3 +238,91 @@ def test_slow_marker_is_applied(request):
     items = [i for i in request.session.items if i.nodeid.split("[", 1)[0] in SLOW_TESTS]
     assert all(i.get_closest_marker("slow") for i in items)
     assert not request.node.get_closest_marker("slow")
+
+
+def test_ci_fails_on_a_skip_that_is_not_on_the_allow_list(tmp_path):
+    """With CI=true: skips in a test, a fixture, a skipif mark and a module-level importorskip fail (naming their
+    reason); the allow-listed CUDA/TensorRT skips stay skips, xfail stays xfail, and the summary file lists the
+    skips. Without CI the same tests skip (run in-process below, on the same reports)."""
+    if not ci_allows_skip("could not import 'tensorrt': No module named 'tensorrt'"):
+        raise AssertionError("TensorRT must be on the allow-list for this test's module")
+    root = _project(tmp_path, {"test_skips.py": SKIPPING_MODULE, "test_missing.py": MISSING_EXTRA_MODULE})
+    summary = tmp_path / "skips.txt"
+    # A collection error stops a run before any test (the CI run then lists every such module and fails);
+    # --continue-on-collection-errors lets this one run check both kinds.
+    res = _pytest(root, "-rA", "--continue-on-collection-errors", "tests", CI="true", UBENCH_SKIP_SUMMARY=str(summary))
+    out = res.stdout + res.stderr
+    assert res.returncode == 1, out
+    # a skip in the test body fails it; one in setup (a skipif mark, a fixture) or collection is an error
+    assert "1 failed, 1 passed, 2 skipped, 1 xfailed, 3 errors" in out, out
+    assert "FAILED tests/test_skips.py::test_component" in out, out
+    for name in ("test_skips.py::test_marked", "test_skips.py::test_fixture", "test_missing.py"):
+        assert f"ERROR tests/{name}" in out, out
+    for reason in ("Debian's chromium is not installed", "PostgreSQL binaries not installed",
+                   "the shared MNIST/notMNIST test copies", "could not import 'a_module_ci_would_install'"):
+        assert f"not on the CI allow-list (tests/suite_guards.py CI_ALLOWED_SKIPS): {reason}" in out, (reason, out)
+    assert summary.read_text().splitlines() == ["    1  could not import 'tensorrt': No module named 'tensorrt'",
+                                                "    1  needs a CUDA device"]
+
+
+@pytest.mark.parametrize("reason, allowed", [
+    ("needs a CUDA device (runs where the device tool lends a GPU)", True),
+    ("this onnxruntime has no CUDA provider (CPUExecutionProvider)", True),
+    ("needs CUDA", True),
+    ("TensorRT needs a CUDA device", True),
+    ("could not import 'tensorrt': No module named 'tensorrt'", True),
+    ("could not import 'torch': No module named 'torch'", False),
+    ("could not import 'onnxruntime': No module named 'onnxruntime'", False),
+    ("this kernel has no Landlock", False),
+    ("curl not installed", False),
+    ("torch.compile on the CPU needs a C++ compiler", False),
+    ("test images not present (looked for /usr/share/datasets/fashion-mnist/t10k-images-idx3-ubyte.gz)", False),
+    ("running as root without runuser: cannot start PostgreSQL as its own user", False),
+    ("no chromium on this machine (CI installs Debian's chromium)", False),
+    ("accumulated", False),  # no pattern matches a substring of a word ("cu" "da")
+])
+def test_ci_allow_list(reason, allowed):
+    """Only hardware the CI machine cannot have (a CUDA GPU, TensorRT) may skip; every component CI installs may
+    not. ``skip_reason`` reads pytest's ``(path, line, "Skipped: ...")`` and plain strings alike."""
+    assert ci_allows_skip(reason) is allowed
+    assert skip_reason(("t.py", 3, "Skipped: " + reason)) == reason == skip_reason(reason)
+    assert len(CI_ALLOWED_SKIPS) == 2
+
+
+def test_skips_pass_outside_ci():
+    """Without CI the hook changes nothing (a module-level importorskip's CollectReport stays skipped); with CI=true
+    or CI=1 it fails, naming the reason; an xfail report is never touched."""
+    import pytest as _pytest_mod
+
+    def report():
+        return _pytest_mod.CollectReport("tests/test_missing.py", "skipped",
+                                         ("tests/test_missing.py", 3, "Skipped: could not import 'x'"), [])
+
+    for env in ({}, {"CI": "false"}, {"CI": ""}):
+        r = report()
+        refuse_skip_in_ci(r, env)
+        assert r.skipped, env
+    for env in ({"CI": "true"}, {"CI": "1"}, {"CI": " TRUE "}):
+        r = report()
+        refuse_skip_in_ci(r, env)
+        assert r.failed and "could not import 'x'" in str(r.longrepr), env
+    r = report()
+    r.wasxfail = "known"
+    refuse_skip_in_ci(r, {"CI": "true"})
+    assert r.skipped
+
+
+def test_ci_script_runs_the_readmes_test_command_and_installs_what_the_skips_need():
+    """``.ci/run`` runs the README's test command verbatim, installs the Debian packages whose absence would now
+    fail CI (and stops if apt-get fails), and prints the skip summary after the tests."""
+    root = TESTS.parent
+    readme = (root / "README.md").read_text(encoding="utf-8")
+    block = readme.split("Install the test dependencies and run the tests", 1)[1].split("```bash\n", 1)[1]
+    command = block.split("\n", 1)[0]
+    script = (root / ".ci" / "run").read_text(encoding="utf-8")
+    assert command.startswith("python3 -m pip install -e")
+    assert any(line.startswith(command + " ") for line in script.splitlines()), command
+    for package in ("chromium", "postgresql", "dataset-fashion-mnist", "curl", "g++"):
+        assert f" {package}" in script.split("install -y -qq", 1)[1].split(">/dev/null", 1)[0], package
+    assert "exit 1" in script.split("apt-get could not install", 1)[1].split("fi", 1)[0]
+    assert "UBENCH_SKIP_SUMMARY" in script and script.rstrip().endswith('exit "$status"')

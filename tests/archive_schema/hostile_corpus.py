@@ -762,7 +762,199 @@ def _long_link_name(root: Path) -> Built:
     return Built(p, "name-length", "/" + "n" * 64 + "…", "5000 bytes")
 
 
+@case
+def _empty_attribute(root: Path) -> Built:
+    """An ``h5py.Empty`` (null dataspace) attribute: libhdf5's own text was 'Unspecified error in
+    H5Aget_storage_size' (issue #25 item 15)."""
+    p = write_plain_archive(archive_dir(root) / "a.h5",
+                            mutate=lambda f: f["splits/test"].attrs.__setitem__("role", h5py.Empty("f4")))
+    return Built(p, "attribute-empty", "/splits/test", "attribute 'role' has no value")
+
+
 #: Valid files of a class that used to break scoring (not validation): they must validate and score.
 VALID_CASES: dict[str, Callable[[Path], Path]] = {
     "big_endian": lambda root: build_big_endian(archive_dir(root) / "a.h5"),
 }
+
+
+# --- format 1.1 (issue #31): logits and method scores --------------------------------------------------------------
+def v11_splits() -> dict:
+    """``default_splits`` with logits whose softmax is each split's probs and two method scores of opposite
+    directions (format 1.1, SPEC.md §4.3-4.4)."""
+    rng = np.random.default_rng(7)
+    splits = default_splits()
+    for s in splits.values():
+        m, n, c = np.asarray(s["probs"]).shape
+        z = rng.normal(0, 3, (m, n, c)).astype("<f4")
+        s["logits"], s["probs"] = z, softmax(z).astype(np.asarray(s["probs"]).dtype)
+        s["scores"] = {"variance": (rng.random(n), "uncertainty"),
+                       "density": (rng.normal(size=n).astype("<f4"), "confidence")}
+    return splits
+
+
+def _v11_with(root: Path, split: str = "test", mutate=None, **changes) -> Path:
+    splits = v11_splits()
+    splits[split].update(changes)
+    return write_plain_archive(archive_dir(root) / "a.h5", splits=splits, mutate=mutate)
+
+
+def _test_logits() -> np.ndarray:
+    return v11_splits()["test"]["logits"].copy()
+
+
+def _test_scores(**changes) -> dict:
+    scores = dict(v11_splits()["test"]["scores"])
+    scores.update(changes)
+    return scores
+
+
+@case
+def _logits_nan(root: Path) -> Built:
+    z = _test_logits()
+    z[1, 5, 2] = np.nan
+    z[1, 9, 0] = np.inf
+    return Built(_v11_with(root, logits=z), "finite", "/splits/test/logits", "member 1, sample 5, class 2")
+
+
+@case
+def _logits_not_the_probs(root: Path) -> Built:
+    """Logits whose softmax is not probs (one logit moved by 1 at member 0, sample 4): energy would describe
+    another model than the probabilities scored."""
+    z = _test_logits()
+    z[0, 4, 1] += 1.0
+    z[1, 8, 0] += 1.0
+    return Built(_v11_with(root, logits=z), "logits-softmax", "/splits/test/logits", "member 0, sample 4")
+
+
+@case
+def _logits_float16_far_off(root: Path) -> Built:
+    """float16 logits get the looser tolerance of half precision, but not 0.05 of probability."""
+    z = _test_logits()
+    z[1, 3] = 0.0  # softmax uniform (0.25) where probs are far from uniform
+    return Built(_v11_with(root, logits=z.astype("<f2")), "logits-softmax", "/splits/test/logits",
+                 "member 1, sample 3")
+
+
+@case
+def _logits_shape(root: Path) -> Built:
+    return Built(_v11_with(root, logits=_test_logits()[:, :, :3]), "shape", "/splits/test/logits",
+                 "differs from probs")
+
+
+@case
+def _logits_int(root: Path) -> Built:
+    return Built(_v11_with(root, logits=np.zeros((2, 12, 4), np.int32)), "dtype", "/splits/test/logits", "int32")
+
+
+@case
+def _logits_in_one_split_only(root: Path) -> Built:
+    return Built(_v11_with(root, split="rot_15", logits=None), "logits-missing", "/splits/rot_15",
+                 "logits are stored for every split or for none")
+
+
+@case
+def _score_nan(root: Path) -> Built:
+    v = v11_splits()["test"]["scores"]["variance"][0].copy()
+    v[7] = np.nan
+    v[9] = np.inf
+    return Built(_v11_with(root, scores=_test_scores(variance=(v, "uncertainty"))), "finite",
+                 "/splits/test/scores/variance", "at sample 7")
+
+
+@case
+def _score_length(root: Path) -> Built:
+    return Built(_v11_with(root, scores=_test_scores(density=(np.zeros(11), "confidence"))), "shape",
+                 "/splits/test/scores/density", "11 entries but n_samples is 12")
+
+
+@case
+def _score_2d(root: Path) -> Built:
+    return Built(_v11_with(root, scores=_test_scores(density=(np.zeros((12, 1)), "confidence"))), "rank",
+                 "/splits/test/scores/density", "must have 1 dimensions")
+
+
+@case
+def _score_int(root: Path) -> Built:
+    return Built(_v11_with(root, scores=_test_scores(density=(np.zeros(12, np.int64), "confidence"))), "dtype",
+                 "/splits/test/scores/density", "int64")
+
+
+@case
+def _score_direction(root: Path) -> Built:
+    return Built(_v11_with(root, scores=_test_scores(density=(np.zeros(12), "higher"))), "value",
+                 "/splits/test/scores/density", "'higher'")
+
+
+@case
+def _score_without_direction(root: Path) -> Built:
+    def mutate(f):
+        del f["splits/test/scores/variance"].attrs["direction"]
+
+    return Built(_v11_with(root, mutate=mutate), "missing-attribute", "/splits/test/scores/variance", "direction")
+
+
+@case
+def _score_reserved_name(root: Path) -> Built:
+    """'energy' is what a scorer derives from the logits; a method score of that name would shadow it."""
+    splits = v11_splits()
+    for s in splits.values():
+        s["scores"] = {"energy": (np.zeros(np.asarray(s["probs"]).shape[1]), "uncertainty")}
+    return Built(write_plain_archive(archive_dir(root) / "a.h5", splits=splits), "name",
+                 "/splits/noise/scores/energy", "max_logit")
+
+
+@case
+def _scores_differ_between_splits(root: Path) -> Built:
+    """rot_15 declares density with the other direction: OOD and shift numbers would mix two meanings."""
+    rot = v11_splits()["rot_15"]["scores"]
+    rot["density"] = (rot["density"][0], "uncertainty")
+    return Built(_v11_with(root, split="rot_15", scores=rot), "scores-differ", "/splits/rot_15/scores",
+                 "'density': 'uncertainty'")
+
+
+@case
+def _scores_group_kind(root: Path) -> Built:
+    def mutate(f):
+        f["splits/test/scores"].attrs["ubench_kind"] = "splits"
+
+    return Built(_v11_with(root, mutate=mutate), "value", "/splits/test/scores", "must be 'scores'")
+
+
+@case
+def _score_external_link(root: Path) -> Built:
+    target = _outside_h5(root)
+
+    def mutate(f):
+        del f["splits/test/scores/variance"]
+        f["splits/test/scores/variance"] = h5py.ExternalLink(str(target), "/data")
+
+    return Built(_v11_with(root, mutate=mutate), "external-link", "/splits/test/scores/variance", "other files",
+                 outside=[target])
+
+
+@case
+def _logits_gzip_bomb(root: Path) -> Built:
+    """Logits of 100,000 samples, all zero, under gzip 9 (beside probs of the same shape): the ratio limit holds
+    for the new dataset as for probs."""
+    n = 100_000
+
+    def mutate(f):
+        g = f.create_group("splits/bomb")
+        g.attrs.update({"ubench_kind": "split", "role": "ood", "dataset": "zeros", "n_samples": np.int64(n)})
+        probs = np.full((2, n, 4), 0.25, "<f4")
+        g.create_dataset("probs", data=probs, chunks=(1, 65_536, 4))
+        g.create_dataset("logits", shape=(2, n, 4), dtype="<f4", chunks=(1, n, 4), compression="gzip",
+                         compression_opts=9, data=np.zeros((2, n, 4), "<f4"))
+        sc = g.create_group("scores")
+        sc.attrs["ubench_kind"] = "scores"
+        for name in ("variance", "density"):
+            sc.create_dataset(name, data=np.zeros(n)).attrs["direction"] = f["splits/test/scores"][name].attrs[
+                "direction"]
+
+    return Built(_v11_with(root, mutate=mutate), "compression-ratio", "/splits/bomb/logits", "decompression bomb")
+
+
+VALID_CASES["v1_1_logits_and_scores"] = lambda root: write_plain_archive(archive_dir(root) / "a.h5",
+                                                                         splits=v11_splits())
+VALID_CASES["v1_1_float16_logits"] = lambda root: write_plain_archive(
+    archive_dir(root) / "a.h5", splits={k: dict(v, logits=v["logits"].astype("<f2")) for k, v in v11_splits().items()})

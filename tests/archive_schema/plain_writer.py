@@ -58,7 +58,9 @@ def write_plain_archive(
     """Write an archive following SPEC.md; ``mutate(f)`` runs last, before the file is closed.
 
     ``splits`` maps a name to ``role``, ``dataset``, ``probs`` (M, N, C) and optionally ``labels``,
-    ``sample_ids``, ``shift_kind``, ``shift_intensity``, ``options`` (h5py dataset keywords for ``probs``).
+    ``sample_ids``, ``shift_kind``, ``shift_intensity``, ``options`` (h5py dataset keywords for ``probs``), and
+    (format 1.1) ``logits`` (M, N, C) and ``scores`` ({name: (values (N,), direction)}); the version is ``1.1``
+    when a split has either, else ``1.0``.
     """
     path = Path(path)
     splits = default_splits(c=n_classes) if splits is None else splits
@@ -67,7 +69,8 @@ def write_plain_archive(
         # §2 root attributes: required ones, then optional ones. Scalars are scalar-dataspace attributes.
         attrs: dict[str, Any] = {
             "ubench_format": "prediction-archive",
-            "ubench_format_version": "1.0",
+            "ubench_format_version": "1.1" if any(s.get("logits") is not None or s.get("scores")
+                                                  for s in splits.values()) else "1.0",
             "ubench_kind": "archive",
             "method": "deep_ensemble",
             "model": "mlp",
@@ -116,6 +119,15 @@ def write_plain_archive(
             for key in ("labels", "sample_ids"):
                 if s.get(key) is not None:
                     sp.create_dataset(key, data=np.asarray(s[key]))
+            # §4.3 (1.1) optional logits, beside probs, stored here without chunking.
+            if s.get("logits") is not None:
+                sp.create_dataset("logits", data=np.asarray(s["logits"]))
+            # §4.4 (1.1) optional method scores: a group of kind "scores", one (N,) dataset each with a direction.
+            if s.get("scores"):
+                g = sp.create_group("scores")
+                g.attrs["ubench_kind"] = "scores"
+                for score, (values, direction) in s["scores"].items():
+                    g.create_dataset(score, data=np.asarray(values)).attrs["direction"] = direction
         # §5 /scalability: optional attributes.
         sc = f.create_group("scalability")
         sc.attrs["ubench_kind"] = "scalability"

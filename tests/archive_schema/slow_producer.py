@@ -8,13 +8,20 @@ parent's SIGKILL lands at a known place:
 ``after-2``   stalls (sleeps) after member 1 is reported, between members;
 ``inside-2``  stalls inside ``add_member`` of member 2, after part of that member's file is written (the dataset
               write is split into slices; ``member 2 writing`` is printed after the first one);
-``run``       never stalls (the parent kills it when it sees member 2's temporary file).
+``rename-2``  stalls, in the unpatched writer, when member 2's complete temporary file is about to be renamed into
+              place (``member 2 renaming`` is printed; the file is whole, its final name absent);
+``renamed-2`` stalls right after that rename, when the writer opens the members directory to fsync it
+              (``member 2 renamed`` is printed; the final name exists).
+
+The last two change no ubench code: an audit hook (:func:`sys.addaudithook`) sees the writer's ``os.replace``
+(event ``os.rename``) and ``os.open`` (event ``open``) and stalls there, so the kill lands at one exact point.
 """
 
 from __future__ import annotations
 
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
 
@@ -68,12 +75,31 @@ def _slow_dataset_writes() -> None:
     h5py.Group.create_dataset = create_dataset
 
 
+def _stall_at_member_2_rename(after: bool) -> None:
+    """Stall (print, then sleep) at the rename of member 2's file (``after``: at the directory fsync that follows)."""
+    seen = {"renamed": False}
+
+    def hook(event: str, args: tuple) -> None:
+        if event == "os.rename" and Path(str(args[1])).name == "000002.h5":
+            if not after:
+                print("member 2 renaming", flush=True)
+                time.sleep(3600)
+            seen["renamed"] = True
+        elif event == "open" and after and seen["renamed"] and Path(str(args[0])).name == "members":
+            print("member 2 renamed", flush=True)
+            time.sleep(3600)
+
+    sys.addaudithook(hook)
+
+
 STATE = {"member": 0}
 
 if __name__ == "__main__":
     out, size, mode = sys.argv[1:4]
     if mode == "inside-2":
         _slow_dataset_writes()
+    elif mode in ("rename-2", "renamed-2"):
+        _stall_at_member_2_rename(after=mode == "renamed-2")
     w = make_writer(out, size)
     for k in range(w.n_members, 5):
         STATE["member"] = k

@@ -66,3 +66,50 @@ def test_v1_0_streams_like_it_reads():
         blocks = list(r.iter_probs("test", rows=2))
     assert [s for s, _ in blocks] == [0, 2]
     np.testing.assert_array_equal(np.concatenate([b for _, b in blocks], axis=1), read_archive(V1_0).probs["test"])
+
+
+V1_1 = DATA / "v1_1.h5"
+V1_1_SHA256 = "d429ccf7fa4e225b09f06d1a0c60b3e3c3729783a92450e958b8f60d4f8a7aeb"
+
+
+def test_v1_1_file_is_the_frozen_one():
+    assert hashlib.sha256(V1_1.read_bytes()).hexdigest() == V1_1_SHA256, "never rewrite a frozen archive"
+
+
+def test_v1_1_reads_with_exact_values():
+    """The 1.1 archive (float16 logits, two method scores): every new field value for value."""
+    assert validate_archive(V1_1) == []
+    a = read_archive(V1_1)
+    assert a.format_version == "1.1" and a.method == "sngp" and a.n_members == 2
+    assert a.splits["test"] == SplitInfo("test", "in_domain", "toy3", 3, None, None, True, True, None, True,
+                                         {"log_density": "confidence", "variance": "uncertainty"})
+    assert a.splits["noise"].has_logits and a.splits["noise"].scores == a.splits["test"].scores
+    assert a.logits["test"].dtype == np.float16 and a.logits["test"].shape == (2, 3, 3)
+    assert a.logits["test"][0, 0].tolist() == [0.0, -0.693359375, -0.693359375]
+    assert a.logits["noise"][1, 1].tolist() == [0.0, -20.796875, -20.796875]
+    assert a.scores["test"]["variance"].tolist() == [0.5, 0.25, 2.0]
+    assert a.scores["test"]["variance"].dtype == np.float64
+    assert a.scores["noise"]["log_density"].tolist() == [-64.0, -32.0]
+    assert a.scores["noise"]["log_density"].dtype == np.float32
+    assert a.probs["test"][1].tolist() == [[0.625, 0.125, 0.25], [0.25, 0.5, 0.25], [0.0625, 0.0625, 0.875]]
+
+
+def test_v1_1_file_reads_with_the_frozen_v1_0_reader():
+    """A reader that knows only 1.0 reads the 1.1 file (the note says so) and ignores the logits and scores:
+    the 1.0 reader, frozen, is run on the file as an older ubench would run it."""
+    from ubench.archive_schema import registry
+    from ubench.archive_schema.spec import V1_0
+
+    newest = {s: f for s, f in registry.READERS.items()}
+    try:
+        registry.READERS.clear()
+        registry.READERS[V1_0] = newest[V1_0]
+        findings = validate_archive(V1_1)
+        assert [(f.check, f.severity) for f in findings] == [("version", "note")]
+        a = read_archive(V1_1)
+    finally:
+        registry.READERS.clear()
+        registry.READERS.update(newest)
+    assert not a.splits["test"].has_logits and a.splits["test"].scores == {}
+    assert a.logits == {"test": None, "noise": None} and a.scores == {"test": {}, "noise": {}}
+    assert a.probs["test"][0].tolist() == [[0.5, 0.25, 0.25], [0.125, 0.125, 0.75], [0.0, 0.0, 1.0]]

@@ -262,8 +262,8 @@ def test_other_format_is_refused(tmp_path):
 
 
 def test_newer_minor_version_reads_with_a_note(tmp_path):
-    """Same major, newer minor ('1.7'): read by the 1.0 reader, with a 'version' note naming both versions, and
-    objects the 1.0 spec does not name are ignored."""
+    """Same major, newer minor ('1.7'): read by the newest 1.x reader (1.1), with a 'version' note naming both
+    versions, and objects the 1.1 spec does not name are ignored."""
 
     def mutate(f):
         f["splits/test"].create_dataset("logits_added_in_1_7", data=np.zeros((2, 12, 4), "<f4"))
@@ -273,7 +273,7 @@ def test_newer_minor_version_reads_with_a_note(tmp_path):
     findings = validate_archive(p)
     assert not _errors(findings)
     notes = [f for f in findings if f.check == "version"]
-    assert len(notes) == 1 and notes[0].severity == "note" and "1.7" in notes[0].message and "1.0" in notes[0].message
+    assert len(notes) == 1 and notes[0].severity == "note" and "1.7" in notes[0].message and "read as 1.1" in notes[0].message
     archive = read_archive(p)
     assert archive.header.format_version == "1.7"
     np.testing.assert_array_equal(archive.probs["test"], default_splits()["test"]["probs"])

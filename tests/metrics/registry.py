@@ -23,6 +23,7 @@ METRICS = {
     "adaptive_ece": M.adaptive_calibration_error,
     "classwise_ece": M.classwise_calibration_error,
     "tace": M.tace_error,
+    "l2_ce_debiased": M.debiased_calibration_error,
     "uce": M.uce_error,
     "classwise_uce": M.classwise_uce_error,
     "aurc": M.risk_coverage_auc,
@@ -42,6 +43,7 @@ RANGES = {
     "adaptive_ece": (0.0, 1.0),
     "classwise_ece": (0.0, 1.0),
     "tace": (0.0, 1.0),
+    "l2_ce_debiased": (0.0, 1.0),
     "uce": (0.0, 1.0),
     "classwise_uce": (0.0, 1.0),
     "aurc": (0.0, 1.0),
@@ -57,8 +59,9 @@ PERMUTATION_INVARIANT = set(METRICS)
 CLASS_RELABEL_INVARIANT = set(METRICS) - {"decision_cost_cifar10"}
 
 # Repeating the whole data set k times leaves the value unchanged (equal-count bins move, so TACE/adaptive not;
-# AURC is a Riemann sum over N coverage levels, so repeating refines its grid).
-REPEAT_INVARIANT = set(METRICS) - {"adaptive_ece", "tace", "aurc"}
+# AURC is a Riemann sum over N coverage levels, so repeating refines its grid; the debiased L2 error subtracts a
+# variance that shrinks with the bins' counts).
+REPEAT_INVARIANT = set(METRICS) - {"adaptive_ece", "tace", "aurc", "l2_ce_debiased"}
 
 # Value for correct one-hot predictions (smoothed NLL is left out: its optimum depends on C).
 ONE_HOT_OPTIMUM = {
@@ -70,6 +73,7 @@ ONE_HOT_OPTIMUM = {
     "adaptive_ece": 0.0,
     "classwise_ece": 0.0,
     "tace": 0.0,
+    "l2_ce_debiased": 0.0,
     "uce": 0.0,
     "classwise_uce": 0.0,
     "aurc": 0.0,

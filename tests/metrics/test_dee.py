@@ -21,7 +21,7 @@ _STD = np.full(5, 0.05)
 @pytest.mark.parametrize(
     ("level", "expected"),
     [
-        (-1.2, 1.0),  # below CLL(1): floor at one network
+        (-1.2, 1.0),  # below CLL(1): 1, flagged below_reference (reads "< 1")
         (-1.0, 1.0),
         (-0.75, 1.5),  # halfway between -1 (k=1) and -0.5 (k=2)
         (-0.5, 2.0),
@@ -33,6 +33,22 @@ def test_dee_by_hand(level, expected):
     s = dee_score(level, _MEAN, _STD)
     assert s.dee == pytest.approx(expected, rel=1e-12)
     assert not s.beyond_reference
+    assert s.below_reference == (level < -1.0)
+
+
+def test_below_one_member_is_flagged_for_the_value_and_each_bound():
+    """A CLL under the reference's first point is worse than one member: flagged, with each bound flagged against
+    its own curve (mean + std for the lower bound, mean - std for the upper); at CLL(1) exactly it is 1, unflagged
+    (issue #28 item 5: it was reported as 1 with bounds [1, 1], 'as good as one member')."""
+    s = dee_score(-1.02, _MEAN, _STD)  # below mean(1) = -1 and mean(1) + std = -0.95, above mean(1) - std = -1.05
+    assert (s.below_reference, s.lower_below, s.upper_below) == (True, True, False)
+    assert s.upper == pytest.approx(1 + (-1.02 + 1.05) / 0.5)
+    s = dee_score(-1.1, _MEAN, _STD)
+    assert (s.below_reference, s.lower_below, s.upper_below) == (True, True, True)
+    s = dee_score(-0.97, _MEAN, _STD)
+    assert (s.below_reference, s.lower_below, s.upper_below) == (False, True, False)
+    assert not dee_score(-1.0, _MEAN, _STD).below_reference
+    assert dee_curve([-1.1, -1.0, -0.5], _MEAN, _STD).below_reference.tolist() == [True, False, False]
 
 
 def test_bounds_by_hand():
@@ -85,6 +101,8 @@ def test_dee_properties(steps, level, spread):
     std = np.full(mean.size, spread)
     s = dee_score(level, mean, std)
     assert 1.0 <= s.lower <= s.dee + 1e-12 <= s.upper + 2e-12 <= mean.size + 2e-12
+    assert (s.below_reference, s.lower_below, s.upper_below) == (level < mean[0], level < mean[0] + spread,
+                                                                 level < mean[0] - spread)
     assert dee_score(level + 0.1, mean, std).dee >= s.dee
     for k in range(mean.size):
         if k == 0 or mean[k] > mean[k - 1]:

@@ -90,7 +90,7 @@ def test_uniform_probs_keep_t_one():
     assert fit.temperature == 1.0 and not fit.hit_bound
     assert fit.nll_after == pytest.approx(np.log(3.0), abs=1e-12)
     assert fit.to_dict() == {"temperature": 1.0, "nll_before": fit.nll_before, "nll_after": fit.nll_after,
-                             "hit_bound": False}
+                             "hit_bound": False, "path": "newton"}
 
 
 def test_calibrated_binary_model_keeps_t_near_one():

@@ -12,6 +12,7 @@ from ubench.producers.shifts import (
     Shift,
     apply_shift,
     default_shifts,
+    is_identity,
     gaussian_blur,
     gaussian_noise,
     rotate,
@@ -86,11 +87,24 @@ def test_default_grid_is_the_shift_papers():
     grid = default_shifts(28)
     rot = [s.intensity for s in grid if s.kind == "rotate"]
     tr = [s.intensity for s in grid if s.kind == "translate"]
-    assert rot == [15.0 * k for k in range(1, 13)] and tr == [2.0 * k for k in range(1, 15)]
+    assert rot == [15.0 * k for k in range(1, 13)] and tr == [2.0 * k for k in range(1, 14)]  # 28 = identity
     assert [s.intensity for s in grid if s.kind == "noise"] == [1.0, 2.0, 3.0, 4.0, 5.0]
     assert Shift("rotate", 15.0).split_name == "shift_rotate_15"
     with pytest.raises(ValueError, match="unknown shift kinds"):
         default_shifts(28, ("zoom",))
+
+
+@pytest.mark.parametrize("width", [8, 28, 32])
+def test_no_default_shift_is_the_identity(width):
+    """For every default shift of images of any width, the shifted images differ from the clean ones (a cyclic
+    translation by the width was the clean test set counted as the most shifted split; issue #28 item 6)."""
+    x = np.random.default_rng(0).random((3, 1, width, width), dtype=np.float32)
+    shifts = default_shifts(width)
+    for shift in shifts:
+        assert not np.array_equal(apply_shift(x, shift, seed=0), x), shift
+    assert max(s.intensity for s in shifts if s.kind == "translate") == width - 2
+    assert is_identity(Shift("translate", width), width) and is_identity(Shift("rotate", 360.0), width)
+    assert not is_identity(Shift("translate", width // 2), width)
 
 
 def test_idx_round_trip_gz_and_raw(tmp_path):
@@ -134,7 +148,8 @@ def test_build_task_digits_splits():
     test = task.splits["test"]
     pos = np.searchsorted(test.sample_ids, rot.sample_ids)
     np.testing.assert_array_equal(test.labels[pos], rot.labels)
-    np.testing.assert_array_equal(task.splits["shift_translate_8"].images, test.images[pos])  # 8 = full cycle
+    np.testing.assert_array_equal(task.splits["shift_translate_6"].images, np.roll(test.images[pos], 6, axis=3))
+    assert "shift_translate_8" not in task.splits  # 8 pixels on 8 x 8 = a full cycle = the clean test set
     assert not set(task.train.sample_ids) & set(test.sample_ids)
     noise = task.splits["ood_uniform"].images
     assert noise.shape[1:] == (1, 8, 8) and 0.0 <= noise.min() and noise.max() <= 1.0

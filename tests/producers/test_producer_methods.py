@@ -54,8 +54,23 @@ KINDS = {"sgd": "point", "deep_ensemble": "independent", "mc_dropout": "mc_sampl
          "swag_dropout": "posterior_sample"}
 FAST["subspace_ess"] = (3, {"epochs": 2, "swa_epochs": 3, "rank": 3, "max_rank": 3})
 KINDS["subspace_ess"] = "posterior_sample"
+# issue #31: the peers' methods (their oracles are in test_peer_methods.py)
+FAST.update({"batch_ensemble": (3, {"epochs": 2}), "packed_ensembles": (3, {"epochs": 2}), "mimo": (3, {"epochs": 2}),
+             "mc_batchnorm": (3, {"epochs": 2}), "evidential": (1, {"epochs": 5}),
+             "sngp": (1, {"epochs": 2, "gp_hidden_dim": 128}), "ddu": (1, {"epochs": 2})})
+KINDS.update({"batch_ensemble": "independent", "packed_ensembles": "independent", "mimo": "independent",
+              "mc_batchnorm": "mc_sample", "evidential": "point", "sngp": "point", "ddu": "point"})
 # Variational parameters (a log-sigma per weight) besides the MLP's own.
-EXTRA_PARAMETERS = {"vi": 64 * 200 + 200 * 200 + 200 * 10, "ll_svi": 200 * 10}
+EXTRA_PARAMETERS = {"vi": 64 * 200 + 200 * 200 + 200 * 10, "ll_svi": 200 * 10,
+                    # M = 3 fast weights r (in) and s (out) per layer, and M biases instead of one
+                    "batch_ensemble": 3 * (64 + 200 + 200 + 200 + 200 + 10) + 2 * (200 + 200 + 10),
+                    # alpha = 2, widths 400 in 3 groups (402 rounded up to a multiple of 3): first 64 -> 402
+                    # ungrouped, 402 -> 402 in 3 blocks, 402 -> 3 x 10 in 3 blocks
+                    "packed_ensembles": (64 * 402 + 402 + 402 * 402 // 3 + 402 + 402 * 30 // 3 + 30) - 55210,
+                    "mimo": 2 * 64 * 200 + 200 * 2 * 10 + 2 * 10,  # M = 3 inputs and heads
+                    "mc_batchnorm": 2 * 2 * 200,  # two BatchNorm1d(200), weight and bias
+                    # the GP head (LayerNorm(128) and 128 features x 10 classes) instead of the last Linear
+                    "sngp": 2 * 128 + 128 * 10 - (200 * 10 + 10)}
 
 
 @pytest.fixture(scope="module")
@@ -137,7 +152,7 @@ def test_cifar_resnet20_smoke_on_fake_copy(tmp_path):
     task = build_task("cifar10", shift_kinds=("translate",), data_dirs=(tmp_path / "data",))
     a = read_archive(produce_archive("sgd", task, tmp_path / "c.h5", hyper={"epochs": 1}, threads=1,
                                      settings=RunSettings(model="resnet20", members=1, seed=0, batch_size=32)))
-    assert a.probs["ood_svhn"].shape == (1, 12, 10) and a.probs["shift_translate_32"].shape == (1, 12, 10)
+    assert a.probs["ood_svhn"].shape == (1, 12, 10) and a.probs["shift_translate_30"].shape == (1, 12, 10)
 
 
 def test_model_shapes_and_mlp_size():

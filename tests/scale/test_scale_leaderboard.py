@@ -295,6 +295,37 @@ def test_oversized_sparse_upload_is_refused_before_it_is_read(tmp_path, referenc
     assert _result_files(board) == []
 
 
+def test_sparse_upload_is_copied_sparsely_and_hashed_whole(tmp_path, monkeypatch):
+    """Issue #25 item 14: an upload of data, a 32 MiB hole, data again and a 1 MiB hole (a few hundred KiB on
+    disk) is copied with its holes (its private copy used to take the whole 33 MiB): the copy the sandbox reads
+    has the upload's size, bytes (sha256) and disk usage."""
+    from ubench.archive_schema.scan import file_sha256
+    from ubench.scoring import leaderboard
+
+    uploads = _one_upload(tmp_path)
+    upload = uploads / "a.h5"
+    end = upload.stat().st_size + 32 * 2**20
+    with open(upload, "r+b") as fh:
+        fh.truncate(end)
+        fh.seek(end)
+        fh.write(b"tail" * 1024)  # data after the hole
+        fh.truncate(end + 4096 + 2**20)  # and a hole at the end
+    on_disk = os.stat(upload).st_blocks * 512
+    assert on_disk < 2**20
+    seen = {}
+    real = leaderboard.run_sandboxed
+
+    def measure(task, limits):
+        st = os.stat(task.archive)
+        seen.update(size=st.st_size, disk=st.st_blocks * 512, sha256=file_sha256(task.archive))
+        return real(task, limits)
+
+    monkeypatch.setattr(leaderboard, "run_sandboxed", measure)
+    row = score_directory(uploads, tmp_path / "board", BoardConfig.create(kind="validate", sandbox=LIMITS))["rows"][0]
+    assert seen["size"] == upload.stat().st_size and seen["sha256"] == archive_digest(upload) == row["sha256"]
+    assert seen["disk"] <= on_disk + 64 * 2**10, (seen, on_disk)
+
+
 def test_planted_results_symlink_is_never_followed(tmp_path, reference_file):
     """`results` in --out is a symbolic link to another directory: the run refuses (library error, CLI exit 2
     with one line) and writes nothing through it."""

@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 from click.testing import CliRunner
 
@@ -47,10 +48,41 @@ def test_a_signal_in_the_child_is_the_hdf5_crash_finding(valid_archive, child_fa
 
 
 def test_memory_limit_is_a_finding(child_faults):
-    """Allocating past a small RLIMIT_AS raises MemoryError in the child: the memory-limit finding."""
-    out = run_sandboxed(SandboxTask("validate", str(child_faults("memory"))),
+    """Allocating 1.5 GiB (untouched: it costs no memory, only address space) under a 1 GiB RLIMIT_AS raises
+    MemoryError in the child: the memory-limit finding. Without the limit the allocation succeeds on any machine
+    and the archive validates (the old 1 TiB allocation failed with or without it)."""
+    out = run_sandboxed(SandboxTask("validate", str(child_faults(f"memory:{3 * 2**29}"))),
                         SandboxLimits(memory_bytes=1 * 2**30, cpu_seconds=5, timeout_seconds=20))
     assert (out.status, out.exit_code, checks(out)) == ("memory-limit", 1, ["memory-limit"])
+
+
+def test_the_childs_own_limits_hold_inside_it(child_faults):
+    """Issue #25 item 17: each limit the child sets on itself is tried from inside it, after Landlock: a byte
+    written to a memfd fails with EFBIG (RLIMIT_FSIZE = 0), descriptors run out at max_open_files, an untouched
+    mapping of memory_bytes is refused (RLIMIT_AS), no-new-privileges is set and cores are off. Dropping any of
+    these from ``_limit_self`` fails one assertion."""
+    limits = SandboxLimits(memory_bytes=1 * 2**30, max_open_files=48, cpu_seconds=5, timeout_seconds=30)
+    out = run_sandboxed(SandboxTask("validate", str(child_faults(f"probe:{2**30}"))), limits)
+    assert (out.status, out.exit_code) == ("ok", 0), out.findings
+    assert out.report == {"file_write": "EFBIG", "open_files": 48, "address_space": "ENOMEM", "no_new_privs": 1,
+                          "core": [0, 0]}
+
+
+def test_validate_sandboxed_counts_the_finished_members_of_a_partial_run(tmp_path):
+    """Issue #25 item 14: `validate --sandbox run.h5.partial` reported "0 finished member(s)" (Landlock let the
+    child read the directory's files but not list it); it reports what the in-process validator does."""
+    from ubench.archive_schema import ArchiveWriter, SplitSpec
+
+    w = ArchiveWriter(tmp_path / "run.h5", method="m", model="x", dataset="d", n_classes=3,
+                      splits={"test": SplitSpec(role="in_domain", dataset="d", labels=np.arange(12) % 3)})
+    for k in range(2):
+        w.add_member({"test": np.full((12, 3), 1 / 3)}, seed=k)
+    boxed = CliRunner().invoke(cli, ["validate", str(w.partial_dir), "--sandbox", "--json", "--timeout", "60"])
+    plain = CliRunner().invoke(cli, ["validate", str(w.partial_dir), "--json"])
+    assert boxed.exit_code == plain.exit_code == 1, boxed.output
+    found = json.loads(boxed.output)["findings"]
+    assert found == json.loads(plain.output)["findings"]
+    assert found[0]["check"] == "partial-run" and "with 2 finished member(s)" in found[0]["message"]
 
 
 def test_cpu_limit_is_a_finding(child_faults):

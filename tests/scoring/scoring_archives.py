@@ -8,42 +8,62 @@ import numpy as np
 from ubench.archive_schema import ArchiveWriter, SplitSpec
 
 
-def member_predictions(rng, n, c, labels, m, strength):
-    """(M, N, C) float32 softmax of bounded logits, members correlated, biased towards ``labels`` by strength."""
+def member_logits(rng, n, c, labels, m, strength):
+    """(M, N, C) float64 bounded logits (max 0 per row), members correlated, biased towards ``labels``."""
     base = rng.normal(size=(n, c))
-    out = np.empty((m, n, c), np.float32)
+    out = np.empty((m, n, c), np.float64)
     for j in range(m):
         z = base + rng.normal(scale=0.7, size=(n, c))
         if labels is not None:
             z[np.arange(n), labels] += strength
-        z -= z.max(axis=1, keepdims=True)
-        p = np.exp(z)
-        out[j] = p / p.sum(axis=1, keepdims=True)
+        out[j] = z - z.max(axis=1, keepdims=True)
     return out
 
 
+def _softmax32(z):
+    p = np.exp(z)
+    return (p / p.sum(axis=-1, keepdims=True)).astype(np.float32)
+
+
+def member_predictions(rng, n, c, labels, m, strength):
+    """(M, N, C) float32 softmax of :func:`member_logits`."""
+    return _softmax32(member_logits(rng, n, c, labels, m, strength))
+
+
 def build_archive(path, *, m=4, n=120, c=5, seed=0, ood=True, shifts=((("blur", 1.0), 1.5), (("blur", 2.0), 0.8),
-                                                                      (("noise", 1.0), 1.2)), ids_offset=0, compression=None):
-    """An archive with an in-domain split 'test', an OOD split 'ood' and shift splits; returns (path, data)."""
+                                                                      (("noise", 1.0), 1.2)), ids_offset=0, compression=None,
+                  logits=False, scores=None):
+    """An archive with an in-domain split 'test', an OOD split 'ood' and shift splits; returns (path, data).
+
+    ``logits``: also store the float32 logits (format 1.1); ``scores``: {name: direction} method scores, each
+    the mean member's top-1 probability plus noise (negated for ``uncertainty``), from a generator of its own."""
     rng = np.random.default_rng(seed)
     y = rng.integers(0, c, n)
     ids = np.arange(n) + ids_offset
     specs = {"test": SplitSpec(role="in_domain", dataset="toy", labels=y, sample_ids=ids)}
-    probs = {"test": member_predictions(rng, n, c, y, m, 2.0)}
+    z = {"test": member_logits(rng, n, c, y, m, 2.0)}
     if ood:
         specs["ood"] = SplitSpec(role="ood", dataset="noise", sample_ids=np.arange(n // 2))
-        probs["ood"] = member_predictions(rng, n // 2, c, None, m, 0.0)
+        z["ood"] = member_logits(rng, n // 2, c, None, m, 0.0)
     for (kind, level), strength in shifts:
         name = f"{kind}_{level:g}"
         specs[name] = SplitSpec(role="shift", dataset="toy", labels=y, sample_ids=ids, shift_kind=kind,
                                 shift_intensity=level)
-        probs[name] = member_predictions(rng, n, c, y, m, strength)
+        z[name] = member_logits(rng, n, c, y, m, strength)
+    probs = {k: _softmax32(v) for k, v in z.items()}
     w = ArchiveWriter(path, method="deep_ensemble", model="mlp", dataset="toy", n_classes=c, splits=specs,
                       compression=compression)
     for j in range(m):
-        w.add_member({k: v[j] for k, v in probs.items()}, seed=j)
+        w.add_member({k: v[j] for k, v in probs.items()}, seed=j,
+                     logits={k: v[j].astype(np.float32) for k, v in z.items()} if logits else None)
+    values = {}
+    for i, (name, direction) in enumerate((scores or {}).items()):
+        noise = np.random.default_rng(seed + 1000 + i)
+        values[name] = {k: (v.mean(0).max(1) + noise.normal(0, 0.1, v.shape[1])) * (-1 if direction == "uncertainty"
+                                                                                     else 1) for k, v in probs.items()}
+        w.set_scores(name, values[name], direction=direction)
     w.finalize()
-    return path, {"labels": y, "probs": probs, "ids": ids}
+    return path, {"labels": y, "probs": probs, "ids": ids, "logits": z, "scores": values}
 
 
 

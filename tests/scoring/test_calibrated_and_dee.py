@@ -75,7 +75,42 @@ def test_dee_of_an_ensemble_against_itself_is_its_size(tmp_path):
     std = ens["in_domain"]["test"]["member_curves"]["metrics"]["cll"]["std"]
     assert [p["dee"] for p in result["curve"]] == dee_curve(mean, mean, std).dee.tolist()
     single = score_archive(build_archive(tmp_path / "one.h5", m=1, seed=3)[0])
-    assert dee_of_report(single, ens)["dee"] == dee_score(single["summary"]["cll"], mean, std).dee
+    s = dee_score(single["summary"]["cll"], mean, std)
+    assert s.below_reference  # this single model is worse than one member of the ensemble
+    assert dee_of_report(single, ens)["dee"] is None and dee_of_report(single, ens)["below_reference"]
+
+
+def test_a_dee_below_one_member_is_reported_as_below_one_never_as_one(tmp_path):
+    """A method whose CLL is under one deep-ensemble member's (a single model worse than the ensemble's average
+    member): ``summary.dee`` is null with ``dee_below_one`` and a note, the ``dee`` curve's points are null with
+    ``below_reference``, and every view prints "< 1"; before, it read 1 with bounds [1, 1] (issue #28 item 5).
+    A method above one member keeps its number and ``dee_below_one`` false."""
+    from ubench.scoring.dee import attach_dee
+    from ubench.scoring.html import render_html
+    from ubench.scoring.tables import format_compare, format_dee, format_score
+
+    path, _ = build_archive(tmp_path / "de.h5", m=5)
+    ens = score_archive(path, protocol=PITFALLS.replace(member_curves=True))
+    one = build_archive(tmp_path / "one.h5", m=1, seed=3)[0]
+    ens_cll1 = ens["in_domain"]["test"]["member_curves"]["metrics"]["cll"]["mean"][0]
+    for curve in (False, True):
+        rep = score_archive(one)
+        assert rep["summary"]["cll"] < ens_cll1
+        attach_dee(rep, ens, curve=curve)
+        assert rep["summary"]["dee"] is None and rep["summary"]["dee_below_one"] is True
+        assert any(n.startswith("DEE below 1") for n in rep["notes"])
+        assert "dee" in rep["comparability"]["undefined"]
+        row = format_compare([rep], ["sgd"]).splitlines()[2]
+        assert "< 1" in row
+        if curve:
+            point = rep["dee"]["curve"][-1]
+            assert point["dee"] is None and point["below_reference"] and point["dee_lower"] is None
+            assert "< 1 (bounds" in format_score(rep) and "below one deep-ensemble member" in format_score(rep)
+            assert "< 1" in format_dee(rep["dee"]).splitlines()[4]
+            assert "<div class='hv'>&lt; 1</div>" in render_html(rep)
+    better = score_archive(path, protocol=PITFALLS.replace(dee_point=True))
+    attach_dee(better, ens, curve=False)
+    assert better["summary"]["dee"] == pytest.approx(5.0) and better["summary"]["dee_below_one"] is False
 
 
 def test_dee_point_is_the_member_curves_full_ensemble_point(tmp_path):
@@ -165,7 +200,11 @@ def test_dee_and_compare_commands(tmp_path):
     assert res.exit_code == 0, res.output
     out = json.loads(res.stdout)
     assert [p["n_members"] for p in out["curve"]] == [1, 2, 3]
-    assert all(1.0 <= p["dee_lower"] <= p["dee"] <= p["dee_upper"] <= 4.0 for p in out["curve"])
+    for p in out["curve"]:  # a value below one member is null, its flag set; every number is in [1, K]
+        assert (p["dee"] is None) == p["below_reference"]
+        values = [v for v in (p["dee_lower"], p["dee"], p["dee_upper"]) if v is not None]
+        assert values == sorted(values) and all(1.0 <= v <= 4.0 for v in values)
+    assert out["curve"][-1]["dee"] is not None
     assert (tmp_path / "dee.svg").read_text().lstrip().startswith("<")
     res = CliRunner().invoke(cli, ["compare", str(other), str(de), "--ensemble", str(de), "--json"])
     assert res.exit_code == 0, res.output

@@ -209,3 +209,45 @@ def test_reference_with_an_external_link_is_refused(trusted, tmp_path):
         read_reference(ref_path)
     message = str(info.value)
     assert str(ref_path) in message and "/splits/test/labels" in message and "external-link" in message
+
+
+# -- issue #27 item 4: labels equal to C or negative never get into, or out of, a reference --------------------
+def _labelled(tmp_path, y, c=5):
+    rng = np.random.default_rng(4)
+    p = member_predictions(rng, len(y), c, np.clip(y, 0, c - 1), 2, 2.0)
+    return write_plain_archive(tmp_path / "a.h5", {"test": p}, {"test": y}, {"test": "in_domain"}, c), p
+
+
+@pytest.mark.parametrize("bad", [5, -1, 6])
+def test_a_reference_is_not_written_from_labels_outside_0_to_c(tmp_path, bad):
+    """The archive's labels are value-checked before the reference is written (it used to copy them: the archive
+    is opened without the value checks), so label C (= 5) or -1 at index 7 is refused, naming index and value."""
+    from ubench.archive_schema import InvalidArchiveError
+
+    y = np.tile(np.arange(5), 10)
+    y[7] = bad
+    archive, _ = _labelled(tmp_path, y)
+    with pytest.raises(InvalidArchiveError, match=rf"found {bad} at index 7"):
+        write_reference(archive, tmp_path / "ref.h5")
+    assert not (tmp_path / "ref.h5").exists()
+
+
+@pytest.mark.parametrize("bad", [5, -1])
+def test_a_reference_file_with_a_label_outside_0_to_c_is_refused(tmp_path, bad):
+    """A reference file whose labels were edited to C or -1 is refused when read and when scored against, naming
+    the first bad index and value; labels 0 and C - 1 (both present) read back as written."""
+    y = np.tile(np.arange(5), 10)
+    archive, _ = _labelled(tmp_path, y)
+    ref = write_reference(archive, tmp_path / "ref.h5")
+    assert set(read_reference(ref).splits["test"].labels) == {0, 1, 2, 3, 4}
+    import h5py
+
+    with h5py.File(ref, "a") as f:
+        labels = f["splits/test/labels"][()]
+        labels[[9, 30]] = bad
+        f["splits/test/labels"][...] = labels
+    message = rf"/splits/test/labels must be in \[0, 5\); found {bad} at index 9 \(2 outside in all\)"
+    with pytest.raises(ReferenceError, match=message):
+        read_reference(ref)
+    with pytest.raises(ReferenceError, match=message):
+        score_archive(archive, reference=ref)

@@ -158,7 +158,7 @@ def test_bad_probs_raise_the_validators_findings(tmp_path):
 def test_report_records_archive_and_settings(archive):
     path, _ = archive
     report = score_archive(path, protocol=NO_TS.replace(bins=10, seed=3))
-    assert report["ubench_version"] and report["report_schema"] == "1.1"
+    assert report["ubench_version"] and report["report_schema"] == "1.2"
     assert report["archive"]["format_version"] == "1.0" and report["archive"]["n_members"] == 4
     assert report["protocol"]["bins"] == 10 and report["protocol"]["seed"] == 3
     assert report["protocol"]["overrides"] == ["placement", "bins", "seed"]
@@ -323,9 +323,15 @@ def _scored_cases():
 
 
 def _comparable_numbers(report):
-    """Every number of a report except where the file is and what its rows summed to."""
+    """Every number of a report except where the file is and what its rows summed to, and the debiased L2
+    calibration error: its equal-mass bin edges are midpoints of neighbouring confidences, so at a handful of
+    samples (the 100k-class case has 6) a float32 rounding that breaks a tie moves a sample to another bin."""
     out = {k: v for k, v in report.items() if k not in ("archive", "row_sums", "notes", "limits")}
-    return json.loads(_dumps(out))
+    out = json.loads(_dumps(out))
+    for sec in [*out["in_domain"].values(), *out["shift"].values(), *(out.get("intervals") or {}).get(
+            "splits", {}).values(), out["summary"], (out.get("intervals") or {}).get("summary", {})]:
+        sec.pop("l2_ce_debiased", None)
+    return out
 
 
 def _assert_same_numbers(a, b, rel, where=""):
@@ -371,7 +377,7 @@ def test_compare_shows_no_knowledge_score_for_a_single_model(tmp_path):
         names = ["sgd" if r is single else "de" for r in reports]
         lines = format_compare(reports, names).splitlines()
         header = lines[0].split()
-        col = header.index("OOD-AUROC(kn)*")
+        col = header.index("OOD-AUROC(kn)↑*")
         row = {ln.split()[0]: ln.split() for ln in lines[2:4]}
         assert row["sgd"][col] == "-" and row["de"][col] != "-"
 
@@ -416,6 +422,8 @@ def test_report_content_is_decided_by_the_builder_alone(archive):
     protocol = Protocol.preset("pitfalls")
     report = score_archive(path, protocol=protocol)
     b = R.ReportBuilder(protocol, n_members=4, n_classes=5, dataset="toy", primary="test")
+    # score_archive tells the builder which splits share sample ids (they are resampled together for intervals)
+    b.intervals.units = {name: s["sample_ids_sha256"] for name, s in report["archive"]["splits"].items()}
     b.note("labels were taken from the archive itself (no --reference): fine for your own runs, not for untrusted "
            "uploads")
     b.add_in_domain("test", R.split_arrays(data["probs"]["test"]), data["labels"])

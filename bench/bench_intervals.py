@@ -1,0 +1,215 @@
+# SPDX-License-Identifier: MIT
+"""Benchmark of the bootstrap intervals (issue #26 item 9), three targets measured in one run:
+
+1. ``ubench score ARCHIVE --json`` (1,000 replicates, the default) against ``--no-intervals`` on an archive of
+   M = 5 members, test, OOD and 5 shift splits of N = 10,000 x C = 100 (``bench_score.build``), real
+   subprocesses, calls alternating; target: ratio <= 1.5.
+2. Rank intervals of a 100-row board at N = 10,000 (CLL columns as the reports' ``samples`` carry them, decoded,
+   resampled, ranked: ``scoring.leaderboard.add_rank_intervals``); target: <= 2 s.
+3. The peer, ``scipy.stats.bootstrap`` (percentile, 1,000 resamples where it is fast enough, else fewer and the
+   time per resample compared), on the same statistics at N = 10,000: accuracy (scipy vectorised), OOD AUROC
+   (two samples resampled independently, as ubench stratifies), and the test-time CV CLL with its temperatures
+   refitted in every resample (scipy's statistic reruns ``cross_validated_calibration``); target: ubench >= 20x
+   faster.
+
+    python bench/bench_intervals.py [--repeats 3] [--n 10000] [--keep DIR]
+
+Writes bench/results/bench_intervals.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _results import Recorder  # noqa: E402
+from bench_score import build  # noqa: E402
+
+
+def _score_ratio(path: Path, repeats: int) -> dict:
+    base = [sys.executable, "-m", "ubench.cli", "score", str(path), "--json"]
+    times = {"intervals": [], "no_intervals": []}
+    for _ in range(repeats):
+        for key, extra in (("no_intervals", ["--no-intervals"]), ("intervals", [])):
+            t = time.perf_counter()
+            subprocess.run(base + extra, check=True, stdout=subprocess.DEVNULL)
+            times[key].append(time.perf_counter() - t)
+    med = {k: statistics.median(v) for k, v in times.items()}
+    return {"what": "score", "intervals_s": [round(x, 2) for x in times["intervals"]],
+            "no_intervals_s": [round(x, 2) for x in times["no_intervals"]],
+            "ratio": round(med["intervals"] / med["no_intervals"], 2)}
+
+
+def _board_samples(rows: int, n: int, seed: int = 0) -> dict:
+    from ubench.metrics.intervals import SAMPLE_ENCODING, encode_samples
+
+    rng = np.random.default_rng(seed)
+    common = rng.normal(-0.3, 0.3, n)  # hard samples are hard for every row
+    out = {}
+    for i in range(rows):
+        cll = common + rng.normal(-0.002 * i, 0.1, n)
+        out[f"row{i:03d}"] = {"encoding": SAMPLE_ENCODING, "seed": 0, "primary": "test", "scores": [],
+                              "splits": {"test": {"role": "in_domain", "unit": "ids:test", "n": n,
+                                                  "columns": encode_samples({"cll": cll})}}}
+    return out
+
+
+def _rank_intervals(rows: int, n: int, repeats: int) -> dict:
+    from ubench.metrics.intervals import decode_samples
+    from ubench.scoring.leaderboard import add_rank_intervals
+
+    samples = _board_samples(rows, n)
+    board_rows = []
+    for k, (name, s) in enumerate(samples.items()):
+        cll = float(decode_samples(s["splits"]["test"]["columns"], n)["cll"].mean())
+        board_rows.append({"rank": k + 1, "archive": name, "metrics": {"cll": cll}})
+    times = []
+    for _ in range(repeats):
+        t = time.perf_counter()
+        info = add_rank_intervals(board_rows, samples, {"intervals": True, "bootstrap": 1000, "seed": 0})
+        times.append(time.perf_counter() - t)
+    widths = [r["rank_interval"][1] - r["rank_interval"][0] for r in board_rows]
+    return {"what": "rank intervals", "rows": rows, "n": n, "seconds": [round(x, 3) for x in times],
+            "best_s": round(min(times), 3), "median_rank_interval_width": float(np.median(widths)),
+            "metric": info["metric"]}
+
+
+def _peer(n: int, c: int, scipy_resamples: int) -> list[dict]:
+    from scipy import special, stats
+
+    from ubench.metrics import auroc_score, cross_validated_calibration
+    from ubench.metrics.intervals import resample
+    from ubench.metrics.protocol_bootstrap import cv_influence
+
+    rng = np.random.default_rng(1)
+    y = rng.integers(0, c, n)
+    z = rng.normal(0, 1, (n, c))
+    z[np.arange(n), y] += 3.0
+    probs = special.softmax(z, axis=1)
+    ood = special.softmax(rng.normal(0, 0.5, (n, c)), axis=1)
+    rows = []
+
+    from ubench.metrics.bootstrap import LinearColumns
+    from ubench.metrics.bootstrap_ranking import _Sorted, weighted_detection
+
+    class _One:
+        """ubench's machinery for one statistic: counts, then its kernel (what the peer computes, no more)."""
+
+        def __init__(self, unit, n, fn):
+            self.unit, self.n, self.fn = unit, n, fn
+
+        def replicates(self, weights):
+            return self.fn(weights)
+
+    def ubench_time(fn, units):
+        t = time.perf_counter()
+        stat = fn()
+        resample({"x": stat}, units, n_replicates=1000, seed=0)
+        return (time.perf_counter() - t) / 1000
+
+    # accuracy: scipy vectorised over resamples
+    hit = (probs.argmax(1) == y).astype(float)
+    t = time.perf_counter()
+    stats.bootstrap((hit,), np.mean, n_resamples=1000, method="percentile", vectorized=True,
+                    random_state=np.random.default_rng(0), batch=100)
+    peer = (time.perf_counter() - t) / 1000
+
+    def accuracy_stat():
+        cols = LinearColumns(n)
+        cols.add("accuracy", hit)
+        return _One("u", n, lambda w: cols.apply(w["u"]))
+
+    ours = ubench_time(accuracy_stat, {"u": n})
+    rows.append({"statistic": "accuracy (mean)", "peer_resamples": 1000, "peer_s_per_resample": peer,
+                 "ubench_s_per_replicate": ours, "speedup": round(peer / ours, 1),
+                 "note": "scipy vectorised (batches of 100 resamples)"})
+    # OOD AUROC: two samples resampled independently
+    s_in = -np.sum(special.xlogy(probs, probs), axis=1)
+    s_ood = -np.sum(special.xlogy(ood, ood), axis=1)
+
+    def auroc(a, b):
+        return auroc_score(np.r_[a, b], np.r_[np.zeros(a.size, int), np.ones(b.size, int)])
+
+    k = min(scipy_resamples, 1000)
+    t = time.perf_counter()
+    stats.bootstrap((s_in, s_ood), auroc, n_resamples=k, method="percentile", vectorized=False,
+                    random_state=np.random.default_rng(0))
+    peer = (time.perf_counter() - t) / k
+
+    def auroc_stat():
+        order = _Sorted.of(s_ood, s_in)
+        return _One("u", n, lambda w: weighted_detection(order.pos, order.neg, w["o|f32"], w["u|f32"],
+                                                          order=order))
+
+    ours = ubench_time(auroc_stat, {"u": n, "o": n})
+    rows.append({"statistic": "OOD AUROC (stratified)", "peer_resamples": k, "peer_s_per_resample": peer,
+                 "ubench_s_per_replicate": ours, "speedup": round(peer / ours, 1),
+                 "note": "ubench's kernel also gives AUPR and FPR95 from the same sort"})
+    # CLL under test-time CV with the refit in every resample
+    k = max(5, scipy_resamples // 20)
+    t = time.perf_counter()
+    rows_of = np.arange(n)  # resample row indices; the statistic reads the rows (probs and labels together)
+    stats.bootstrap((rows_of,), lambda i: cross_validated_calibration(probs[i.astype(np.intp)][None],
+                                                                      y[i.astype(np.intp)]).cll,
+                    n_resamples=k, method="percentile", vectorized=False, random_state=np.random.default_rng(0))
+    peer = (time.perf_counter() - t) / k
+
+    def cll_stat():
+        cols = LinearColumns(n)
+        cols.add("cll", cv_influence(probs[None], y).psi["cll"])
+        return _One("u", n, lambda w: cols.apply(w["u"]))
+
+    ours = ubench_time(cll_stat, {"u": n})
+    rows.append({"statistic": "CLL (test-time CV, refit per resample)", "peer_resamples": k,
+                 "peer_s_per_resample": peer, "ubench_s_per_replicate": ours, "speedup": round(peer / ours, 1),
+                 "note": "ubench refits to first order (metrics/protocol_bootstrap.py); scipy refits exactly"})
+    return rows
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--n", type=int, default=10_000)
+    ap.add_argument("--rows", type=int, default=100)
+    ap.add_argument("--scipy-resamples", type=int, default=200)
+    ap.add_argument("--keep", type=Path, default=None)
+    ap.add_argument("--out-dir", default=None)
+    args = ap.parse_args()
+    rec = Recorder(__file__, "scipy")
+    tmp = args.keep or Path(tempfile.mkdtemp())
+    path = tmp / f"bench_intervals_m5_n{args.n}.h5"
+    if not path.exists():
+        build(path, m=5, n=args.n)
+    score = _score_ratio(path, args.repeats)
+    print(score)
+    ranks = _rank_intervals(args.rows, args.n, args.repeats)
+    print(ranks)
+    peers = _peer(args.n, 100, args.scipy_resamples)
+    for p in peers:
+        print(p)
+    rows = [score, ranks, *[{"what": "vs scipy.stats.bootstrap", **p} for p in peers]]
+    summary = [
+        {"what": "`score` with 1,000 bootstrap replicates against `--no-intervals`",
+         "workload": f"M = 5, 7 splits of {args.n:,} x 100, subprocess, medians of {args.repeats}",
+         "result": f"{score['ratio']}x", "target": "<= 1.5x", "met": score["ratio"] <= 1.5},
+        {"what": "rank intervals of a board", "workload": f"{args.rows} rows, N = {args.n:,}, 1,000 replicates",
+         "result": f"{ranks['best_s']} s", "target": "<= 2 s", "met": ranks["best_s"] <= 2.0},
+        {"what": "bootstrap against scipy.stats.bootstrap (time per replicate)",
+         "workload": f"N = {args.n:,}, C = 100: " + ", ".join(p["statistic"] for p in peers),
+         "result": ", ".join(f"{p['speedup']}x" for p in peers), "target": ">= 20x",
+         "met": all(p["speedup"] >= 20 for p in peers)},
+    ]
+    rec.write(rows, summary, settings={"repeats": args.repeats, "n": args.n, "rows": args.rows,
+                                       "scipy_resamples": args.scipy_resamples}, out_dir=args.out_dir)
+
+
+if __name__ == "__main__":
+    main()

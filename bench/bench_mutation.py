@@ -1,0 +1,302 @@
+# SPDX-License-Identifier: MIT
+"""Mutation testing with mutmut, sharded by module and incremental: the share of mutants the tests kill.
+
+    python bench/bench_mutation.py                       # every unit whose source changed since its last run
+    python bench/bench_mutation.py metrics/calibration.py archive_schema/validator.py
+    python bench/bench_mutation.py --list                # the units, their shard and last score
+    python bench/bench_mutation.py --force serve/app.py  # rerun although the source did not change
+    python bench/bench_mutation.py --collect metrics/calibration.py  # record an interrupted run's verdicts
+    python bench/bench_mutation.py --survivors scoring/reference.py  # re-test the survivors after new tests
+
+Why mutmut (3.x) rather than cosmic-ray: mutmut runs the tests once to record which tests reach which function,
+then forks the warm pytest process for each mutant and runs only those tests (``-x``), all mutants of a module
+being switchable at run time (trampolines); cosmic-ray rewrites the file and starts a fresh test command per
+mutant, which at ubench's pytest start-up (numpy, scipy, hypothesis: seconds) and several thousand mutants is
+days on the 2-core machine rather than hours. mutmut also keeps every verdict and re-tests only what changed.
+
+How: the repository (its git-tracked and untracked, not ignored files) is copied to ``<workdir>/<shard>/ubench``
+so that mutmut's module names (``ubench.metrics.calibration``) are the ones the tests import; the
+``[tool.mutmut]`` section of pyproject.toml, with the shard's source paths and tests, is written to
+``<workdir>/<shard>/pyproject.toml``; mutmut runs there with ``UBENCH_MUTATION=1`` (tests/conftest.py then skips
+its source-tree guard: mutmut writes into its copy) and ``HYPOTHESIS_PROFILE=mutation`` (derandomized, no
+database). A unit is one module; each unit's source sha256, counts and score go to
+``bench/results/bench_mutation.json`` (its row replaced, the others kept), rendered by ``bench/render.py``.
+
+Score: killed / (mutants - equivalent). "No tests" (no selected test reaches the function) and timeouts count as
+not killed. :data:`EQUIVALENT` lists the mutants judged equivalent (no input can tell them apart), each with why;
+mutmut's names number the mutants of a function, so an entry is re-checked when its function changes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+import tomllib
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _results import RESULTS_DIR, Recorder, loadavg  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = RESULTS_DIR / "bench_mutation.json"
+
+#: shard -> (its units: repository-relative module paths, the tests mutmut selects from, repository-relative).
+#: One stats run (the selected tests, once) serves every unit of a shard.
+SHARDS = {
+    "metrics": (sorted(str(p.relative_to(ROOT)) for p in (ROOT / "metrics").glob("*.py") if p.name != "__init__.py"),
+                ["tests/metrics"]),
+    # the archive tests that validate in-process (the crash tests' children import the installed ubench instead)
+    "validator": (["archive_schema/validator.py"], [f"tests/archive_schema/test_archive_{t}.py" for t in
+                                                    ("hostile", "spec_plain", "frozen", "describe", "roundtrip")]),
+    "reference": (["scoring/reference.py"], [f"tests/scoring/test_reference{t}.py" for t in ("", "_compare", "_files")]),
+    "serve": (["serve/app.py"], ["tests/serve"]),
+}
+
+#: Target: at least 90 % of the non-equivalent mutants killed in metrics/ and in the serve routes (issue #27).
+TARGETS = {"metrics": 0.90, "serve": 0.90}
+
+#: mutant name -> why no input tells it apart from the original.
+EQUIVALENT: dict[str, str] = {
+    **{f"ubench.metrics.calibration.x__equal_count_abs_gaps_counting__mutmut_{k}":
+       "astype(None) is astype(float64), and copy=None/True/default only decides whether a read-only result is a "
+       "copy" for k in (2, 3, 5, 7, 9, 10, 12, 14)},
+    **{f"ubench.metrics.calibration.x__equal_count_abs_gaps_counting__mutmut_{k}":
+       "searchsorted's default side is 'left'" for k in (31, 50)},
+    **{f"ubench.metrics.calibration.x__classwise_ece__mutmut_{k}":
+       "np.zeros' default dtype and astype(None) are float64" for k in (6, 8, 12, 14, 29)},
+    "ubench.metrics.calibration.x__classwise_ece__mutmut_38": "searchsorted's default side is 'left'",
+    **{f"ubench.metrics.calibration.x__classwise_ece__mutmut_{k}":
+       "the upper clip of the bin index: searchsorted(edges, p, 'left') - 1 <= n_bins - 1 for every p <= 1, and "
+       "validated probabilities are <= 1" for k in (44, 51)},
+    "ubench.metrics.calibration.x__uce__mutmut_4": "astype(None) is astype(float64)",
+    "ubench.metrics.calibration.x__classwise_uce__mutmut_4": "astype(None) is astype(float64)",
+    "ubench.metrics.calibration.x_adaptive_calibration_error__mutmut_10":
+        "conf_dtype float64 instead of the input's: the float32 confidences are exact in float64 and the (value, "
+        "hit) order and the float64 sums are the same",
+    "ubench.metrics.calibration.x_max_calibration_error__mutmut_15":
+        "nonempty=None: indexing with None adds an axis, and an empty bin's gap |0 - 0| = 0 never raises the max",
+    "ubench.metrics.calibration.x_max_calibration_error__mutmut_16":
+        "counts >= 0 keeps the empty bins, whose gap |0 - 0| = 0 never raises the max",
+    **{f"ubench.metrics.calibration.x__equal_count_abs_gaps__mutmut_{k}":
+       "sends the input to the counting kernel (or keeps zeros there), which computes the same (value, hit)-sorted "
+       "equal-count gaps exactly: the two kernels are two exact implementations of one definition"
+       for k in (17, 18, 19, 20, 22, 24, 25)},
+    **{f"ubench.metrics.calibration.x__equal_count_abs_gaps__mutmut_{k}":
+       "astype(None) is float64: the hit counts and value sums are exact either way" for k in (41, 54)},
+    **{f"ubench.metrics.calibration.x__top1_checked__mutmut_{k}":
+       "the buffers' dtype (float64 by default instead of intp or the input's float32): predictions are only "
+       "compared with labels, and float32 confidences are exact in float64" for k in (4, 6, 9, 11, 12, 13)},
+    **{f"ubench.metrics.calibration.x_checked_top1__mutmut_{k}":
+       "conf_dtype None or float64: float32 confidences are exact in float64, so every sort and sum agrees"
+       for k in (24, 28)},
+    "ubench.metrics.calibration.x__equal_width_bin_index__mutmut_11":
+        "the product in float32 for float32 input: it is off by less than a bin, and the two corrections against "
+        "the float64 edges that follow put every value in its (lo, hi] bin (tests/metrics/test_bin_index.py)",
+    "ubench.metrics.calibration.x__equal_width_bin_index__mutmut_23":
+        "clipping the first index to 1: the lower correction that follows moves every value <= edges[1] back",
+    "ubench.metrics.calibration.x__equal_width_error__mutmut_7":
+        "bincount without minlength: the missing trailing bins are empty and add 0 to the sum of |gaps|",
+    **{f"ubench.metrics.calibration.x__top1__mutmut_{k}": "astype(None) is astype(float64)" for k in (4, 7)},
+    "ubench.metrics.calibration.x__top1_checked__mutmut_53": "astype(None) is astype(float64)",
+    "ubench.metrics.calibration.x__top1_checked__mutmut_14":
+        "confidences kept as float32 where float64 was asked: the bins compare them with float64 edges and the "
+        "gaps are summed in float64, exactly as their float64 copies",
+    "ubench.metrics.calibration.x__top1_checked__mutmut_20":
+        "blocks of at least 2 rows instead of 1 (only past 2^18 classes): blocking does not change any value",
+    **{f"ubench.metrics.calibration.x__top1_checked__mutmut_{k}":
+       "the value check without the precomputed block max: it computes the same max itself (speed only)"
+       for k in (44, 46)},
+    "ubench.scoring.reference.x__attr__mutmut_15":
+        "skips the bytes branch: archive_schema.scan.read_attr returns text as str (strict UTF-8), never bytes",
+    "ubench.scoring.reference.x__attr__mutmut_17":
+        "skips .item() of numpy scalars: every numeric attribute is converted by its caller (int(), float()) and "
+        "a numpy scalar in a text attribute compares unequal to every role or kind either way",
+    "ubench.scoring.reference.x_read_reference__mutmut_35":
+        "required=None instead of False for ubench_format: both falsy, the same branch",
+}
+
+KILLED = {1, 3}
+TIMEOUT = {36, -24, 24, 152, 255}
+
+
+def _unit_of(shard: str, module: str) -> str:
+    return "ubench." + module[: -len(".py")].replace("/", ".")
+
+
+def _sync(dest: Path) -> None:
+    """Copy the repository's files to ``dest`` (git-tracked and untracked, not ignored), keeping mtimes, and drop
+    files that left the repository; unchanged files (same size and mtime) are not rewritten."""
+    listed = subprocess.run(["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=ROOT, capture_output=True,
+                            check=True).stdout.decode().split("\0")
+    wanted = {f for f in listed if f and (ROOT / f).is_file()}
+    for rel in wanted:
+        src, dst = ROOT / rel, dest / rel
+        st = src.stat()
+        if dst.exists() and dst.stat().st_size == st.st_size and dst.stat().st_mtime_ns == st.st_mtime_ns:
+            continue
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(src, dst)
+    for path in dest.rglob("*"):
+        if path.is_file() and "__pycache__" not in path.parts and str(path.relative_to(dest)) not in wanted:
+            path.unlink()
+
+
+def _toml_list(items) -> str:
+    return "[" + ", ".join(json.dumps(str(x)) for x in items) + "]"
+
+
+def _write_config(shard_dir: Path, modules: list[str], tests: list[str]) -> None:
+    base = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["mutmut"]
+    # also_copy: the rest of the package and its tests (mutmut copies it over its mutants, then re-mutates the
+    # files it mutates, keeping the verdicts of functions whose source did not change)
+    conf = dict(base, source_paths=[f"ubench/{m}" for m in modules], also_copy=["ubench"],
+                pytest_add_cli_args_test_selection=[f"ubench/{t}" for t in tests])
+    lines = ["[tool.mutmut]"]
+    for key, value in conf.items():
+        lines.append(f"{key} = {_toml_list(value) if isinstance(value, list) else json.dumps(value)}")
+    (shard_dir / "pyproject.toml").write_text("\n".join(lines) + "\n")
+
+
+def _sha(module: str) -> str:
+    return hashlib.sha256((ROOT / module).read_bytes()).hexdigest()
+
+
+def _verdicts(shard_dir: Path, module: str) -> dict[str, int | None]:
+    meta = shard_dir / "mutants" / "ubench" / (module + ".meta")
+    return json.loads(meta.read_text())["exit_code_by_key"] if meta.exists() else {}
+
+
+def _row(shard: str, module: str, codes: dict, minutes: float, before: list[float]) -> dict:
+    equivalent = [k for k in codes if k in EQUIVALENT]
+    counted = {k: v for k, v in codes.items() if k not in EQUIVALENT}
+    killed = sum(v in KILLED for v in counted.values())
+    survived = sorted(k for k, v in counted.items() if v == 0)
+    no_tests = sum(v in (5, 33) for v in counted.values())
+    timeout = sum(v in TIMEOUT for v in counted.values())
+    unchecked = sum(v is None for v in counted.values())
+    return {"module": module, "shard": shard, "mutants": len(codes), "equivalent": len(equivalent),
+            "killed": killed, "survived": len(survived), "no_tests": no_tests, "timeout": timeout,
+            "not_checked": unchecked,
+            "score": round(killed / (len(counted) - unchecked), 4) if len(counted) > unchecked else None,
+            "minutes": round(minutes, 1), "load_before": before[0], "load_after": loadavg()[0],
+            "date": time.strftime("%Y-%m-%d", time.gmtime()), "sha256": _sha(module)[:16],
+            "survivors": survived}
+
+
+def _load_rows() -> list[dict]:
+    return json.loads(RESULTS.read_text())["rows"] if RESULTS.exists() else []
+
+
+def _summary(rows: list[dict]) -> list[dict]:
+    out = []
+    for shard, target in TARGETS.items():
+        mine = [r for r in rows if r["shard"] == shard]
+        units = len(SHARDS[shard][0])
+        counted = sum(r["mutants"] - r["equivalent"] - r["not_checked"] for r in mine)
+        unchecked = sum(r["not_checked"] for r in mine)
+        killed = sum(r["killed"] for r in mine)
+        score = killed / counted if counted else None
+        result = (f"{killed} of {counted} killed ({score:.1%}) in {len(mine)} of {units} modules"
+                  + (f", {unchecked} mutants not yet checked" if unchecked else "")
+                  if counted else f"not run: python bench/bench_mutation.py {' '.join(SHARDS[shard][0][:1])}")
+        complete = len(mine) == units and not unchecked
+        out.append({"what": f"mutants killed in {shard}", "workload": "mutmut, non-equivalent mutants",
+                    "result": result, "target": f">= {target:.0%}", "met": score >= target if complete else None})
+    return out
+
+
+def _run_shard(shard: str, modules: list[str], workdir: Path, max_children: int, recorder: Recorder,
+               rows: list[dict], *, force: bool = False, collect: bool = False, survivors: bool = False) -> None:
+    _, tests = SHARDS[shard]
+    shard_dir = workdir / shard
+    if not collect:
+        _sync(shard_dir / "ubench")
+    env = dict(os.environ, UBENCH_MUTATION="1", HYPOTHESIS_PROFILE="mutation", PYTHONDONTWRITEBYTECODE="1")
+    started = time.monotonic()
+    for i, module in enumerate(modules):
+        t0, before = time.monotonic(), loadavg()
+        print(f"[{shard}] {module} ({i + 1}/{len(modules)})", flush=True)
+        if not collect:
+            # One module's source path at a time, no mutant names: mutmut then tests only the mutants without a
+            # verdict (an interrupted run resumes; a changed function's mutants are re-tested), and the shard's
+            # test statistics (which tests reach which function) are shared by its modules.
+            _write_config(shard_dir, [module], tests)
+            if force:
+                (shard_dir / "mutants" / "ubench" / (module + ".meta")).unlink(missing_ok=True)
+            # --survivors: re-test by name the mutants that survived or met no test (after new tests were written)
+            names = [k for k, v in _verdicts(shard_dir, module).items() if v in (0, 5, 33)] if survivors else []
+            if survivors and not names:
+                print(f"[{shard}] {module}: no survivors to re-test", flush=True)
+            res = subprocess.run([sys.executable, "-m", "mutmut", "run", "--max-children", str(max_children), *names],
+                                 cwd=shard_dir, env=env)
+            if res.returncode != 0:
+                raise SystemExit(f"mutmut failed on {module} (exit {res.returncode}); see its output above")
+        codes = _verdicts(shard_dir, module)
+        if not codes:
+            print(f"[{shard}] {module}: no verdicts in {shard_dir} yet", flush=True)
+            continue
+        row = _row(shard, module, codes, (time.monotonic() - t0) / 60, before)
+        previous = next((r for r in _load_rows() if r["module"] == module), None)
+        if collect and previous is not None:  # nothing ran: keep the last run's time, load and date
+            row.update({k: previous[k] for k in ("minutes", "load_before", "load_after", "date")})
+        # merge into the rows on disk now: another shard may have written its rows since this run started
+        rows[:] = sorted([r for r in _load_rows() if r["module"] != module] + [row],
+                         key=lambda r: (r["shard"], r["module"]))
+        recorder.write(rows, _summary(rows), settings={"max_children": max_children, "tool": "mutmut " + _mutmut_version()})
+        done = i + 1
+        left = (time.monotonic() - started) / done * (len(modules) - done)
+        print(f"[{shard}] {module}: score {row['score']}; ~{left / 60:.0f} min left", flush=True)
+
+
+def _mutmut_version() -> str:
+    from importlib.metadata import version
+
+    return version("mutmut")
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("modules", nargs="*", help="repository-relative module paths (default: every stale unit)")
+    ap.add_argument("--workdir", type=Path, default=Path("/tmp/ubench-mutation"))
+    ap.add_argument("--max-children", type=int, default=2)
+    ap.add_argument("--force", action="store_true", help="rerun units whose source did not change")
+    ap.add_argument("--list", action="store_true")
+    ap.add_argument("--survivors", action="store_true",
+                    help="re-test only the mutants that survived or met no test (after writing tests that kill them)")
+    ap.add_argument("--collect", action="store_true",
+                    help="only record the verdicts mutmut has so far (an interrupted run), without running it")
+    args = ap.parse_args(argv)
+    rows = _load_rows()
+    last = {r["module"]: r for r in rows}
+    if args.list:
+        for shard, (modules, tests) in SHARDS.items():
+            for m in modules:
+                r = last.get(m)
+                state = "never run" if r is None else (f"score {r['score']}, {r['mutants']} mutants"
+                                                       + ("" if r["sha256"] == _sha(m)[:16] else ", source changed"))
+                print(f"{shard:10s} {m:40s} {state}")
+        return 0
+    known = {m: shard for shard, (modules, _) in SHARDS.items() for m in modules}
+    unknown = [m for m in args.modules if m not in known]
+    if unknown:
+        raise SystemExit(f"not a mutation unit: {', '.join(unknown)} (see --list)")
+    chosen = args.modules or [m for m in known if known[m] != "serve"]
+    if not (args.force or args.collect or args.survivors):
+        chosen = [m for m in chosen if m not in last or last[m]["sha256"] != _sha(m)[:16] or args.modules]
+    recorder = Recorder(__file__, "mutmut")
+    for shard in SHARDS:
+        mine = [m for m in chosen if known[m] == shard]
+        if mine:
+            _run_shard(shard, mine, args.workdir, args.max_children, recorder, rows, force=args.force,
+                       collect=args.collect, survivors=args.survivors)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

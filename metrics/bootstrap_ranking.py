@@ -1,0 +1,261 @@
+# SPDX-License-Identifier: MIT
+"""Weighted rank statistics of bootstrap replicates: detection (AUROC, AP, FPR@TPR) and selective classification
+(AURC, AUGRC, risk at a coverage, coverage at a risk), each replicate a count vector over the samples, every
+replicate of a block from one sort of the scores and one cumulative sum of the counts (``metrics/bootstrap.py``
+holds the counts and the means; this module the statistics that need an order)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from numpy.typing import NDArray
+
+__all__ = ["weighted_detection", "weighted_selective"]
+
+
+@dataclass(frozen=True)
+class _Sorted:
+    """Positive and negative scores sorted ascending, the permutations, and the tie bookkeeping that the weighted
+    kernels need: for each positive (in sorted order) the number of negatives strictly below / at most its score,
+    and the first index of its tie group among positives."""
+
+    pos: NDArray
+    pos_order: NDArray[np.intp]
+    neg: NDArray
+    neg_order: NDArray[np.intp]
+    neg_below: NDArray[np.intp]
+    neg_upto: NDArray[np.intp]
+    pos_first: NDArray[np.intp]
+    neg_ties: bool  # some positive ties a negative
+    pos_ties: bool  # some positives tie each other
+
+    @classmethod
+    def of(cls, pos_scores: NDArray, neg_scores: NDArray) -> _Sorted:
+        po = np.argsort(pos_scores, kind="stable")
+        no = np.argsort(neg_scores, kind="stable")
+        pos, neg = pos_scores[po], neg_scores[no]
+        below, upto = np.searchsorted(neg, pos, side="left"), np.searchsorted(neg, pos, side="right")
+        first = np.searchsorted(pos, pos, side="left")
+        return cls(pos, po, neg, no, below, upto, first, not np.array_equal(below, upto),
+                   not np.array_equal(first, np.arange(pos.size)))
+
+
+def _exclusive_cumsum(w: NDArray) -> NDArray:
+    out = np.zeros((w.shape[0], w.shape[1] + 1), dtype=w.dtype)
+    np.cumsum(w, axis=1, out=out[:, 1:])
+    return out
+
+
+def _counts32(w: NDArray) -> NDArray:
+    """Counts as float32 when every cumulative sum of them is an exact float32 integer (below 2**24), halving the
+    memory the sorted kernels stream; float64 otherwise."""
+    return w.astype(np.float32) if w.shape[1] * 16 < 1 << 24 and w.dtype != np.float32 else w
+
+
+def _dot(a: NDArray, b: NDArray) -> NDArray[np.float64]:
+    """Row-wise dot products summed in float64 (the products of counts are exact in either precision)."""
+    return np.multiply(a, b).sum(axis=1, dtype=np.float64)
+
+
+def _smallest_count(total: NDArray, tpr: float) -> NDArray:
+    """Smallest integer k with k / total >= tpr, per replicate (the rounding fix of ``ranking._fpr_at_tpr_sorted``)."""
+    k = np.ceil(tpr * total)
+    k = np.where((k > 1) & ((k - 1) / np.maximum(total, 1) >= tpr), k - 1, k)
+    k = np.where((k < total) & (k / np.maximum(total, 1) < tpr), k + 1, k)
+    return np.maximum(k, 1)
+
+
+def weighted_detection(pos_scores: NDArray, neg_scores: NDArray, pos_weights: NDArray, neg_weights: NDArray, *,
+                       tpr: float = 0.95, order: _Sorted | None = None) -> dict[str, NDArray]:
+    r"""AUROC, average precision and FPR at ``tpr`` of each replicate, from one sort of the scores.
+
+    Parameters
+    ----------
+    pos_scores, neg_scores : ndarray (n_pos,), (n_neg,); higher = more positive
+    pos_weights, neg_weights : ndarray (B, n_pos), (B, n_neg) of non-negative integer counts
+    tpr : float in (0, 1]
+    order : the sort of the scores (``_Sorted.of``), when the caller reuses it across blocks
+
+    Returns
+    -------
+    dict with ``auroc``, ``aupr``, ``fpr`` of shape (B,); NaN where a replicate has no positive or no negative.
+
+    Notes
+    -----
+    A replicate is the multiset in which sample i appears :math:`w_i` times, so each statistic is the unweighted
+    one on that multiset:
+
+    .. math:: \mathrm{AUROC}(w) = \frac{\sum_{i \in +} w_i \sum_{j \in -} w_j
+              (\mathbb{1}[s_i > s_j] + \tfrac12 \mathbb{1}[s_i = s_j])}{\sum_{+} w \sum_{-} w}
+
+    The inner sum is a cumulative sum of the negatives' weights in sorted order read at each positive's rank;
+    AP reads the cumulative weights of positives and negatives above each positive (ties as one threshold); the
+    FPR threshold is the k-th largest positive of the multiset, k the fewest counts reaching ``tpr`` (the
+    conventions of :mod:`ubench.metrics.ranking`, which all-ones weights reproduce exactly).
+    """
+    o = order if order is not None else _Sorted.of(pos_scores, neg_scores)
+    wp = np.take(_counts32(pos_weights), o.pos_order, axis=1)
+    wn = np.take(_counts32(neg_weights), o.neg_order, axis=1)
+    cp, cn = _exclusive_cumsum(wp), _exclusive_cumsum(wn)
+    tot_p, tot_n = cp[:, -1].astype(np.float64), cn[:, -1].astype(np.float64)
+    below = np.take(cn, o.neg_below, axis=1)  # negatives' weight strictly below each positive
+    with np.errstate(invalid="ignore", divide="ignore"):
+        if o.neg_ties:
+            auroc = _dot(wp, below + np.take(cn, o.neg_upto, axis=1)) / (2.0 * tot_p * tot_n)
+        else:
+            auroc = _dot(wp, below) / (tot_p * tot_n)
+        # positives and negatives scoring >= s_j (counts: tp + fp >= 1 wherever tp > 0, so no 0/0 where it counts)
+        tp = tot_p[:, None] - (np.take(cp, o.pos_first, axis=1) if o.pos_ties else cp[:, :-1])
+        tp = tp.astype(np.float64)
+        fp = tot_n[:, None] - below.astype(np.float64)
+        fp += tp
+        np.maximum(fp, 1.0, out=fp)
+        np.divide(tp, fp, out=tp)
+        aupr = np.einsum("bj,bj->b", wp, tp) / tot_p
+        k = _smallest_count(tot_p, tpr)
+        # the k-th largest positive of the multiset: the last sorted index j with cp[j] <= total - k
+        j = np.array([np.searchsorted(cp[b, :-1], tot_p[b] - k[b], side="right") - 1 for b in range(cp.shape[0])])
+        threshold = o.pos[np.clip(j, 0, o.pos.size - 1)]
+        rank = np.searchsorted(o.neg, threshold, side="left")
+        fpr = (tot_n - cn[np.arange(cn.shape[0]), rank]) / tot_n
+    bad = (tot_p == 0) | (tot_n == 0)
+    for a in (auroc, aupr, fpr):
+        a[bad] = np.nan
+    return {"auroc": auroc, "aupr": aupr, "fpr": fpr}
+
+
+def _harmonic_table(n: int) -> tuple[NDArray, NDArray]:
+    """H[m] = sum_{q<=m} 1/q and G[m] = sum_{q=0}^{m-1} H[q], m = 0..n (float64)."""
+    h = np.zeros(n + 1)
+    np.cumsum(1.0 / np.arange(1, n + 1), out=h[1:])
+    g = np.zeros(n + 1)
+    np.cumsum(h[:-1], out=g[1:])
+    return h, g
+
+
+@dataclass(frozen=True)
+class _Ranked:
+    """Samples sorted by increasing uncertainty with their tie groups (start index of each group)."""
+
+    order: NDArray[np.intp]
+    group_starts: NDArray[np.intp]
+    tied: bool
+
+    @classmethod
+    def of(cls, uncertainty: NDArray) -> _Ranked:
+        order = np.argsort(uncertainty, kind="stable")
+        u = uncertainty[order]
+        starts = np.r_[0, np.flatnonzero(np.diff(u)) + 1]
+        return cls(order, starts, starts.size != u.size)
+
+
+def weighted_selective(errors: NDArray, weights: NDArray, ranked: _Ranked, *, coverage: float = 0.8,
+                       risk: float = 0.05, tables: tuple[NDArray, NDArray] | None = None,
+                       detection_tpr: float | None = None) -> dict[str, NDArray]:
+    r"""Selective-classification areas and points of each replicate (accept the least uncertain first).
+
+    Parameters
+    ----------
+    errors : ndarray (N,) of 0/1, top-1 errors
+    weights : ndarray (B, N) of integer counts
+    ranked : the samples sorted by increasing uncertainty, with their tie groups (``_Ranked.of(uncertainty)``)
+    coverage, risk : the levels of ``risk_at_cov`` (risk of the ``max(1, ceil(coverage n))`` least uncertain)
+        and ``cov_at_risk`` (largest coverage whose risk is <= ``risk``; NaN when none)
+    tables : ``_harmonic_table(n)`` for the largest replicate size n, when the caller reuses it
+    detection_tpr : also return misclassification detection by the same uncertainty (positive = error):
+        ``auroc``, ``aupr``, ``fpr`` as :func:`weighted_detection` computes them, from the same cumulative sum
+        (only without tied uncertainties; otherwise use :func:`weighted_detection`)
+
+    Returns
+    -------
+    dict with ``aurc``, ``augrc``, ``risk_at_cov``, ``cov_at_risk`` of shape (B,).
+
+    Notes
+    -----
+    With the n samples of a replicate in order of increasing uncertainty, :math:`e_{(p)}` the error at position
+    p and :math:`E(k) = \sum_{p \le k} e_{(p)}`, both areas are linear rank statistics:
+
+    .. math:: \mathrm{AURC} = \frac1n \sum_{k=1}^n \frac{E(k)}{k} = \frac1n \sum_p e_{(p)} (H_n - H_{p-1}),
+              \qquad \mathrm{AUGRC} = \frac{1}{n^2} \sum_{k=1}^n E(k) = \frac{1}{n^2} \sum_p e_{(p)}(n - p + 1)
+
+    (:math:`H` the harmonic numbers). A sample drawn :math:`w` times occupies :math:`w` consecutive positions,
+    whose weights sum in closed form (``G[m] = sum_{q<m} H_q``); tied uncertainties share their group's
+    positions, each position holding the group's mean error, the expectation over the order of the ties that
+    :func:`ubench.metrics.rejection_curve` and :mod:`ubench.metrics.selective` use. Only the groups holding an
+    error contribute, so after one cumulative sum of the weights the work is over the errors alone;
+    :math:`E(k)` is linear inside each group, which gives the two points exactly.
+    """
+    r = ranked
+    w = np.take(_counts32(weights), r.order, axis=1)
+    e = np.asarray(errors, dtype=np.float64)[r.order]
+    if r.tied:
+        w = np.add.reduceat(w, r.group_starts, axis=1)
+        group = np.repeat(np.arange(r.group_starts.size), np.diff(np.r_[r.group_starts, e.size]))
+        err_groups = np.unique(group[e > 0])
+        e_members = np.flatnonzero(e > 0)
+        we = np.zeros((w.shape[0], err_groups.size))
+        pos = np.searchsorted(err_groups, group[e_members])
+        np.add.at(we.T, pos, weights[:, r.order[e_members]].T)
+    else:
+        err_groups = np.flatnonzero(e > 0)
+        we = None
+    c = _exclusive_cumsum(w)
+    total = c[:, -1].astype(np.float64)
+    lo, hi = c[:, err_groups].astype(np.float64), c[:, err_groups + 1].astype(np.float64)
+    w_g = hi - lo
+    share = np.ones_like(w_g) if we is None else np.divide(we, w_g, out=np.zeros_like(we), where=w_g > 0)
+    h, g = tables if tables is not None else _harmonic_table(int(total.max()))
+    tot_i = total.astype(np.intp)[:, None]
+    aurc = np.einsum("bj,bj->b", share, w_g * h[tot_i] - (g[hi.astype(np.intp)] - g[lo.astype(np.intp)])) / total
+    augrc = np.einsum("bj,bj->b", share, w_g * (total[:, None] + 1.0) - 0.5 * (hi * (hi + 1.0) - lo * (lo + 1.0)))
+    augrc /= total**2
+    contrib = share * w_g  # errors in each error group
+    e_lo = np.zeros_like(contrib)
+    np.cumsum(contrib[:, :-1], axis=1, out=e_lo[:, 1:])
+    e_hi = e_lo + contrib
+    k = np.maximum(1.0, np.ceil(total * coverage))
+    risk_at = np.sum(share * np.clip(k[:, None] - lo, 0.0, w_g), axis=1) / k
+    # largest k with E(k) <= risk k: E is flat between error groups (the largest k of a flat stretch is its end)
+    # and rises inside them (the crossing, when the group starts feasible)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        nxt = np.concatenate([lo[:, 1:], total[:, None]], axis=1)  # the flat stretch after each group ends here
+        end_ok = e_hi / np.maximum(nxt, 1.0) <= risk
+        inner = np.floor((share * lo - e_lo) / (share - risk))
+        inner_ok = (share > risk) & (inner >= np.maximum(lo, 1.0)) & (inner < hi) & (e_lo <= risk * lo)
+    cand = np.where(end_ok, nxt, 0.0)
+    cand = np.maximum(cand, np.where(inner_ok, inner, 0.0))
+    first = lo[:, 0] if lo.shape[1] else total
+    best = np.maximum(np.max(cand, axis=1, initial=0.0), first)
+    cov_at = np.where(best >= 1, best / total, np.nan)
+    out = {"aurc": aurc, "augrc": augrc, "risk_at_cov": risk_at, "cov_at_risk": cov_at}
+    if detection_tpr is not None and not r.tied:
+        out.update(_errors_detected(c, w[:, err_groups], err_groups, ranked, detection_tpr))
+    return out
+
+
+def _errors_detected(c: NDArray, w_err: NDArray, err_pos: NDArray, ranked: _Ranked, tpr: float
+                     ) -> dict[str, NDArray]:
+    """Misclassification AUROC, AP and FPR@TPR (positive = error, higher uncertainty = more positive) from the
+    cumulative weights ``c`` of all samples in increasing uncertainty (no ties), the errors' weights ``w_err``
+    and their sorted positions ``err_pos``: every quantity of :func:`weighted_detection` read at the errors."""
+    ce = _exclusive_cumsum(w_err).astype(np.float64)
+    tot_p = ce[:, -1]
+    tot_n = c[:, -1].astype(np.float64) - tot_p
+    below = c[:, err_pos].astype(np.float64) - ce[:, :-1]  # correct samples less uncertain than each error
+    wf = w_err.astype(np.float64)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        auroc = np.einsum("bj,bj->b", wf, below) / (tot_p * tot_n)
+        tp = tot_p[:, None] - ce[:, :-1]
+        fp = tot_n[:, None] - below + tp
+        np.maximum(fp, 1.0, out=fp)
+        aupr = np.einsum("bj,bj->b", wf, tp / fp) / tot_p
+        k = _smallest_count(tot_p, tpr)
+        j = np.array([np.searchsorted(ce[b, :-1], tot_p[b] - k[b], side="right") - 1 for b in range(ce.shape[0])])
+        j = np.clip(j, 0, max(err_pos.size - 1, 0))
+        rows = np.arange(ce.shape[0])
+        fpr = (tot_n - below[rows, j]) / tot_n if err_pos.size else np.full(ce.shape[0], np.nan)
+    bad = (tot_p == 0) | (tot_n == 0)
+    for a in (auroc, aupr, fpr):
+        a[bad] = np.nan
+    return {"auroc": auroc, "aupr": aupr, "fpr": fpr}

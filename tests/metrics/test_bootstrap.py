@@ -1,0 +1,167 @@
+# SPDX-License-Identifier: MIT
+"""The vectorised bootstrap kernels (``metrics/bootstrap.py``, ``metrics/bootstrap_ranking.py``) against the statistic recomputed on the explicitly
+resampled arrays: a replicate with counts w is the multiset in which sample i appears w_i times, so every kernel
+must equal ubench's own point metric (itself pinned against scikit-learn elsewhere) on ``np.repeat(x, w)``. All-ones
+counts (the first replicate of every check) give the point estimate; ties and duplicated samples are exercised by
+discrete scores."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from ubench.metrics import (
+    auroc_score,
+    average_precision_score,
+    coverage_at_risk,
+    expected_calibration_error,
+    fpr_at_tpr,
+    generalized_risk_coverage_auc,
+    risk_at_coverage,
+    risk_coverage_auc,
+    uce_error,
+)
+from ubench.metrics.bootstrap import (
+    bootstrap_counts,
+    count_blocks,
+    interval_rng,
+    percentile_interval,
+    weighted_binned_error,
+)
+from ubench.metrics.bootstrap_ranking import _Ranked, weighted_detection, weighted_selective
+from ubench.metrics.calibration import _equal_width_bin_index
+from ubench.metrics.calibration_debiased import debiased_squared_error, equal_mass_edges
+from ubench.metrics.uncertainty import _normalized_entropy
+
+
+def _counts(n: int, b: int, seed: int) -> np.ndarray:
+    """All-ones first, then b bootstrap replicates."""
+    return np.vstack([np.ones((1, n)), bootstrap_counts(n, b, interval_rng(seed, 1))])
+
+
+def _probs(rng, n, c, discrete=False):
+    z = rng.normal(0, 2, (n, c))
+    if discrete:
+        z = np.round(z)  # many tied rows, so tied confidences and entropies
+    p = np.exp(z - z.max(1, keepdims=True))
+    return p / p.sum(1, keepdims=True)
+
+
+def test_counts_are_draws_with_replacement_whatever_the_blocks():
+    """Each replicate's counts sum to n; the counts of a replicate do not depend on how the replicates are
+    blocked (one draw of 7 equals draws of 3 then 4); the generator depends on the seed and the unit key."""
+    full = bootstrap_counts(50, 7, interval_rng(3, 9))
+    rng = interval_rng(3, 9)
+    parts = np.vstack([bootstrap_counts(50, 3, rng), bootstrap_counts(50, 4, rng)])
+    assert np.array_equal(full, parts) and np.all(full.sum(axis=1) == 50)
+    assert not np.array_equal(full, bootstrap_counts(50, 7, interval_rng(3, 8)))
+    big = bootstrap_counts(5000, 3, interval_rng(0, 0))  # the per-replicate path
+    rng = interval_rng(0, 0)
+    assert np.array_equal(big[0], np.bincount(rng.integers(0, 5000, 5000), minlength=5000))
+    assert list(count_blocks(10, 1 << 20)) == [(0, 2), (2, 4), (4, 6), (6, 8), (8, 10)]
+
+
+def test_percentile_interval_is_numpy_quantiles_and_none_when_a_replicate_is_undefined():
+    v = np.random.default_rng(0).normal(size=1001)
+    assert percentile_interval(v, 0.9) == pytest.approx(list(np.quantile(v, [0.05, 0.95])))
+    assert percentile_interval(np.r_[v, np.nan], 0.9) is None
+
+
+@pytest.mark.parametrize("discrete", [False, True])
+def test_binned_errors_equal_ece_and_uce_of_the_resampled_set(discrete):
+    rng = np.random.default_rng(1)
+    p = _probs(rng, 120, 4, discrete)
+    y = rng.integers(0, 4, 120)
+    w = _counts(120, 6, 0)
+    pred = p.argmax(1)
+    conf, hit = p.max(1), (pred == y).astype(float)
+    u = _normalized_entropy(p)
+    ece = weighted_binned_error(_equal_width_bin_index(conf, 10), hit - conf, 10, w)
+    uce = weighted_binned_error(_equal_width_bin_index(u, 10), (1 - hit) - u, 10, w)
+    for b in range(w.shape[0]):
+        idx = np.repeat(np.arange(120), w[b].astype(int))
+        assert ece[b] == pytest.approx(expected_calibration_error(p[idx], y[idx], n_bins=10), abs=1e-12)
+        assert uce[b] == pytest.approx(uce_error(p[idx], y[idx], n_bins=10), abs=1e-12)
+
+
+@pytest.mark.parametrize("discrete", [False, True])
+def test_weighted_detection_equals_the_ranking_metrics_of_the_resampled_set(discrete):
+    """AUROC, AP and FPR@TPR of each replicate equal ubench's functions (the scikit-learn conventions) on the
+    multiset; positives and negatives resampled separately (stratified), as for OOD detection."""
+    rng = np.random.default_rng(2)
+    pos, neg = rng.normal(1, 1, 60), rng.normal(0, 1, 90)
+    if discrete:
+        pos, neg = np.round(pos * 2) / 2, np.round(neg * 2) / 2
+    wp, wn = _counts(60, 8, 1), _counts(90, 8, 2)
+    got = weighted_detection(pos, neg, wp, wn, tpr=0.95)
+    for b in range(wp.shape[0]):
+        s = np.r_[np.repeat(pos, wp[b].astype(int)), np.repeat(neg, wn[b].astype(int))]
+        y = np.r_[np.ones(int(wp[b].sum()), int), np.zeros(int(wn[b].sum()), int)]
+        assert got["auroc"][b] == pytest.approx(auroc_score(s, y), abs=1e-12)
+        assert got["aupr"][b] == pytest.approx(average_precision_score(s, y), abs=1e-12)
+        assert got["fpr"][b] == pytest.approx(fpr_at_tpr(s, y, tpr=0.95), abs=1e-12)
+
+
+def test_weighted_detection_is_undefined_without_positives():
+    got = weighted_detection(np.array([1.0]), np.array([0.0, 2.0]), np.zeros((1, 1)), np.ones((1, 2)))
+    assert np.isnan(got["auroc"][0]) and percentile_interval(got["auroc"], 0.95) is None
+
+
+@pytest.mark.parametrize("discrete", [False, True])
+def test_weighted_selective_equals_the_selective_metrics_of_the_resampled_set(discrete):
+    """AURC, AUGRC, risk at 80 % coverage and coverage at 5 % risk of each replicate equal ubench's functions
+    (expected value over tied uncertainties) on the multiset."""
+    rng = np.random.default_rng(3)
+    n = 151  # 0.8 n is not an integer: ceil, not floor
+    p = _probs(rng, n, 3, discrete)
+    y = np.where(rng.random(n) < 0.9, p.argmax(1), rng.integers(0, 3, n))  # about 7 % errors
+    u = -p.max(1)
+    err = (p.argmax(1) != y).astype(float)
+    w = _counts(n, 8, 3)
+    got = weighted_selective(err, w, _Ranked.of(u))
+    for b in range(w.shape[0]):
+        idx = np.repeat(np.arange(n), w[b].astype(int))
+        pp, yy = p[idx], y[idx]
+        assert got["aurc"][b] == pytest.approx(risk_coverage_auc(pp, yy, uncertainty=u[idx]), abs=1e-12)
+        assert got["augrc"][b] == pytest.approx(generalized_risk_coverage_auc(pp, yy, uncertainty=u[idx]), abs=1e-12)
+        assert got["risk_at_cov"][b] == pytest.approx(risk_at_coverage(pp, yy, coverage=0.8, uncertainty=u[idx]), abs=1e-12)
+        cov = coverage_at_risk(pp, yy, risk=0.05, uncertainty=u[idx])
+        assert (np.isnan(got["cov_at_risk"][b]) and cov is None) or got["cov_at_risk"][b] == pytest.approx(cov)
+
+
+def test_debiased_squared_error_of_weighted_bin_sums_equals_the_resampled_set_with_edges_held():
+    """The replicate's debiased squared error from weighted per-bin sums equals the estimator on the multiset with
+    the full set's equal-mass edges (what the interval of l2_ce_debiased holds fixed)."""
+    rng = np.random.default_rng(4)
+    conf = rng.uniform(0.4, 1, 200)
+    hit = (rng.random(200) < conf - 0.05).astype(float)
+    edges = equal_mass_edges(conf, 10)
+    cell = np.searchsorted(edges, conf)
+    w = _counts(200, 5, 4)
+    k = edges.size
+    sums = [np.stack([np.bincount(cell, weights=wb * x, minlength=k) for wb in w]) for x in (np.ones(200), conf, hit)]
+    got = debiased_squared_error(*sums)
+    for b in range(w.shape[0]):
+        idx = np.repeat(np.arange(200), w[b].astype(int))
+        n_b = np.bincount(cell[idx], minlength=k)
+        ok = n_b >= 2
+        cb = np.bincount(cell[idx], weights=conf[idx], minlength=k)[ok] / n_b[ok]
+        yb = np.bincount(cell[idx], weights=hit[idx], minlength=k)[ok] / n_b[ok]
+        want = np.sum(n_b[ok] * ((cb - yb) ** 2 - yb * (1 - yb) / (n_b[ok] - 1))) / idx.size
+        assert got[b] == pytest.approx(want, abs=1e-14)
+
+
+@pytest.mark.parametrize("seed", [5, 6])
+def test_misclassification_detection_from_the_selective_sort_equals_weighted_detection(seed):
+    """Without ties, the errors' detection read off the selective kernel's one cumulative sum equals
+    weighted_detection on the errors (positives) and the correct samples (negatives)."""
+    rng = np.random.default_rng(seed)
+    n = 300
+    u = rng.normal(size=n)
+    err = (rng.random(n) < 0.1 + 0.2 * (u > 0.5)).astype(float)
+    w = _counts(n, 6, seed)
+    got = weighted_selective(err, w, _Ranked.of(u), detection_tpr=0.95)
+    pos, neg = err > 0, err == 0
+    want = weighted_detection(u[pos], u[neg], w[:, pos], w[:, neg], tpr=0.95)
+    for key in ("auroc", "aupr", "fpr"):
+        assert got[key] == pytest.approx(want[key], abs=1e-12), key

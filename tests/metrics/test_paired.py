@@ -1,0 +1,168 @@
+# SPDX-License-Identifier: MIT
+"""Paired comparisons, rank intervals and grouped runs (``metrics/paired.py``) against independent oracles:
+DeLong's variance for an AUROC interval, McNemar's exact test and the paired-proportion (Wald) interval for an
+accuracy difference, Holm's adjustment by hand, and exact answers on boards whose order is certain."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from ubench.metrics.intervals import encode_samples
+from ubench.metrics.paired import (
+    bootstrap_p_value,
+    group_runs,
+    holm,
+    paired_comparisons,
+    rank_intervals,
+    sample_replicates,
+)
+
+
+def _samples(n, columns, *, ood=None, scores=()):
+    splits = {"test": {"role": "in_domain", "unit": "ids:test", "n": n, "columns": encode_samples(columns)}}
+    if ood is not None:
+        splits["far"] = {"role": "ood", "unit": "ood:far", "n": len(next(iter(ood.values()))),
+                         "columns": encode_samples(ood)}
+    return {"encoding": "base64-float64-le", "seed": 0, "primary": "test", "scores": list(scores), "splits": splits}
+
+
+def _delong_interval(pos, neg, level=0.95):
+    """DeLong et al. (1988): AUROC and its normal interval from the structural components."""
+    psi = (pos[:, None] > neg[None, :]) + 0.5 * (pos[:, None] == neg[None, :])
+    auc = psi.mean()
+    v10, v01 = psi.mean(axis=1), psi.mean(axis=0)
+    se = np.sqrt(v10.var(ddof=1) / pos.size + v01.var(ddof=1) / neg.size)
+    z = stats.norm.ppf((1 + level) / 2)
+    return auc, auc - z * se, auc + z * se
+
+
+def test_ood_auroc_interval_agrees_with_delong():
+    """The stratified percentile interval of the OOD AUROC and DeLong's normal interval have endpoints within a
+    tenth of the interval's width of each other (300 in-domain, 200 OOD samples, 2000 replicates)."""
+    rng = np.random.default_rng(0)
+    s_in, s_ood = rng.normal(0, 1, 300), rng.normal(0.9, 1.3, 200)
+    samples = _samples(300, {"accuracy": np.ones(300), "score_total": s_in}, ood={"score_total": s_ood},
+                       scores=("total",))
+    reps = sample_replicates([samples], n_replicates=2000, seed=1, keys=("ood_auroc_total",))[0]
+    lo, hi = np.quantile(reps["ood_auroc_total"], [0.025, 0.975])
+    auc, d_lo, d_hi = _delong_interval(s_ood, s_in)
+    width = d_hi - d_lo
+    assert abs(lo - d_lo) < 0.1 * width and abs(hi - d_hi) < 0.1 * width, (lo, hi, d_lo, d_hi)
+    assert lo < auc < hi
+
+
+@pytest.mark.parametrize("right_only_a, right_only_b", [(30, 15), (40, 22), (25, 20)])
+def test_paired_accuracy_difference_agrees_with_mcnemar(right_only_a, right_only_b):
+    """On 500 samples where A alone is right on ``right_only_a`` and B alone on ``right_only_b``: the bootstrap
+    p-value of the accuracy difference is within 0.3 x McNemar's exact p (+ 0.01) of it, and the difference's
+    interval within a tenth of its width of the paired-proportion Wald interval."""
+    n = 500
+    a, b = np.ones(n), np.ones(n)
+    a[:right_only_b] = 0
+    b[right_only_b:right_only_b + right_only_a] = 0
+    a[-40:], b[-40:] = 0, 0  # both wrong on 40
+    reps = sample_replicates([_samples(n, {"accuracy": a}), _samples(n, {"accuracy": b})], n_replicates=4000,
+                             seed=2, keys=("accuracy",))
+    _, rows = paired_comparisons({"A": a.mean(), "B": b.mean()}, {"A": reps[0]["accuracy"], "B": reps[1]["accuracy"]},
+                                 metric="accuracy", higher_is_better=True)
+    row = rows[0]
+    p_exact = stats.binomtest(right_only_a, right_only_a + right_only_b, 0.5).pvalue
+    assert abs(row["p"] - p_exact) <= 0.3 * p_exact + 0.01, (row["p"], p_exact)
+    d = (right_only_a - right_only_b) / n
+    se = np.sqrt((right_only_a + right_only_b) - (right_only_a - right_only_b) ** 2 / n) / n
+    lo, hi = d - 1.96 * se, d + 1.96 * se
+    assert row["difference"] == pytest.approx(d)
+    assert abs(row["interval"][0] - lo) < 0.1 * (hi - lo) and abs(row["interval"][1] - hi) < 0.1 * (hi - lo)
+
+
+def test_identical_methods_differ_by_exactly_zero_with_p_one():
+    rng = np.random.default_rng(3)
+    cols = {"accuracy": (rng.random(200) < 0.8).astype(float), "cll": -rng.random(200)}
+    s = _samples(200, cols)
+    reps = sample_replicates([s, s], n_replicates=500, seed=0, keys=("accuracy", "cll"))
+    for key in ("accuracy", "cll"):
+        v = float(cols[key].mean())
+        _, rows = paired_comparisons({"x": v, "y": v}, {"x": reps[0][key], "y": reps[1][key]}, metric=key,
+                                     higher_is_better=True)
+        assert rows[0]["difference"] == 0.0 and rows[0]["interval"] == [0.0, 0.0] and rows[0]["p"] == 1.0
+        assert not rows[0]["distinguishable"]
+
+
+def test_bootstrap_p_value_and_holm_by_hand():
+    assert bootstrap_p_value(np.r_[np.full(98, 1.0), -1.0, 0.0]) == pytest.approx(2 * 3 / 101)
+    assert bootstrap_p_value(np.full(50, 2.0)) == pytest.approx(2 / 51)
+    # m = 4: sorted 0.01, 0.02, 0.03, 0.5 -> 0.04, 0.06, 0.06, 0.5 (monotone), back in input order
+    assert holm([0.03, 0.5, 0.01, 0.02]) == pytest.approx([0.06, 0.5, 0.04, 0.06])
+    # step-down monotonicity: 2 x 0.01 = 0.02 is carried to the larger p-value whose own product is 0.011
+    assert holm([0.011, 0.01]) == pytest.approx([0.02, 0.02])
+
+
+def test_holm_decides_which_methods_are_distinguishable_from_the_best():
+    """Three challengers whose raw p-values are 2/201, 8/201 and 30/201 (replicate differences built to give
+    them): Holm multiplies by 3, 2, 1, so only the first stays below 0.05."""
+    b = 200
+    base = np.zeros(b)
+
+    def diffs(k):  # k replicates at or below 0 -> p = 2 (1 + k) / (b + 1)
+        return np.r_[np.full(k, -0.1), np.full(b - k, 0.1)]
+
+    reps = {"best": base, "a": base - diffs(0), "c": base - diffs(3), "d": base - diffs(14)}
+    values = {"best": 1.0, "a": 0.9, "c": 0.95, "d": 0.97}
+    best, rows = paired_comparisons(values, reps, metric="accuracy", higher_is_better=True)
+    by = {r["b"]: r for r in rows}
+    assert best == "best"
+    assert [by[k]["p"] for k in "acd"] == pytest.approx([2 / 201, 8 / 201, 30 / 201])
+    assert [by[k]["p_holm"] for k in "acd"] == pytest.approx([6 / 201, 16 / 201, 30 / 201])
+    assert [by[k]["distinguishable"] for k in "acd"] == [True, False, False]
+
+
+def test_ood_splits_are_their_own_resampling_units():
+    """Stratified resampling: an OOD split never shares the in-domain split's counts, even with equal sample ids;
+    shift splits with the in-domain ids do (the same images, corrupted)."""
+    from ubench.metrics.intervals import resampling_unit
+
+    assert resampling_unit("ood", "far", "abc") != resampling_unit("in_domain", "test", "abc")
+    assert resampling_unit("shift", "blur_1", "abc") == resampling_unit("in_domain", "test", "abc")
+    assert resampling_unit("shift", "blur_1", None) != resampling_unit("in_domain", "test", None)
+
+
+def test_lower_is_better_picks_the_smallest_value():
+    best, rows = paired_comparisons({"a": 0.3, "b": 0.2}, {"a": np.full(10, 0.3), "b": np.full(10, 0.2)},
+                                    metric="calibrated_brier", higher_is_better=False)
+    assert best == "b" and rows[0]["difference"] == pytest.approx(-0.1)
+
+
+def test_rank_intervals_are_exact_when_the_order_is_certain_and_wide_for_ties():
+    """Rows 0.1 apart with replicate noise 0.001 have rank intervals [k, k]; two rows with the same replicates
+    share rank 1 and are tied with the leader; the point order decides ``rank``."""
+    rng = np.random.default_rng(5)
+    noise = rng.normal(0, 0.001, 400)
+    values = {"a": 0.9, "b": 0.8, "c": 0.7}
+    out = rank_intervals(values, {k: v + noise for k, v in values.items()}, higher_is_better=True)
+    assert [out[k]["rank_interval"] for k in "abc"] == [[1, 1], [2, 2], [3, 3]]
+    assert not any(out[k]["tied_with_leader"] for k in "abc")
+    same = rng.normal(0, 0.01, 400)
+    out = rank_intervals({"x": 0.5, "y": 0.5, "z": 0.2}, {"x": 0.5 + same, "y": 0.5 + same, "z": 0.2 + same},
+                         higher_is_better=False)
+    assert out["z"]["rank"] == 1 and out["z"]["rank_interval"] == [1, 1]
+    assert out["x"]["rank_interval"] == [2, 2] and out["y"]["rank_interval"] == [2, 2]
+    close = rank_intervals({"x": 0.50, "y": 0.49}, {"x": 0.50 + rng.normal(0, .02, 400),
+                                                    "y": 0.49 + rng.normal(0, .02, 400)}, higher_is_better=True)
+    assert close["x"]["rank_interval"] == [1, 2] and close["y"]["tied_with_leader"]
+
+
+def test_grouped_runs_hold_run_to_run_and_test_sample_variance():
+    """With identical runs the group's interval is the test-sample interval of one run; runs that differ widen it
+    by about their spread; mean and sd are over the runs (ddof=1)."""
+    rng = np.random.default_rng(6)
+    one = 0.8 + rng.normal(0, 0.01, 2000)
+    g = group_runs([0.8, 0.8, 0.8], [one, one, one], rng=np.random.default_rng(0))
+    assert g["mean"] == pytest.approx(0.8) and g["sd"] == pytest.approx(0.0, abs=1e-15)
+    assert g["interval"] == pytest.approx(list(np.quantile(one, [0.025, 0.975])))
+    runs = [0.76, 0.80, 0.84]
+    g = group_runs(runs, [one - 0.8 + r for r in runs], rng=np.random.default_rng(0))
+    assert g["sd"] == pytest.approx(np.std(runs, ddof=1))
+    width = g["interval"][1] - g["interval"][0]
+    assert width > 2 * (np.quantile(one, 0.975) - np.quantile(one, 0.025))
