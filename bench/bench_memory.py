@@ -183,8 +183,9 @@ def _summary(rows, args):
         diff = scores[-1]["max_abs_diff_in_memory"]
         same = "not compared" if diff is None else f"max |streamed - in-memory| = {diff:.3g}"
         target = scores[0]["target_mib"]
-        out.append({"what": "sandboxed scoring memory", "workload": f"M = {', '.join(str(r['members']) for r in scores)}"
-                    f", N = {args.samples:,}, C = {args.classes}",
+        members = ", ".join(str(r["members"]) for r in scores)
+        out.append({"what": "sandboxed scoring memory", "workload": f"M = {members}, N = {args.samples:,}, "
+                    f"C = {args.classes}",
                     "result": f"peak RSS {', '.join(f'{x:.0f}' for x in rss)} MiB; spread "
                               f"{max(rss) / min(rss) - 1:.0%}; {same}",
                     "target": f"<= {target:.0f} MiB (2 float32 N x C + 150 MB), within 10 % for every M",

@@ -171,7 +171,8 @@ def bench_imagenet(tmp: Path, repeats: int, baseline: Path | None) -> tuple[list
     before = (f"; without the bootstrap intervals {plain['median_score_s']:.2f} s = {plain['ratio_to_floor']:.1f}x, "
               f"{plain['peak_rss_mib']:.0f} MiB") + before
     exact = floor + sum(floors_more.values())
-    summary.append({"what": "ImageNet-shaped scoring, time", "workload": f"M = {m}, N = {n:,}, C = {c:,}, every default metric",
+    summary.append({"what": "ImageNet-shaped scoring, time",
+                    "workload": f"M = {m}, N = {n:,}, C = {c:,}, every default metric",
                     "result": f"{new['median_score_s']:.2f} s (read and stream {new['stream_s']:.2f} s) = "
                               f"**{new['ratio_to_floor']:.1f}x** the read + one float32 pass ({floor:.2f} s); with the "
                               f"logs and exps exact numbers need, the floor is {exact:.2f} s{before}",

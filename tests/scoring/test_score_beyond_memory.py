@@ -88,9 +88,9 @@ def test_refused_up_front_with_the_size_it_needs(archive, monkeypatch):
 
     monkeypatch.setattr(ArchiveReader, "iter_checked_probs", no_reads)
     monkeypatch.setattr(ArchiveReader, "iter_checked_member_rows", no_reads)
-    with pytest.raises(MemoryBudgetError, match=r"split 'test' \(700 samples x 30 classes\) cannot be scored "
-                                                r"within the memory limit: it needs at least 0.5 MiB in passes over the archive \(0.6 MiB with its mean "
-                                                r"in memory\) and 0.0 MiB are left"):
+    expected = (r"split 'test' \(700 samples x 30 classes\) cannot be scored within the memory limit: it needs at "
+                r"least 0.5 MiB in passes over the archive \(0.6 MiB with its mean in memory\) and 0.0 MiB are left")
+    with pytest.raises(MemoryBudgetError, match=expected):
         run_score(archive, limits=LIMITS, memory_bytes=10_000)
 
 
