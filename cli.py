@@ -429,14 +429,16 @@ def _check_reference_or_exit(reference: Path | None) -> None:
         sys.exit(2)
 
 
-def _score_or_exit(archive: Path, *, reference=None, protocol, progress=None) -> dict:
-    """Score one archive; the library's errors become findings or one line with the CLI's exit code."""
+def _score_or_exit(archive: Path, *, reference=None, protocol, progress=None, scheduler: str | None = None,
+                   workers: int = 1) -> dict:
+    """Score one archive (its splits on Dask workers with ``scheduler``/``workers``); the library's errors become
+    findings or one line with the CLI's exit code."""
     from .scoring.reference import ReferenceError, ReferenceMismatchError
     from .scoring.score import run_score
 
     with _archive_errors_exit(archive):
         try:
-            return run_score(archive, reference=reference, protocol=protocol,
+            return run_score(archive, reference=reference, protocol=protocol, scheduler=scheduler, workers=workers,
                              progress=None if progress is None else progress.scoring_callback(f"{archive.name}: "))
         except ReferenceMismatchError as exc:
             _echo(f"{archive}: does not match the reference:", err=True)
@@ -447,8 +449,19 @@ def _score_or_exit(archive: Path, *, reference=None, protocol, progress=None) ->
             _echo(f"error: {exc}", err=True)
             sys.exit(2)
         except ValueError as exc:
-            # a valid archive that cannot be scored under the protocol (e.g. a cost matrix of the wrong size)
+            # a valid archive that cannot be scored under the protocol (e.g. a cost matrix of the wrong size), or
+            # a split that cannot be scored within the memory left (scoring/memory_plan.py: refused up front)
             _echo(f"error: {archive}: cannot be scored: {exc}", err=True)
+            sys.exit(1)
+        except (OSError, TimeoutError) as exc:
+            if scheduler is None and workers <= 1:
+                raise
+            _echo(f"error: the Dask cluster failed ({scheduler or f'{workers} local workers'}): {exc}", err=True)
+            sys.exit(2)
+        except MemoryError:
+            # the plan left too little room after all (another process took the memory meanwhile)
+            _echo(f"error: {archive}: scoring ran out of memory (less was free than when it was planned); free some "
+                  "or score it with --sandbox --memory-limit SIZE", err=True)
             sys.exit(1)
 
 
@@ -505,10 +518,15 @@ def validate(archive: Path, as_json: bool, sandbox: bool, memory_limit: int, cpu
 @click.option("--mlflow", "mlflow_log", is_flag=True,
               help="Log the headline metrics (and the --html report) to MLflow.")
 @click.option("--mlflow-uri", default=None, help="MLflow tracking URI, e.g. file:./mlruns (default: MLflow's own).")
+@click.option("--workers", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Score the archive's splits in parallel on a local Dask cluster of this many processes.")
+@click.option("--scheduler", type=str, default=None,
+              help="Dask scheduler address (tcp://host:8786) whose workers score the archive's splits (they must "
+                   "see the archive at the same path). Not with --sandbox.")
 @_sandbox_limit_options
 def score(archive: Path, reference: Path | None, as_json: bool, html_path: Path | None, ensemble: Path | None,
           sandbox: bool | None, memory_limit: int, cpu_limit: int, timeout: float, mlflow_log: bool = False,
-          mlflow_uri: str | None = None, **options) -> None:
+          mlflow_uri: str | None = None, workers: int = 1, scheduler: str | None = None, **options) -> None:
     """Score an archive: every split by its role, under a paper's protocol.
 
     \b
@@ -516,6 +534,7 @@ def score(archive: Path, reference: Path | None, as_json: bool, html_path: Path 
     ubench score upload.h5 --reference test_labels.h5 --json
     ubench score run.h5 --protocol ursabench --cost-preset mnist --html report.html
     ubench score run.h5 --confidence 0.9 --bootstrap 2000     # or --no-intervals
+    ubench score imagenet_c.h5 --scheduler tcp://10.0.0.5:8786
     """
     if (html_path is not None or ensemble is not None) and options.get("member_curves") is None:
         options["member_curves"] = True
@@ -526,11 +545,15 @@ def score(archive: Path, reference: Path | None, as_json: bool, html_path: Path 
         require("mlflow", what="--mlflow")
     _check_reference_or_exit(reference)
     progress = _progress(not as_json)
-    if sandbox if sandbox is not None else reference is not None:
+    parallel = workers > 1 or scheduler is not None
+    if parallel and sandbox:
+        raise click.UsageError("--workers/--scheduler score on Dask workers, not in the sandbox: drop --sandbox")
+    if (sandbox if sandbox is not None else reference is not None) and not parallel:
         report = _score_sandboxed_or_exit(archive, reference=reference, protocol=protocol,
                                           limits=_sandbox_limits(memory_limit, cpu_limit, timeout))
     else:
-        report = _score_or_exit(archive, reference=reference, protocol=protocol, progress=progress)
+        report = _score_or_exit(archive, reference=reference, protocol=protocol, progress=progress,
+                                scheduler=scheduler, workers=workers)
     if ensemble is not None:
         from .scoring.dee import attach_dee
 

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..float_bits import in_unit_interval
 from . import read_v1  # noqa: F401  (registers the v1.0 reader)
 from . import read_v1_1  # noqa: F401  (registers the v1.1 reader)
 from .archive import ArchiveHeader
@@ -52,6 +53,8 @@ def probs_problem(block: np.ndarray, *, start: int = 0, member_offset: int = 0) 
     Checks in order: finite, in [0, 1], every row sums to 1 within :func:`spec.row_sum_tolerance` (summed in
     float64). The message names member, sample (offset by ``member_offset`` and ``start``) and class.
     """
+    if in_unit_interval(block):  # finite and in [0, 1] (one pass over the bits): only the row sums are left
+        return _row_sum_problem(block, start, member_offset)
     with np.errstate(all="ignore"):
         finite = np.isfinite(block.sum(dtype=np.float64))
     if not finite:
@@ -62,6 +65,10 @@ def probs_problem(block: np.ndarray, *, start: int = 0, member_offset: int = 0) 
         m, i, c = np.unravel_index(int(np.argmax((block < 0) | (block > 1))), block.shape)
         return "range", (f"probability {block[m, i, c]} outside [0, 1] at member {member_offset + m}, "
                          f"sample {start + i}, class {c}")
+    return _row_sum_problem(block, start, member_offset)
+
+
+def _row_sum_problem(block: np.ndarray, start: int, member_offset: int) -> tuple[str, str] | None:
     tol = row_sum_tolerance(block.shape[2])
     sums = block.sum(axis=2, dtype=np.float64)
     bad = np.abs(sums - 1.0) > tol

@@ -1,11 +1,18 @@
 # SPDX-License-Identifier: MIT
-"""Throughput of the leaderboard on a Dask LocalCluster: 1 worker versus 2 (target: at least 1.7x).
+"""Dask LocalCluster throughput: the leaderboard (many archives), and one big archive (target: 2 workers at least
+1.7x one worker / one process).
 
-A batch of 20 archives (M = 20, N = 10,000, C = 10 float32 each, one in-domain split) is scored into a fresh
-board (no cache hits) through ``score_directory`` on an already-started ``LocalCluster`` (processes, one thread
-per worker, 127.0.0.1), so cluster start-up is not timed. Each upload is sandboxed (a fresh interpreter each).
+1. Leaderboard: a batch of 20 archives (M = 20, N = 10,000, C = 10 float32 each, one in-domain split) is scored
+   into a fresh board (no cache hits) through ``score_directory`` on an already-started ``LocalCluster``
+   (processes, one thread per worker, 127.0.0.1), so cluster start-up is not timed. Each upload is sandboxed (a
+   fresh interpreter each).
+2. ``--one-archive``: an ImageNet-C-shaped archive (``bench/_archives.py``: an in-domain split and
+   ``--shift-splits`` shift splits of ``--samples`` x ``--classes``, ``--members`` members; 4.2 GB at the
+   defaults 20, 50,000, 1,000, 1) scored by ``run_score`` in this process and with ``scheduler=`` a started
+   2-worker ``LocalCluster`` (issue #29 item 4: the archive's splits spread over the workers), interleaved;
+   the two reports must be equal.
 
-    python bench/bench_scale.py [--archives 20] [--repeats 3] [--keep DIR]
+    python bench/bench_scale.py [--archives 20] [--repeats 3] [--keep DIR] [--one-archive] [--skip-board]
 """
 
 from __future__ import annotations
@@ -37,19 +44,80 @@ def build(path: Path, *, m: int, n: int, c: int, seed: int) -> Path:
     return w.finalize()
 
 
+def bench_one_archive(d: Path, args) -> tuple[list[dict], list[dict]]:
+    """One ImageNet-C-shaped archive: this process against a 2-worker LocalCluster, interleaved."""
+    import json
+
+    from distributed import LocalCluster
+
+    from _archives import imagenet_like
+    from ubench.scoring.score import run_score
+
+    path = imagenet_like(d / f"imagenet_c_m{args.members}_n{args.samples}_c{args.classes}_s{args.shift_splits}.h5",
+                         m=args.members, n=args.samples, c=args.classes, shift_splits=args.shift_splits)
+    shape = f"{args.shift_splits + 1} splits of {args.samples:,} x {args.classes:,}, M = {args.members}"
+    print(f"{path} ({path.stat().st_size / 2**30:.1f} GiB): {shape}")
+    times: dict[str, list[float]] = {"one process": [], "2 workers": []}
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1", dashboard_address=None,
+                      silence_logs=50) as cluster:
+        run_score(path, scheduler=cluster.scheduler_address)  # warm: workers import ubench, page cache filled
+        for _ in range(args.repeats):
+            t0 = time.perf_counter()
+            one = run_score(path)
+            times["one process"].append(time.perf_counter() - t0)
+            t0 = time.perf_counter()
+            many = run_score(path, scheduler=cluster.scheduler_address)
+            times["2 workers"].append(time.perf_counter() - t0)
+    same = json.dumps(one) == json.dumps(many)
+    base = statistics.median(times["one process"])
+    rows = [{"what": "one archive", "how": how, "archive": shape, "wall_s": [round(x, 2) for x in t],
+             "median_s": round(statistics.median(t), 2), "speedup_median": round(base / statistics.median(t), 2),
+             "same_report": same} for how, t in times.items()]
+    for r in rows:
+        print(r)
+    speedup = rows[1]["speedup_median"]
+    summary = [{"what": "one archive on a Dask LocalCluster (`score --scheduler`)", "workload": shape +
+                ", 2 workers vs one process", "result": f"{speedup:.2f}x median; reports equal: {same}",
+                "target": ">= 1.7x, same numbers", "met": speedup >= 1.7 and same}]
+    return rows, summary
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--archives", type=int, default=20)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--workers", type=int, nargs="+", default=[1, 2])
     ap.add_argument("--keep", type=Path, default=None)
+    ap.add_argument("--skip-board", action="store_true", help="only the one-archive benchmark")
+    ap.add_argument("--one-archive", action="store_true", help="also one ImageNet-C-shaped archive (GBs)")
+    ap.add_argument("--members", type=int, default=1)
+    ap.add_argument("--samples", type=int, default=50_000)
+    ap.add_argument("--classes", type=int, default=1_000)
+    ap.add_argument("--shift-splits", type=int, default=20)
     ap.add_argument("--out-dir", default=None)
     args = ap.parse_args()
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     from _results import Recorder
 
     rec = Recorder(__file__, "distributed", "h5py")
+    rows, summary = [], []
+    if not args.skip_board:
+        r, s = bench_board(args)
+        rows += r
+        summary += s
+    if args.one_archive:
+        with tempfile.TemporaryDirectory() as tmp:
+            r, s = bench_one_archive(args.keep or Path(tmp), args)
+        rows += r
+        summary += s
+    rec.write(rows, summary, settings={"archives": args.archives, "repeats": args.repeats,
+                                       "one_archive": args.one_archive, "members": args.members,
+                                       "samples": args.samples, "classes": args.classes,
+                                       "shift_splits": args.shift_splits}, out_dir=args.out_dir)
 
+
+def bench_board(args) -> tuple[list[dict], list[dict]]:
+    """The leaderboard: ``args.archives`` uploads on 1 and 2 workers."""
     from distributed import LocalCluster
 
     from ubench.scoring.leaderboard import BoardConfig, score_directory
@@ -91,7 +159,7 @@ def main() -> None:
             summary.append({"what": "leaderboard throughput", "workload": f"{args.archives} archives, Dask "
                             f"LocalCluster, {workers} workers vs {args.workers[0]}",
                             "result": f"{med:.2f}x median, {best:.2f}x best", "target": ">= 1.7x", "met": med >= 1.7})
-        rec.write(rows, summary, settings={"archives": args.archives, "repeats": args.repeats}, out_dir=args.out_dir)
+    return rows, summary
 
 
 if __name__ == "__main__":

@@ -33,24 +33,32 @@ SCRIPTS = {
                        "L-BFGS run to convergence (on T without line search, on log T with strong Wolfe; "
                        "`tolerance_grad` 1e-7, both T's in the JSON) and with the temperature_scaling repository's "
                        "settings (not converged); the Pitfalls repository's own CV-TS + CLL pipeline (`metrics.metrics_kfold`, "
-                       "Nelder-Mead `ts`, `KFold(2, shuffle)` x 5, after the `logsumexp` of the members) and its "
+                       "Nelder-Mead `ts`, `KFold(2, shuffle)` x 5) run twice, as each row names: on the log of the "
+                       "members' mean probability (as its notebooks run it) and after the `logsumexp` of the members' "
+                       "log-probabilities (`ens/ens-deepens.py`); and its "
                        "per-prefix DEE sweep, run from a checkout of bayesgroup/pytorch-ensembles. torch threads "
                        "as in the JSON's settings."),
-    "bench_score": ("python bench/bench_score.py --repeats 3",
+    "bench_score": ("python bench/bench_score.py --repeats 3 --keep /tmp/ubench-bench --baseline-src DIR",
                     "`ubench score ARCHIVE --json` as a real subprocess (start-up included) on an archive from "
-                    "`ArchiveWriter`."),
+                    "`ArchiveWriter`; an ImageNet-shaped archive (M = 5, N = 50,000, C = 1,000) scored in a fresh "
+                    "process against the physical limit measured in the same run (one read of the split along "
+                    "whole chunks plus one float32 pass), with peak RSS, and an earlier ubench (`--baseline-src`) "
+                    "as the before column; start-up of `ubench --help` and of scoring the bundled example."),
     "bench_intervals": ("python bench/bench_intervals.py --repeats 3",
                         "Bootstrap intervals (issue #26): `ubench score --json` (1,000 replicates) against "
                         "`--no-intervals` as real subprocesses, calls alternating, medians; the rank intervals of a "
                         "100-row board from its rows' per-sample CLL columns; and `scipy.stats.bootstrap` "
                         "(percentile) on the same statistics, compared per replicate (scipy runs fewer resamples "
                         "where each costs a protocol refit)."),
-    "bench_memory": ("python bench/bench_memory.py --members 200",
-                     "Sandboxed validation and scoring of one large archive: peak RSS of the child (`ru_maxrss`), "
-                     "and the streamed report against the in-memory path."),
-    "bench_scale": ("python bench/bench_scale.py",
+    "bench_memory": ("python bench/bench_memory.py --members 5 50 200 --imagenet-c --beyond --keep /tmp/ubench-bench",
+                     "Sandboxed validation and scoring: peak RSS of the child (its own `VmHWM`) for M = 5, 50, 200 and "
+                     "an ImageNet-C-shaped archive (21 splits of 50,000 x 1,000), the streamed report against the "
+                     "in-memory path, and a 4 GB split scored in passes in a 2 GiB sandbox against the same split "
+                     "in memory."),
+    "bench_scale": ("python bench/bench_scale.py --one-archive --keep /tmp/ubench-bench",
                     "Leaderboard throughput on an already-started Dask `LocalCluster` (processes, 1 thread per "
-                    "worker), a fresh board each run."),
+                    "worker), a fresh board each run; and one ImageNet-C-shaped archive (21 splits of 50,000 x "
+                    "1,000) scored in one process against its splits spread over 2 workers (`run_score(scheduler=)`)."),
     "bench_archive_storage": ("python bench/bench_archive_storage.py",
                               "Chunking and compression of `probs`: file size, write (`finalize_partial`), "
                               "validate, stream in default and 256-row blocks, one member; best of `--repeat`, "

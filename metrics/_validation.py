@@ -18,6 +18,8 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
+from ..float_bits import in_unit_interval
+
 __all__ = [
     "UndefinedMetricError",
     "simplex_tolerance",
@@ -142,63 +144,47 @@ def _check_probs_values(arr: NDArray[np.floating], name: str) -> None:
 _SCAN_BLOCK_ELEMS = 1 << 16
 
 
-def _sums_clear(block: NDArray[np.floating], tol: float) -> bool:
-    """True only if every row of a (k, C) block with entries in [0, 1] surely sums to 1 within ``tol``.
+def _sums_room(dtype: np.dtype, n_classes: int, tol: float) -> float:
+    """How far a row sum in ``dtype`` may stray from 1 and still surely be within ``tol`` once rounding of the
+    sum itself is allowed for (the margin :func:`_first_bad_simplex_row_nonneg` proves sufficient)."""
+    return tol - (2.0 * n_classes * float(np.finfo(dtype).eps) + n_classes * float(np.finfo(np.float64).eps))
 
-    Row sums in the input's precision, cleared only with the rounding margin that
-    :func:`_first_bad_simplex_row_nonneg` proves sufficient (row sums within ``1 +- tol`` are below 2).
-    """
-    c = block.shape[-1]
+
+def _sums_clear(block: NDArray[np.floating], room: float) -> bool:
+    """True only if every row of a (k, C) block with entries in [0, 1] surely sums to 1 within the tolerance
+    whose rounding-adjusted ``room`` is given (:func:`_sums_room`); row sums in the input's precision."""
     approx = np.einsum("ij->i", block)
-    room = tol - (2.0 * c * float(np.finfo(block.dtype).eps) + c * float(np.finfo(np.float64).eps))
     return bool(approx.min() - 1.0 >= -room and approx.max() - 1.0 <= room)
-
-
-def _probs_block_clear(block: NDArray[np.floating], tol: float, hi=None) -> tuple[bool, float]:
-    """(cleared, block min) for a (k, C) block: True only if the block passes every value check.
-
-    Cheap and conservative: min and max (they propagate NaN and expose +-inf, so any non-finite value fails the
-    comparisons; ``hi`` is the block's max when the caller has it, e.g. the max of its row maxima) and the row
-    sums of :func:`_sums_clear`. False means "not sure": the caller then runs the reference checks on the whole
-    array, which raise the message.
-    """
-    lo = block.min()
-    if hi is None:
-        hi = block.max()
-    if not (lo >= 0 and hi <= 1):
-        return False, float(lo)
-    return _sums_clear(block, tol), float(lo)
 
 
 class _BlockedProbsCheck:
     """Value checks of a validated-shape probs array, run block by block inside a kernel's own pass.
 
-    ``clear(block)`` returns the block's min once the block is known to pass; at the first block the cheap test
-    cannot clear it runs the whole-array reference checks once (raising exactly what :func:`check_probs` raises,
-    for the first offending element of the whole array) and, if they pass, trusts every later block.
-    ``clear_sums(block, in_range)`` is the same for a kernel that has itself established that every entry of
-    the block is finite and in [0, 1] (``in_range`` False: it could not).
+    ``clear(block)`` checks a block cheaply; at the first block the cheap test cannot clear it runs the
+    whole-array reference checks once (raising exactly what :func:`check_probs` raises, for the first offending
+    element of the whole array) and, if they pass, trusts every later block. ``clear_sums(block, in_range)`` is
+    the same for a kernel that has itself established that every entry of the block is finite and in [0, 1]
+    (``in_range`` False: it could not).
     """
 
     def __init__(self, arr: NDArray[np.floating], name: str) -> None:
         self.arr, self.name = arr, name
         self.tol = simplex_tolerance(arr.shape[-1])
+        self.room = _sums_room(arr.dtype, arr.shape[-1], self.tol)
         self.done = False
 
     def _reference(self) -> None:
         _check_probs_values(self.arr, self.name)
         self.done = True
 
-    def clear(self, block: NDArray[np.floating], hi=None) -> float:
-        if self.done:
-            return float(block.min())
-        ok, lo = _probs_block_clear(block, self.tol, hi)
-        if not ok:
+    def clear(self, block: NDArray[np.floating], hi=None) -> None:
+        """``hi`` (the block's max, when the caller has it) is not needed: one pass over the bits checks both
+        ends."""
+        if not self.done and not (in_unit_interval(block) and _sums_clear(block, self.room)):
             self._reference()
-        return lo
 
     def clear_sums(self, block: NDArray[np.floating], in_range: bool) -> None:
-        if not self.done and not (in_range and _sums_clear(block, self.tol)):
+        if not self.done and not (in_range and _sums_clear(block, self.room)):
             self._reference()
 
 

@@ -31,8 +31,6 @@ from dataclasses import dataclass, field
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
-from scipy.optimize import isotonic_regression, minimize
-from scipy.special import gammaln, log_softmax, softmax
 
 from .calibration import _ece
 from .classification import _brier_per_sample, _check_probs_labels, _nll
@@ -83,6 +81,8 @@ def _affine_fit(x: NDArray[np.float64], labels: NDArray, lam: float, mu: float) 
     it converged before its 200-iteration cap. On (near-)separable data the unpenalised directions (the diagonal of
     W; all of W and b in matrix scaling) have no finite optimum: the fit stops at the cap, the training loss is
     flat to ~1e-6 and the held-out numbers depend on where the solver stopped."""
+    from scipy.special import log_softmax  # at use: scipy.special costs `ubench score` start-up otherwise
+
     n, c = x.shape
     onehot = np.zeros((n, c))
     onehot[np.arange(n), labels] = 1.0
@@ -120,12 +120,16 @@ def _affine_fit(x: NDArray[np.float64], labels: NDArray, lam: float, mu: float) 
     theta0 = np.concatenate([np.eye(c).ravel(), np.zeros(c)])
     # Newton-CG with exact Hessian-vector products: the objective is convex, so a few Newton steps reach the
     # optimum that L-BFGS approaches in hundreds of iterations on these ill-conditioned log-probabilities.
+    from scipy.optimize import minimize  # at use: scipy.optimize costs `ubench score` start-up otherwise
+
     res = minimize(objective, theta0, jac=True, hessp=hessp, method="Newton-CG",
                    options={"maxiter": 200, "xtol": 1e-10})
     return res.x[: c * c].reshape(c, c), res.x[c * c :], bool(res.success)
 
 
 def _fit_affine(name: str, probs: NDArray, labels: NDArray, eps: float, lam: float, mu: float) -> FittedCalibrator:
+    from scipy.special import softmax  # at use (start-up)
+
     w, b, converged = _affine_fit(np.log(probs.astype(np.float64) + eps), labels, lam, mu)
     return FittedCalibrator(name, lambda p: softmax(np.log(p.astype(np.float64) + eps) @ w.T + b, axis=1),
                             {"weight": w, "bias": b, "lambda": lam, "mu": mu, "converged": converged})
@@ -168,6 +172,8 @@ def _isotonic_1d(x: NDArray, y: NDArray) -> tuple[NDArray, NDArray]:
     "clip")`` does."""
     ux, inverse, counts = np.unique(x, return_inverse=True, return_counts=True)
     ymean = np.bincount(inverse, weights=y) / counts
+    from scipy.optimize import isotonic_regression  # at use (start-up)
+
     fit = isotonic_regression(ymean, weights=counts.astype(np.float64), increasing=True).x
     return ux, np.clip(fit, 0.0, 1.0)
 
@@ -191,6 +197,8 @@ def _bbq_class(x: NDArray, y: NDArray, max_bins: int, prior: float, prune: float
     ``α_b = N'/B · p̄_b``, ``β_b = N'/B · (1 - p̄_b)`` at the bin midpoint ``p̄_b``, weighted by the softmax of the
     scores. ``estimate="posterior"`` predicts ``(m_b + α_b) / (n_b + α_b + β_b)`` in a bin (Naeini et al.'s
     Bayesian estimate); ``"frequency"`` predicts ``m_b / n_b`` (torch-uncertainty's)."""
+    from scipy.special import gammaln, softmax  # at use (start-up)
+
     models, scores, seen = [], [], set()
     for b in range(2, max_bins + 1):
         edges = np.unique(np.quantile(x, np.linspace(0.0, 1.0, b + 1)))
@@ -321,6 +329,8 @@ def select_odir(probs: ArrayLike, labels: ArrayLike, *, eps: float = DEFAULT_EPS
       refits the chosen pair on the whole half (:func:`fit_calibrator` with ``odir_lambda="cv"``), so that one map
       is applied to the held-out half as with every other calibrator.
     """
+    from scipy.special import softmax  # at use (start-up)
+
     probs, labels = _check_probs_labels(probs, labels)
     lambdas = _odir_settings({"odir_grid": lambdas, "odir_folds": n_folds, "odir_seed": seed})[2]
     mus = lambdas if mus is None else _odir_settings({"odir_grid": mus})[2]

@@ -9,35 +9,47 @@ from numpy.typing import ArrayLike, NDArray
 
 from ._validation import UndefinedMetricError, check_member_probs
 
-__all__ = ["vote_counts", "disagreement_per_sample", "variation_ratio_per_sample", "disagreement",
-           "variation_ratio"]
+__all__ = ["top1_votes", "vote_agreement", "disagreement_per_sample", "variation_ratio_per_sample",
+           "disagreement", "variation_ratio"]
 
 
-def vote_counts(member_probs: NDArray) -> NDArray[np.int64]:
-    """``counts[i, c]``: how many members put class ``c`` first for sample ``i`` (ties in a member's row go to
-    the lowest class, as ``argmax``); assumes validated (M, N, C) input."""
-    m, n, c = member_probs.shape
-    votes = np.argmax(member_probs, axis=-1)  # (M, N)
-    flat = (np.arange(n, dtype=np.int64)[None, :] * c + votes).ravel()
-    return np.bincount(flat, minlength=n * c).reshape(n, c)
+def top1_votes(member_probs: NDArray) -> NDArray[np.intp]:
+    """(M, N): every member's top-1 class per sample (ties go to the lowest class, as ``argmax``)."""
+    return np.argmax(member_probs, axis=-1)
 
 
-def disagreement_per_sample(counts: NDArray, n_members: int) -> NDArray[np.float64]:
-    """Share of member pairs whose votes differ: ``1 - Σ_c n_c (n_c - 1) / (M (M - 1))`` per sample (M ≥ 2)."""
-    counts = counts.astype(np.float64)
-    return 1.0 - (counts * (counts - 1.0)).sum(axis=-1) / (n_members * (n_members - 1.0))
+def vote_agreement(votes: NDArray) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
+    r"""(pairs, modal) per sample from the votes (M, N): ``pairs`` = :math:`\sum_c n_c (n_c - 1)`, the ordered
+    pairs of distinct members that agree, and ``modal`` = :math:`\max_c n_c`, where :math:`n_c` counts the
+    members voting for class c. Sorts the M votes of each sample (never an (N, C) count matrix): in a run of L
+    equal votes the k-th (0-based) agrees with the k before it, and those sum to L (L - 1) / 2."""
+    m, n = votes.shape
+    v = np.sort(votes.T, axis=1)  # (N, M)
+    k = np.arange(m)
+    new_run = np.ones((n, m), dtype=bool)
+    new_run[:, 1:] = v[:, 1:] != v[:, :-1]
+    run_start = np.maximum.accumulate(np.where(new_run, k, 0), axis=1)
+    behind = k - run_start  # members of the same run before this one
+    return 2 * behind.sum(axis=1), behind.max(axis=1) + 1
 
 
-def variation_ratio_per_sample(counts: NDArray, n_members: int) -> NDArray[np.float64]:
-    """Share of members not voting for the modal class: ``1 - max_c n_c / M`` per sample."""
-    return 1.0 - counts.max(axis=-1).astype(np.float64) / n_members
+def disagreement_per_sample(pairs: NDArray, n_members: int) -> NDArray[np.float64]:
+    """Share of member pairs whose votes differ: ``1 - Σ_c n_c (n_c - 1) / (M (M - 1))`` per sample (M ≥ 2), from
+    ``pairs`` of :func:`vote_agreement`."""
+    return 1.0 - pairs.astype(np.float64) / (n_members * (n_members - 1.0))
 
 
-def _counts(member_probs: ArrayLike) -> tuple[NDArray[np.int64], int]:
+def variation_ratio_per_sample(modal: NDArray, n_members: int) -> NDArray[np.float64]:
+    """Share of members not voting for the modal class: ``1 - max_c n_c / M`` per sample, from ``modal`` of
+    :func:`vote_agreement`."""
+    return 1.0 - modal.astype(np.float64) / n_members
+
+
+def _agreement(member_probs: ArrayLike) -> tuple[tuple[NDArray, NDArray], int]:
     mp = check_member_probs(member_probs)
     if mp.shape[0] < 2:
         raise UndefinedMetricError("disagreement needs at least 2 members")
-    return vote_counts(mp), mp.shape[0]
+    return vote_agreement(top1_votes(mp)), mp.shape[0]
 
 
 def disagreement(member_probs: ArrayLike) -> float:
@@ -67,8 +79,8 @@ def disagreement(member_probs: ArrayLike) -> float:
     >>> disagreement(np.array([[a], [a], [b]]))  # 2 of the 3 pairs disagree
     0.6666666666666667
     """
-    counts, m = _counts(member_probs)
-    return float(disagreement_per_sample(counts, m).mean())
+    (pairs, _), m = _agreement(member_probs)
+    return float(disagreement_per_sample(pairs, m).mean())
 
 
 def variation_ratio(member_probs: ArrayLike) -> float:
@@ -89,5 +101,5 @@ def variation_ratio(member_probs: ArrayLike) -> float:
     >>> round(variation_ratio(np.array([[a], [a], [b]])), 6)
     0.333333
     """
-    counts, m = _counts(member_probs)
-    return float(variation_ratio_per_sample(counts, m).mean())
+    (_, modal), m = _agreement(member_probs)
+    return float(variation_ratio_per_sample(modal, m).mean())

@@ -26,7 +26,6 @@ from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
-from scipy.special import logsumexp
 
 from ._validation import UndefinedMetricError
 from .classification import _predictions
@@ -58,6 +57,8 @@ class MethodScore:
 def logit_scores(member_logits: NDArray) -> dict[str, NDArray[np.float64]]:
     """``energy`` and ``max_logit`` (N,) of (M, N, C) member logits, from their float64 mean over members."""
     mean = np.asarray(member_logits, dtype=np.float64).mean(axis=0)
+    from scipy.special import logsumexp  # at use: scipy.special costs `ubench score` start-up (issue #29)
+
     return {"energy": -logsumexp(mean, axis=1), "max_logit": mean.max(axis=1)}
 
 

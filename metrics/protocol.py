@@ -33,9 +33,11 @@ from .temperature_solver import (
     _minimize_beta,
     _post_eval,
     _prep_probs,
+    ShiftedLogs,
     _root_from_cumulants,
     _row_cumulants,
     _scaled_row_scores,
+    _scaled_row_scores_multi,
     _softmax_scaled,
 )
 
@@ -307,16 +309,35 @@ def _post_fold_fits(s, s_y, perms, bounds) -> list[tuple[float, bool]]:
     return out
 
 
-def _post_heldout(s, s_y, perm, beta_a, beta_b):
-    """Per row, scored at the 1/T of the fold that holds it out (fit on the other half): (NLL, max q, sum q**2,
-    q_y) of q = softmax(b_i s_i); ``beta_a`` is fitted on ``perm[:n // 2]`` (it scores the rest)."""
-    half = s_y.shape[0] // 2
-    b = np.empty(s_y.shape[0])
+def _heldout_betas(n: int, perm, beta_a, beta_b) -> NDArray[np.float64]:
+    """Every row's 1/T in one halving: that of the fold that holds it out (``beta_a`` is fitted on
+    ``perm[:n // 2]`` and scores the rest)."""
+    half = n // 2
+    b = np.empty(n)
     b[perm[half:]] = beta_a
     b[perm[:half]] = beta_b
-    log_z, sq = _scaled_row_scores(s, b)
+    return b
+
+
+def _post_heldout(s, s_y, perm, beta_a, beta_b, scores=None):
+    """Per row, scored at the 1/T of the fold that holds it out (fit on the other half): (NLL, max q, sum q**2,
+    q_y) of q = softmax(b_i s_i); ``scores`` = ``(log_z, sq)`` of :func:`_scaled_row_scores` when computed
+    already (:func:`_scaled_row_scores_multi` does every halving in one pass)."""
+    b = _heldout_betas(s_y.shape[0], perm, beta_a, beta_b)
+    log_z, sq = _scaled_row_scores(s, b) if scores is None else scores
     log_qy = b * s_y - log_z
     return -log_qy, np.exp(-log_z), sq, np.exp(log_qy)
+
+
+def _label_values_blocked(s, labels: NDArray) -> NDArray[np.float64]:
+    """``s[i, labels[i]]`` (N,) read block by block (``s`` may be a :class:`ShiftedLogs`)."""
+    n, c = s.shape
+    out = np.empty(n)
+    step = max(1, (1 << 17) // c)
+    for a in range(0, n, step):
+        b = min(a + step, n)
+        out[a:b] = _label_values(s[a:b], labels[a:b])
+    return out
 
 
 def _top1_arrays(probs: NDArray, labels: NDArray):
@@ -413,6 +434,17 @@ def cross_validated_calibration(
     member_probs, labels, mean = _check_inputs(member_probs, labels, with_mean=True)
     placement, eps, bounds = _check_placement(placement), _check_eps(eps), _check_bounds(bounds)
     n_bins, n_repeats, seed = _check_n_bins(n_bins), _check_int(n_repeats, "n_repeats", 1), _check_seed(seed)
+    return _calibrated_cv(member_probs, mean, labels, placement=placement, n_repeats=n_repeats, seed=seed, eps=eps,
+                          n_bins=n_bins, bounds=bounds)
+
+
+def _calibrated_cv(member_probs, mean, labels, *, placement: str, n_repeats: int, seed: int, eps: float,
+                   n_bins: int, bounds: tuple[float, float] = DEFAULT_TEMPERATURE_BOUNDS) -> CalibratedCV:
+    """:func:`cross_validated_calibration` on validated input: ``mean`` (N, C) float64 is the member mean
+    (``post`` reads only it, in row blocks, and ``member_probs`` may be None; a report passes its split's mean
+    without another copy or check)."""
+    if labels.shape[0] < 2:
+        raise ValueError(f"labels must have at least 2 samples to be halved; found {labels.shape[0]}")
     # Per-sample scores of the uncalibrated ensemble: every fold averages its rows (ECE re-bins its rows).
     nll0, brier0 = _nll_per_sample(mean, labels, eps), _brier_per_sample(mean, labels)
     conf0, hit0 = _top1_arrays(mean, labels)
@@ -446,15 +478,18 @@ def _fold_row(cll, eval_rows, before, calibrated, n_bins):
 def _post_cv_rows(mean, labels, eps, bounds, perms, n_bins, before):
     """Fold metrics for ``post``: fits from shared per-row statistics (:func:`_post_fold_fits`), then one pass
     over the classes per halving scores every row at the 1/T of the fold that holds it out."""
-    s, lse1 = _prep_probs(mean, eps)
-    s_y = _label_values(s, labels)
+    s = ShiftedLogs(mean, eps)  # never the whole (N, C) float64 at once when it is large
+    s_y = _label_values_blocked(s, labels)
     fits = _post_fold_fits(s, s_y, perms, bounds)
     hit0 = before[3]
-    half = labels.shape[0] // 2
+    n = labels.shape[0]
+    half = n // 2
+    betas = np.stack([_heldout_betas(n, perm, fits[2 * r][0], fits[2 * r + 1][0]) for r, perm in enumerate(perms)])
+    log_z, sq_all = _scaled_row_scores_multi(s, betas)  # one pass over the classes for every halving
     rows = []
     for r, perm in enumerate(perms):
         (beta_a, _), (beta_b, _) = fits[2 * r], fits[2 * r + 1]
-        nll, conf, sq, q_y = _post_heldout(s, s_y, perm, beta_a, beta_b)
+        nll, conf, sq, q_y = _post_heldout(s, s_y, perm, beta_a, beta_b, (log_z[r], sq_all[r]))
         brier = np.maximum(sq - 2.0 * q_y + 1.0, 0.0)
         for eval_rows in (perm[half:], perm[:half]):
             # a temperature keeps the argmax (post): the calibrated hits are the uncalibrated ones

@@ -49,8 +49,17 @@ from numpy.typing import NDArray
 
 from .bootstrap import Partition
 from .calibration import _equal_width_bin_index
-from .protocol import _halving_perms, _member_fit_half, _member_halves, _post_fold_fits, _post_heldout, _ts_problem
-from .temperature_solver import _label_values, _prep_probs, _softmax_scaled
+from .protocol import (
+    _halving_perms,
+    _heldout_betas,
+    _label_values_blocked,
+    _member_fit_half,
+    _member_halves,
+    _post_fold_fits,
+    _post_heldout,
+    _ts_problem,
+)
+from .temperature_solver import ShiftedLogs, _scaled_row_scores_multi, _softmax_scaled
 
 __all__ = ["CVInfluence", "cv_influence", "PROTOCOL_KEYS"]
 
@@ -191,8 +200,9 @@ def cv_influence(member_probs: NDArray, labels: NDArray, *, placement: str = "po
 
     Parameters
     ----------
-    member_probs : ndarray (M, N, C), validated, rows on the simplex (``mean[None]`` for ``post``: the protocol
-        fits ``post`` on the ensemble mean)
+    member_probs : ndarray (M, N, C), validated, rows on the simplex; for ``post`` any sequence whose first item is
+        the ensemble mean (the protocol fits ``post`` on it; ``(mean,)`` as the report passes it, read in row blocks
+        only, so it may be a split re-read from its archive)
     labels : ndarray (N,), integers in ``[0, C)``; N >= 2
     placement, n_repeats, seed, eps, n_bins, bounds : as :func:`~ubench.metrics.cross_validated_calibration`,
         whose halvings and fold fits this repeats exactly.
@@ -213,13 +223,16 @@ def cv_influence(member_probs: NDArray, labels: NDArray, *, placement: str = "po
     heldout, betas, hits = [], [], []
     if placement == "post":
         mean = member_probs[0]
-        s, _ = _prep_probs(mean, eps)
-        s_y = _label_values(s, labels)
+        s = ShiftedLogs(mean, eps)  # never the whole (N, C) float64 at once when it is large (issue #29)
+        s_y = _label_values_blocked(s, labels)
         fits = _post_fold_fits(s, s_y, perms, (bounds[0], bounds[1]))
         hit0 = (np.argmax(mean, axis=1) == labels).astype(np.float64)
+        heldout_betas = np.stack([_heldout_betas(n, perm, fits[2 * r][0], fits[2 * r + 1][0])
+                                  for r, perm in enumerate(perms)])
+        log_z, sq_all = _scaled_row_scores_multi(s, heldout_betas)  # every halving in one pass over the classes
         for r, perm in enumerate(perms):
             (beta_a, _), (beta_b, _) = fits[2 * r], fits[2 * r + 1]
-            nll, conf, sq, q_y = _post_heldout(s, s_y, perm, beta_a, beta_b)
+            nll, conf, sq, q_y = _post_heldout(s, s_y, perm, beta_a, beta_b, (log_z[r], sq_all[r]))
             brier = np.maximum(sq - 2.0 * q_y + 1.0, 0.0)
             for fit_rows, eval_rows in ((perm[:half], perm[half:]), (perm[half:], perm[:half])):
                 heldout.append((nll[eval_rows], conf[eval_rows], hit0[eval_rows], brier[eval_rows]))

@@ -27,7 +27,8 @@ from .report_sections import *  # noqa: F403 -- the sections stay reachable as u
 from .report_sections import RENORMALISE_ABOVE, RowSums, SplitArrays, scores_for
 from .method_scores import MethodScore, method_scores_in_domain, method_scores_ood, method_scores_summary
 from .report_intervals import IntervalCollector
-from .shift_paper import confidence_curves as _confidence_curves
+from .shift_paper import _confidence_curves
+from .uncertainty import _confidence
 from .ensemble import _smooth
 from .temperature import apply_temperature as _apply_temperature
 from .temperature import fit_temperature as _fit_temperature
@@ -136,6 +137,16 @@ def comparability(summary: Mapping[str, Any]) -> dict[str, list[str]]:
             "undefined": undefined}
 
 
+def _held(arrays: SplitArrays, notes: list[str], name: str, what: str) -> bool:
+    """Whether the split's mean is held in memory (an ndarray); if not (it is re-read from the archive in passes,
+    ``scoring/memory_plan.py``), a note says that ``what`` needs it and was left out."""
+    if isinstance(arrays.mean_probs, np.ndarray):
+        return True
+    notes.append(f"split {name!r} is read from its archive in passes (its mean does not fit memory): {what} "
+                 "needs its mean in memory and was not computed")
+    return False
+
+
 def primary_split(in_domain: Sequence[str], labelled: Collection[str]) -> str | None:
     """The in-domain split behind the headline and the OOD scores: the first labelled one of ``in_domain`` (in the
     order given), or ``None``."""
@@ -167,10 +178,11 @@ class ReportBuilder:
         self.sections: dict[str, dict[str, Any]] = {"in_domain": {}, "ood": {}, "shift": {}}
         self._primary_arrays: SplitArrays | None = None
         self._ood: dict[str, SplitArrays] = {}
+        self._ood_own: dict[str, dict[str, Any]] = {}
         self._rows: dict[str, RowSums] = {}
-        # The shift paper's "Temp Scaling": (name, probs, labels) of the split the shift temperature is fitted on
-        # (a validation-named in-domain split, else the primary one), and the fit once made.
-        self._ts_sources: dict[str, tuple[str, NDArray, NDArray]] = {}
+        # The shift paper's "Temp Scaling": (name, TemperatureFit, n_samples) of the splits the shift temperature
+        # may be fitted on (a validation-named in-domain split, else the primary one), and the one chosen.
+        self._ts_sources: dict[str, tuple[str, Any, int]] = {}
         self._shift_ts: dict[str, Any] | None = None
         self._method_scores: dict[str, Mapping[str, MethodScore]] = {}  # issue #31: split -> its method scores
         self.cost_preset, self.cost_matrix = self._decision_cost_matrix(dataset)
@@ -245,7 +257,7 @@ class ReportBuilder:
                 sec["calibrated"] = None
                 self.notes.append(f"split {name!r} has {n} sample: test-time cross-validation needs at least 2, "
                                   "so cll and the calibrated metrics are null")
-        if p.calibrators and name == self.primary:
+        if p.calibrators and name == self.primary and _held(arrays, self.notes, name, "the calibrators"):
             sec["calibrators"] = calibrators_section(arrays, labels, names=p.calibrators, repeats=p.repeats,
                                                      seed=p.seed, bins=p.bins, eps=p.eps, smoothing=p.smoothing,
                                                      odir=p.odir)
@@ -275,17 +287,23 @@ class ReportBuilder:
         self.sections["in_domain"][name] = sec
         self.intervals.add_labelled("in_domain", name, arrays, labels, sec)
         if name == self.primary:
-            self._primary_arrays = arrays
+            self._primary_arrays = arrays.scores_only()  # OOD splits need its scores, not its (N, C) mean
         if p.shift_temperature and n >= 2:
             role = "primary" if name == self.primary else (
                 "validation" if name.lower().startswith("val") else None)
-            if role is not None:
-                self._ts_sources.setdefault(role, (name, arrays.mean_probs, labels))
+            if role is not None and role not in self._ts_sources and _held(arrays, self.notes, name,
+                                                                           "the shift temperature"):
+                # fitted now, so that no split's (N, C) mean is kept for it
+                probs = _smooth(arrays.mean_probs, p.smoothing) if p.smoothing else arrays.mean_probs
+                self._ts_sources[role] = (name, _fit_temperature(probs, labels, eps=p.eps), int(labels.shape[0]))
 
     def add_ood(self, name: str, arrays: SplitArrays) -> None:
         """An OOD split: scored against the primary split in :meth:`finish`."""
         self._rows[name] = arrays.row_sums
-        self._ood[name] = arrays
+        # what needs the split's own (N, C) mean is computed now; only its (N,) scores wait for finish()
+        self._ood[name] = arrays.scores_only()
+        self._ood_own[name] = {**diversity_section(arrays),
+                               "confidence_curves": _confidence_curves(_confidence(arrays.mean_probs), None)}
 
     def add_shift(self, name: str, arrays: SplitArrays, labels: NDArray | None, *, kind: str,
                   intensity: float) -> None:
@@ -298,7 +316,7 @@ class ReportBuilder:
         sec = shift_split_section(arrays, labels, bins=p.bins, eps=p.eps, smoothing=p.smoothing,
                                   conformal_method=p.conformal_method, conformal_alpha=p.conformal_alpha,
                                   repeats=p.repeats, seed=p.seed)
-        if p.shift_temperature:
+        if p.shift_temperature and _held(arrays, self.notes, name, "temperature_scaled"):
             ts = self._shift_temperature()
             if ts is not None:
                 scaled = _apply_temperature(arrays.mean_probs, ts["temperature"], eps=p.eps)
@@ -307,6 +325,14 @@ class ReportBuilder:
         sec.update(shift_kind=kind, shift_intensity=float(intensity))
         self.sections["shift"][name] = sec
         self.intervals.add_labelled("shift", name, arrays, labels, sec)
+
+    def shift_temperature(self, fitted: dict[str, Any] | None = None) -> dict[str, Any] | None:
+        """The shift temperature (fitted once, from the in-domain splits added so far: call it after all of
+        them), or, with ``fitted``, adopt one fitted by another builder (a worker's, ``scoring/score_parallel.py``)
+        without its note."""
+        if fitted is not None:
+            self._shift_ts = fitted
+        return self._shift_temperature()
 
     def _shift_temperature(self) -> dict[str, Any] | None:
         """Fit (once) the temperature applied to every shift split: on a validation-named in-domain split when the
@@ -319,17 +345,49 @@ class ReportBuilder:
                 self.notes.append("shift temperature scaling needs a labelled in-domain split of 2 or more samples; "
                                   "none was found, so no shift split has temperature_scaled")
                 return None
-            name, probs, labels = source
-            probs = _smooth(probs, self.p.smoothing) if self.p.smoothing else probs
-            fit = _fit_temperature(probs, labels, eps=self.p.eps)
+            name, fit, n_samples = source
             kind = "validation" if "validation" in self._ts_sources else "test"
             self._shift_ts = {"temperature": fit.temperature, "fitted_on": name, "fitted_on_kind": kind,
-                              "n_samples": int(labels.shape[0]), "hit_bound": fit.hit_bound}
+                              "n_samples": n_samples, "hit_bound": fit.hit_bound}
             if kind == "test":
                 self.notes.append(f"shift temperature scaling: the temperature was fitted on the in-domain test "
                                   f"split {name!r} (the archive has no validation split), as the shift paper's "
                                   "Temp Scaling fits it on in-domain data")
         return self._shift_ts or None
+
+    def split_result(self, name: str) -> dict[str, Any]:
+        """What adding split ``name`` left in this builder, for a builder that was given only that split (its
+        constructor's notes cleared): the part of the report a worker computes (``scoring/score_parallel.py``),
+        merged into the report's builder by :meth:`absorb`. Small: sections and (N,) scores, no (N, C) array."""
+        iv = self.intervals
+        return {"notes": list(self.notes), "rows": self._rows.get(name),
+                "in_domain": self.sections["in_domain"].get(name), "shift": self.sections["shift"].get(name),
+                "primary": self._primary_arrays if name == self.primary else None, "ood": self._ood.get(name),
+                "ood_own": self._ood_own.get(name),
+                "ts_sources": {k: v for k, v in self._ts_sources.items() if v[0] == name},
+                "method_scores": self._method_scores.get(name),
+                "intervals": (iv.stats[name], iv.roles[name], iv.arrays[name]) if name in iv.stats else None}
+
+    def absorb(self, name: str, result: dict[str, Any]) -> None:
+        """Merge a :meth:`split_result` of split ``name``; merged in scoring order, the report is the one of
+        adding every split here (notes, sections and the row-sum record in the same order)."""
+        self.notes.extend(result["notes"])
+        if result["rows"] is not None:
+            self._rows[name] = result["rows"]
+        for role in ("in_domain", "shift"):
+            if result[role] is not None:
+                self.sections[role][name] = result[role]
+        if result["primary"] is not None:
+            self._primary_arrays = result["primary"]
+        if result["ood"] is not None:
+            self._ood[name], self._ood_own[name] = result["ood"], result["ood_own"]
+        for role, source in result["ts_sources"].items():
+            self._ts_sources.setdefault(role, source)
+        if result["method_scores"] is not None:
+            self._method_scores[name] = result["method_scores"]
+        if result["intervals"] is not None:
+            iv = self.intervals
+            iv.stats[name], iv.roles[name], iv.arrays[name] = result["intervals"]
 
     def _row_sums(self) -> dict[str, Any]:
         worst_split, worst = None, RowSums()
@@ -355,8 +413,7 @@ class ReportBuilder:
         elif self._ood:
             for name, arrays in self._ood.items():
                 sec = ood_section(self._primary_arrays, arrays, tpr=p.tpr, scores=self.scores)
-                sec.update(diversity_section(arrays))
-                sec["confidence_curves"] = _confidence_curves(arrays.mean_probs)
+                sec.update(self._ood_own[name])
                 sec.update(against=self.primary, n_samples=arrays.n_samples,
                            histograms=ood_histograms(self._primary_arrays, arrays, scores=self.scores),
                            roc_curves=ood_roc_curves(self._primary_arrays, arrays, scores=self.scores))

@@ -71,8 +71,8 @@ class IntervalCollector:
         if role == "in_domain" and cal:
             if p.placement == "per_member":
                 members = _smooth(arrays.member_probs, p.smoothing) if p.smoothing else arrays.member_probs
-            else:
-                members = (_smooth(arrays.mean_probs, p.smoothing) if p.smoothing else arrays.mean_probs)[None]
+            else:  # the mean as it is (cv_influence reads its rows in blocks: it may be a split read in passes)
+                members = (_smooth(arrays.mean_probs, p.smoothing) if p.smoothing else arrays.mean_probs,)
             influence = cv_influence(members, labels, placement=p.placement, n_repeats=p.repeats, seed=p.seed,
                                      eps=p.eps, n_bins=p.bins)
         cost = None
@@ -83,7 +83,7 @@ class IntervalCollector:
             full=role == "in_domain", scores=self.scores if role == "in_domain" else (), cost=cost,
             cost_reduction=section.get("cost_reduction", "mean"), protocol=influence)
         self.roles[name] = role
-        self.arrays[name] = (arrays, labels)
+        self.arrays[name] = (arrays.scores_only(), labels)  # its (N,) scores: no split's (N, C) mean is kept
 
     def add_ood(self, name: str, in_arrays: Any, ood_arrays: Any, primary: str) -> None:
         if not self.active:

@@ -18,6 +18,7 @@ Keys are the snake_case names listed in ``scoring/REPORT_KEYS.md``. A metric tha
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -28,7 +29,10 @@ from numpy.typing import NDArray
 
 from ._validation import UndefinedMetricError
 from .calibration import (
+    ReliabilityBins,
+    _bin_edges,
     _binned_sums,
+    _top1,
     _ece,
     _equal_width_bin_index,
     _reliability_bins,
@@ -41,17 +45,17 @@ from .decision import _check_cost, _decision_cost, cost_matrix_preset
 from .ensemble import _ensemble_mean, _smooth
 from .ranking import _detection_scores
 from .rejection import _rejection_curve
+from .protocol import _calibrated_cv
 from .protocol import cross_validated_calibration as _cross_validated_calibration
 from .protocol import member_curves as _member_curves
 from .temperature import apply_ensemble_temperature
+from .row_stats import scaled_top1_entropy
 from .uncertainty import _confidence, _entropy_rows, _normalized_entropy, _uncertainty_decomposition
 from .calibrators import cross_validated_calibrators as _cross_validated_calibrators
-from .shift_paper import confidence_curves as _confidence_curves
-from .shift_paper import cross_validated_quantile_ece as _quantile_ece
-from .shift_paper import top_k_accuracy as _top_k_accuracy
-from .shift_paper import top_k_calibration_error as _top_k_ece
-from .conformal import cross_validated_conformal as _cross_validated_conformal
-from .diversity import disagreement_per_sample, variation_ratio_per_sample, vote_counts
+from .shift_paper import _confidence_curves, _quantile_ece
+from .shift_paper import _top_k_scores
+from .conformal import _cross_validated_conformal
+from .diversity import disagreement_per_sample, top1_votes, variation_ratio_per_sample, vote_agreement
 from .selective import _integrate, _risk_by_kept
 from .smooth_calibration import _smooth_ece
 
@@ -138,14 +142,15 @@ def _renormalised(probs: NDArray, first_sample: int, member0: int = 0) -> tuple[
 class SplitArrays:
     """The per-split arrays every section works on.
 
-    ``mean_probs`` (N, C) float64 is the unsmoothed ensemble mean of the renormalised members; the uncertainties
+    ``mean_probs`` (N, C) float64 is the unsmoothed ensemble mean of the renormalised members (``None`` in a
+    :meth:`scores_only` copy); the uncertainties
     (N,) are computed on members after the protocol's central smoothing; ``neg_confidence`` is ``-max_c`` of the
     (smoothed) mean, so all three scores read higher = more uncertain. ``member_probs`` (M, N, C) (renormalised)
     is kept only when asked for. ``row_sums`` records the renormalisation. ``disagreement`` and
     ``variation_ratio`` (N,) are the members' top-1 vote diversity (``None`` for one member).
     """
 
-    mean_probs: NDArray[np.float64]
+    mean_probs: NDArray[np.float64] | None
     total: NDArray[np.float64]
     data: NDArray[np.float64]
     knowledge: NDArray[np.float64]
@@ -157,10 +162,16 @@ class SplitArrays:
 
     @property
     def n_samples(self) -> int:
-        return int(self.mean_probs.shape[0])
+        return int(self.total.shape[0])
 
     def score(self, name: str) -> NDArray[np.float64]:
         return getattr(self, UNCERTAINTY_SCORES[name])
+
+    def scores_only(self) -> SplitArrays:
+        """The (N,) per-sample arrays without the (N, C) mean and the members (``mean_probs`` None): what OOD
+        detection against this split needs, kept after its sections so that a report holds one split's (N, C)
+        arrays at a time (issue #29)."""
+        return dataclasses.replace(self, mean_probs=None, member_probs=None)
 
 
 class SplitAccumulator:
@@ -178,11 +189,14 @@ class SplitAccumulator:
     """
 
     def __init__(self, n_members: int, n_samples: int, n_classes: int, *, smoothing: float = 0.0,
-                 keep_members: bool = False, dtype: type | np.dtype = np.float32):
+                 keep_members: bool = False, dtype: type | np.dtype = np.float32, keep_mean: bool = True):
         self.gamma = float(smoothing)
         self.shape = (int(n_members), int(n_samples), int(n_classes))
         self.dtype = np.dtype(dtype)
-        self._mean = np.empty((n_samples, n_classes), dtype=np.float64)
+        # Without keep_mean (a split whose mean does not fit memory) each block's mean lives in a scratch buffer
+        # and the result's mean_probs is None: the caller reads the mean again when a section needs it.
+        self._mean = np.empty((n_samples, n_classes), dtype=np.float64) if keep_mean else None
+        self._scratch: NDArray[np.float64] | None = None
         self._u = {k: np.empty(n_samples, dtype=np.float64) for k in ("total", "data", "knowledge", "neg_confidence")}
         self._votes = ({k: np.empty(n_samples, dtype=np.float64) for k in ("disagreement", "variation_ratio")}
                        if n_members > 1 else {})
@@ -196,62 +210,79 @@ class SplitAccumulator:
         block, rows = _renormalised(block, start)
         self._rows = self._rows.merged(rows)
         stop = start + block.shape[1]
+        mean = self._mean_rows(start, stop)
         if self.gamma:  # uncertainties of the smoothed members; the report's mean stays unsmoothed
-            self._mean[start:stop] = _ensemble_mean(block)
+            mean[...] = _ensemble_mean(block)
             dec = _uncertainty_decomposition(_smooth(block, self.gamma))
         else:  # one pass gives the uncertainties and the mean
-            dec = _uncertainty_decomposition(block, mean_out=self._mean[start:stop])
-        self._finish_rows(start, stop, dec.total, dec.data, dec.knowledge)
+            dec = _uncertainty_decomposition(block, mean_out=mean)
+        self._finish_rows(start, stop, dec.total, dec.data, dec.knowledge, mean)
         if self._votes:
-            self._finish_votes(start, stop, vote_counts(block))
+            self._finish_votes(start, stop, top1_votes(block))
         if self._members is not None:
             self._members[:, start:stop] = block
         self._seen += block.shape[1]
 
-    def _finish_votes(self, start: int, stop: int, counts: NDArray) -> None:
+    def _finish_votes(self, start: int, stop: int, votes: NDArray) -> None:
         m = self.shape[0]
-        self._votes["disagreement"][start:stop] = disagreement_per_sample(counts, m)
-        self._votes["variation_ratio"][start:stop] = variation_ratio_per_sample(counts, m)
+        pairs, modal = vote_agreement(votes)
+        self._votes["disagreement"][start:stop] = disagreement_per_sample(pairs, m)
+        self._votes["variation_ratio"][start:stop] = variation_ratio_per_sample(modal, m)
 
     def add_member_rows(self, start: int, member: int, rows: NDArray[np.floating]) -> None:
-        """Add samples ``start:start+r`` of one member (``rows`` is (r, C)); members of a row range come in order
-        0..M-1. Memory then depends on N x C only, whatever M; the sums run in the same order as :meth:`add`, so
-        the results are the same to the last bit."""
+        """Add samples ``start:start+r`` of one member (``rows`` is (r, C)); the members of a row range come in
+        order 0..M-1, one range after another. Memory then depends on N x C only, whatever M: the running sums
+        of the range live in the mean's own rows and the votes in an (M, r) array; the mean is summed in the
+        same order as :meth:`add`, so it is the same to the last bit."""
         m_total, n, c = self.shape
         rows, record = _renormalised(rows, start, member)
         self._rows = self._rows.merged(record)
-        if self._partial is None:
-            self._partial = {"sum": np.zeros((n, c), dtype=np.float64), "data": np.zeros(n, dtype=np.float64)}
-            if self._votes:
-                self._partial["votes"] = np.zeros((n, c), dtype=np.int32)
-            if self.gamma:
-                self._partial["sum_s"] = np.zeros((n, c), dtype=np.float64)
         stop = start + rows.shape[0]
-        self._partial["sum"][start:stop] += rows
+        if member == 0:
+            self._range_mean = self._mean_rows(start, stop)
+        total_sum = self._range_mean  # the range's running sum until its last member, then its mean
+        if member == 0:
+            total_sum[...] = rows
+            self._partial = {"data": np.zeros(stop - start, dtype=np.float64)}
+            if self._votes:
+                self._partial["votes"] = np.empty((m_total, stop - start), dtype=np.intp)
+            if self.gamma:
+                self._partial["sum_s"] = np.zeros((stop - start, c), dtype=np.float64)
+        else:
+            total_sum += rows
         smoothed = _smooth(rows, self.gamma) if self.gamma else rows
         if self.gamma:
-            self._partial["sum_s"][start:stop] += smoothed
-        self._partial["data"][start:stop] += _entropy_rows(smoothed)
+            self._partial["sum_s"] += smoothed
+        self._partial["data"] += _entropy_rows(smoothed)
         if self._votes:
-            self._partial["votes"][np.arange(start, stop), np.argmax(rows, axis=-1)] += 1
+            self._partial["votes"][member] = np.argmax(rows, axis=-1)
         if self._members is not None:
             self._members[member, start:stop] = rows
         if member == m_total - 1:
-            mean = self._partial["sum"][start:stop] / m_total
-            self._mean[start:stop] = mean
-            mean_s = self._partial["sum_s"][start:stop] / m_total if self.gamma else mean
+            total_sum /= m_total
+            mean_s = self._partial["sum_s"] / m_total if self.gamma else total_sum
             total = _entropy_rows(mean_s, smoothed.dtype)
-            data = self._partial["data"][start:stop] / m_total
-            self._finish_rows(start, stop, total, data, np.maximum(total - data, 0.0))
+            data = self._partial["data"] / m_total
+            self._finish_rows(start, stop, total, data, np.maximum(total - data, 0.0), total_sum)
             if self._votes:
-                self._finish_votes(start, stop, self._partial["votes"][start:stop])
+                self._finish_votes(start, stop, self._partial["votes"])
+            self._partial = None
             self._seen += stop - start
 
-    def _finish_rows(self, start: int, stop: int, total: NDArray, data: NDArray, knowledge: NDArray) -> None:
+    def _mean_rows(self, start: int, stop: int) -> NDArray[np.float64]:
+        """Where the mean of rows ``start:stop`` goes: the held mean's rows, or a scratch block."""
+        if self._mean is not None:
+            return self._mean[start:stop]
+        if self._scratch is None or self._scratch.shape[0] < stop - start:
+            self._scratch = np.empty((stop - start, self.shape[2]))
+        return self._scratch[: stop - start]
+
+    def _finish_rows(self, start: int, stop: int, total: NDArray, data: NDArray, knowledge: NDArray,
+                     mean: NDArray) -> None:
         self._u["total"][start:stop] = total
         self._u["data"][start:stop] = data
         self._u["knowledge"][start:stop] = knowledge
-        mean_s = self._mean[start:stop] if not self.gamma else _smooth(self._mean[start:stop], self.gamma)
+        mean_s = mean if not self.gamma else _smooth(mean, self.gamma)
         self._u["neg_confidence"][start:stop] = -_confidence(mean_s)
 
     def result(self) -> SplitArrays:
@@ -317,9 +348,14 @@ def misclassification_section(arrays: SplitArrays, labels: NDArray, *, tpr: floa
 def reliability_section(probs: NDArray, labels: NDArray, *, bins: int) -> dict[str, Any]:
     """Data of the two reliability diagrams of the unsmoothed ``probs``: top-1 confidence vs accuracy (ECE) and
     normalized entropy vs error (UCE, Laves et al. 2019). Bins are equal-width ``(lo, hi]``; empty bins hold 0."""
-    rb = _reliability_bins(probs, labels, bins)
-    u = _normalized_entropy(probs)
-    err = (_predictions(probs) != labels).astype(np.float64)
+    return _reliability_from_rows(_reliability_bins(probs, labels, bins), _normalized_entropy(probs),
+                                  _predictions(probs), labels, bins=bins)
+
+
+def _reliability_from_rows(rb, u: NDArray, pred: NDArray, labels: NDArray, *, bins: int) -> dict[str, Any]:
+    """:func:`reliability_section` from its per-sample parts: the confidence bins ``rb``, normalized entropy
+    ``u`` and top-1 class ``pred`` (N,)."""
+    err = (pred != labels).astype(np.float64)
     counts, su, se = _binned_sums(_equal_width_bin_index(u, bins), u, err, bins)
     safe = np.maximum(counts, 1)
     return {
@@ -376,12 +412,14 @@ def shift_paper_section(arrays: SplitArrays, labels: NDArray, *, bins: int, repe
     and ``top5_ece`` (``None`` with 5 classes or fewer), ``ece_quantile`` (bin edges at quantiles of the other
     CV half; ``None`` below 2 samples) and ``confidence_curves``."""
     p, c = arrays.mean_probs, arrays.mean_probs.shape[1]
+    top5 = _top_k_scores(p, labels, 5, bins) if c > 5 else (None, None)  # one pass for both
+    conf, hit = _top1(p, labels)  # validated when read: the private kernels, no second check
     return {
-        "top5_accuracy": _top_k_accuracy(p, labels, k=5) if c > 5 else None,
-        "top5_ece": _top_k_ece(p, labels, k=5, n_bins=bins) if c > 5 else None,
-        "ece_quantile": (_quantile_ece(p, labels, n_bins=bins, n_repeats=repeats, seed=seed)
+        "top5_accuracy": top5[0],
+        "top5_ece": top5[1],
+        "ece_quantile": (_quantile_ece(conf, hit, n_bins=bins, n_repeats=repeats, seed=seed)
                          if arrays.n_samples >= 2 else None),
-        "confidence_curves": _confidence_curves(p, labels),
+        "confidence_curves": _confidence_curves(conf, hit),
     }
 
 
@@ -422,8 +460,9 @@ def peer_section(arrays: SplitArrays, labels: NDArray, *, conformal_method: str,
     }
     out.update(diversity_section(arrays))
     if n >= 2:
-        cp = _cross_validated_conformal(arrays.mean_probs, labels, method=conformal_method, alpha=conformal_alpha,
-                                        n_repeats=repeats, seed=seed)
+        # validated input: no second check
+        cp = _cross_validated_conformal(arrays.mean_probs, labels, method=conformal_method,
+                                        alpha=float(conformal_alpha), n_repeats=repeats, seed=seed)
         out.update(conformal_coverage=cp.coverage, conformal_set_size=cp.set_size)
     else:
         out.update(conformal_coverage=None, conformal_set_size=None)
@@ -511,10 +550,16 @@ def calibrated_reliability(arrays: SplitArrays, labels: NDArray, *, temperature:
     if placement == "per_member" and arrays.member_probs is not None:
         members = _smooth(arrays.member_probs, smoothing) if smoothing else arrays.member_probs
         probs = apply_ensemble_temperature(members, temperature, placement="per_member", eps=eps)
-    else:
-        mean = _smooth(arrays.mean_probs, smoothing) if smoothing else arrays.mean_probs
-        probs = apply_ensemble_temperature(mean[None], temperature, placement="post", eps=eps)
-    return reliability_section(probs, labels, bins=bins)
+        return reliability_section(probs, labels, bins=bins)
+    mean = _smooth(arrays.mean_probs, smoothing) if smoothing else arrays.mean_probs
+    # block by block (the scaled (N, C) prediction is never held whole): the same rows as
+    # apply_ensemble_temperature(mean[None], temperature, placement="post", eps=eps)
+    conf, pred, u = scaled_top1_entropy(mean, temperature, eps=eps)
+    correct = (pred == labels).astype(np.float64)
+    counts, sv, sh = _binned_sums(_equal_width_bin_index(conf, bins), conf, correct, bins)
+    safe = np.maximum(counts, 1)
+    rb = ReliabilityBins(edges=_bin_edges(bins), counts=counts, mean_confidence=sv / safe, accuracy=sh / safe)
+    return _reliability_from_rows(rb, u, pred, labels, bins=bins)
 
 
 def in_domain_section(arrays: SplitArrays, labels: NDArray, *, bins: int, eps: float, smoothing: float, tpr: float,
@@ -577,10 +622,12 @@ def calibrated_section(arrays: SplitArrays, labels: NDArray, *, placement: str, 
         if arrays.member_probs is None:
             return None
         members = _smooth(arrays.member_probs, smoothing) if smoothing else arrays.member_probs
+        cv = _cross_validated_calibration(members, labels, placement=placement, n_repeats=repeats, seed=seed,
+                                          eps=eps, n_bins=bins)
     else:
-        members = (_smooth(arrays.mean_probs, smoothing) if smoothing else arrays.mean_probs)[None]
-    cv = _cross_validated_calibration(members, labels, placement=placement, n_repeats=repeats, seed=seed, eps=eps,
-                                      n_bins=bins)
+        # the split's mean as it is (validated when it was read): no copy, no second check
+        mean = _smooth(arrays.mean_probs, smoothing) if smoothing else arrays.mean_probs
+        cv = _calibrated_cv(None, mean, labels, placement="post", n_repeats=repeats, seed=seed, eps=eps, n_bins=bins)
     d = cv.to_dict()  # the metrics carry the report's names
     return {
         **{k: d[k] for k in ("cll", "temperature", "temperature_std", "temperatures", "n_hit_bound",

@@ -18,9 +18,13 @@ from ._validation import check_probs
 from .calibration import checked_top1
 from .classification import _check_probs_labels
 from .protocol import cv_splits
+from .row_ranking import ranked_prefix, row_blocks
 
 __all__ = ["CONFIDENCE_THRESHOLDS", "confidence_curves", "top_k_accuracy", "top_k_calibration_error",
            "quantile_bin_edges", "binned_calibration_error", "cross_validated_quantile_ece"]
+
+#: Column groups of :func:`_top_k`'s cut-off (their maxima bound the k-th largest entry of a row).
+_TOP_K_GROUPS = 32
 
 #: The paper's confidence-figure grid: τ = 0, 0.05, ..., 0.95.
 CONFIDENCE_THRESHOLDS = np.round(np.arange(20) * 0.05, 2)
@@ -41,13 +45,19 @@ def confidence_curves(probs: ArrayLike, labels: ArrayLike | None = None, *,
     >>> c["count"], c["accuracy"]
     ([2, 1, 0], [0.5, 1.0, None])
     """
-    t = np.asarray(thresholds, dtype=np.float64)
     if labels is None:
         p = check_probs(probs)
         conf = p.max(axis=1).astype(np.float64)
         hit = None
     else:
         conf, hit = checked_top1(probs, labels)
+    return _confidence_curves(conf, hit, thresholds)
+
+
+def _confidence_curves(conf: NDArray, hit: NDArray | None, thresholds: ArrayLike = CONFIDENCE_THRESHOLDS
+                       ) -> dict[str, list]:
+    """:func:`confidence_curves` from the top-1 confidences (N,) and hits (N,) (None without labels)."""
+    t = np.asarray(thresholds, dtype=np.float64)
     order = np.sort(conf)
     count = conf.shape[0] - np.searchsorted(order, t, side="left")
     out = {"thresholds": [float(x) for x in t], "count": [int(c) for c in count]}
@@ -61,17 +71,50 @@ def confidence_curves(probs: ArrayLike, labels: ArrayLike | None = None, *,
 
 
 def _top_k(probs: NDArray, labels: NDArray, k: int) -> tuple[NDArray, NDArray]:
-    """(N, k) probabilities of the k most probable classes and whether each is the label."""
-    if not 1 <= k <= probs.shape[1]:
-        raise ValueError(f"k must lie in [1, n_classes = {probs.shape[1]}], got {k}")
-    idx = np.argpartition(-probs, k - 1, axis=1)[:, :k]
-    rows = np.arange(probs.shape[0])[:, None]
-    return probs[rows, idx].astype(np.float64), idx == labels[:, None]
+    """(N, k) probabilities of the k most probable classes (decreasing) and whether each is the label.
+
+    Row blocks only (``probs[a:b]``), no (N, C) temporary: in each row the k-th largest of the maxima of 32
+    column groups bounds the k-th largest entry from below, so only the entries at or above it are ranked
+    (:func:`~ubench.metrics.row_ranking.ranked_prefix`). The label is among the k when fewer than k classes rank
+    above it (larger, or tied with a smaller class index).
+    """
+    n, c = probs.shape
+    if not 1 <= k <= c:
+        raise ValueError(f"k must lie in [1, n_classes = {c}], got {k}")
+    values = np.empty((n, k))
+    hits = np.zeros((n, k), dtype=bool)
+    starts = np.arange(0, c, max(1, -(-c // _TOP_K_GROUPS)))
+    cols = np.arange(c)
+    for a, b in row_blocks(n, c, 1 << 18):
+        p = np.asarray(probs[a:b], dtype=np.float64)
+        y = labels[a:b]
+        gm = np.maximum.reduceat(p, starts, axis=1)
+        # at least k groups reach the k-th largest group maximum, so at least k entries do
+        cut = np.partition(gm, gm.shape[1] - k, axis=1)[:, gm.shape[1] - k] if gm.shape[1] > k else p.min(axis=1)
+        for g in ranked_prefix(p, p >= cut[:, None])[0]:
+            values[a + g.rows] = g.values[:, :k]
+        py = p[np.arange(b - a), y]
+        above = (p > py[:, None]).sum(axis=1)
+        ties = np.flatnonzero(above + 1 < (p >= py[:, None]).sum(axis=1))
+        if ties.size:  # a tied class with a smaller index ranks above the label
+            above[ties] += ((p[ties] == py[ties, None]) & (cols[None, :] < y[ties, None])).sum(axis=1)
+        inside = np.flatnonzero(above < k)
+        hits[a + inside, above[inside]] = True
+    return values, hits
+
+
+def _top_k_scores(probs: NDArray, labels: NDArray, k: int, n_bins: int) -> tuple[float, float]:
+    """(top-k accuracy, top-k ECE) from one :func:`_top_k` pass; assumes validated input."""
+    v, h = _top_k(probs, labels, k)
+    return float(h.any(axis=1).mean()), binned_calibration_error(v, h, np.linspace(0.0, 1.0, n_bins + 1))
 
 
 def top_k_accuracy(probs: ArrayLike, labels: ArrayLike, *, k: int = 5) -> float:
-    """Share of samples whose label is among the k most probable classes (ties at the k-th place broken by
-    ``np.argpartition``, as the released code).
+    """Share of samples whose label is among the k most probable classes.
+
+    Convention: ties at the k-th place go to the smaller class index (a stable descending sort); the released
+    code takes ``np.argsort``'s order and ubench before issue #29 took ``np.argpartition``'s: they differ only
+    when the label ties with the k-th class.
 
     Examples
     --------
@@ -124,6 +167,11 @@ def cross_validated_quantile_ece(probs: ArrayLike, labels: ArrayLike, *, n_bins:
     (:func:`~ubench.metrics.cv_splits`), edges from one half's confidences (:func:`quantile_bin_edges`), the ECE of
     the other half in those bins; the mean over folds."""
     conf, hit = checked_top1(probs, labels)
+    return _quantile_ece(conf, hit, n_bins=n_bins, n_repeats=n_repeats, seed=seed)
+
+
+def _quantile_ece(conf: NDArray, hit: NDArray, *, n_bins: int, n_repeats: int, seed: int) -> float:
+    """:func:`cross_validated_quantile_ece` from the top-1 confidences and hits (N,)."""
     out = []
     for fit, held in cv_splits(conf.shape[0], n_repeats=n_repeats, seed=seed):
         edges = np.percentile(conf[fit], np.linspace(0.0, 100.0, n_bins + 1))

@@ -17,7 +17,6 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 from numpy.typing import NDArray
-from scipy import special
 
 _BLOCK_ENTRIES = 1 << 15  # entries per row block: a few float64 temporaries of this size stay in L2
 _ROW_STAT_BLOCK_ENTRIES = 1 << 17  # the per-row statistics kernels: two 1 MiB float64 buffers (measured best)
@@ -63,21 +62,51 @@ def _row_blocks(n_rows: int, n_cols: int):
         yield start, min(start + step, n_rows)
 
 
-def _prep_probs(probs: NDArray, eps: float):
-    """(s, lse1): ``log(p + eps)`` minus its row max (float64, shape of probs) and log sum_c exp(s) per row."""
+def _prep_probs(probs: NDArray, eps: float, with_lse: bool = True):
+    """(s, lse1): ``log(p + eps)`` minus its row max (float64, shape of probs) and log sum_c exp(s) per row
+    (None without ``with_lse``: a row sum saved per block)."""
     c = probs.shape[-1]
     flat = probs.reshape(-1, c)
     s = np.empty(flat.shape, dtype=np.float64)
-    lse1 = np.empty(flat.shape[0])
+    lse1 = np.empty(flat.shape[0]) if with_lse else None
     for a, b in _row_blocks(flat.shape[0], c):
         blk = s[a:b]
         np.add(flat[a:b], eps, out=blk, dtype=np.float64)
-        total = blk.sum(axis=1)  # sum_c (p + eps): exp(s) needs no exp here
+        if with_lse:
+            total = blk.sum(axis=1)  # sum_c (p + eps): exp(s) needs no exp here
         np.log(blk, out=blk)
         top = blk.max(axis=1)
         blk -= top[:, None]
-        lse1[a:b] = np.log(total) - top
-    return s.reshape(probs.shape), lse1.reshape(probs.shape[:-1])
+        if with_lse:
+            lse1[a:b] = np.log(total) - top
+    return s.reshape(probs.shape), None if lse1 is None else lse1.reshape(probs.shape[:-1])
+
+
+class ShiftedLogs:
+    """``s = log(p + eps)`` minus its row max (what :func:`_prep_probs` returns) for the rows of ``probs`` (N, C),
+    computed when a block of rows is asked for instead of held whole (N x C float64: 400 MB at ImageNet size).
+
+    ``s[a:b]``, ``s[::k]`` and ``s[rows]`` (an index array) give the same float64 bits as ``_prep_probs(probs)``
+    at those rows (every operation is element-wise or a row max). ``probs`` needs only ``probs[a:b]`` when
+    contiguous row slices are asked for (a split re-read from its archive). When the whole of ``s`` fits
+    ``cache_bytes`` it is computed once and sliced, as before (small splits pay no log per pass).
+    """
+
+    def __init__(self, probs, eps: float, *, cache_bytes: int = 64 * 2**20):
+        self.probs, self.eps = probs, eps
+        self.shape, self.ndim = tuple(probs.shape), 2
+        small = isinstance(probs, np.ndarray) and 8 * probs.shape[0] * probs.shape[1] <= cache_bytes
+        self._whole = _prep_probs(probs, eps)[0] if small else None
+
+    def __getitem__(self, rows) -> NDArray[np.float64]:
+        if self._whole is not None:
+            return self._whole[rows]
+        if isinstance(rows, slice) and rows.step not in (None, 1):
+            rows = np.arange(*rows.indices(self.shape[0]))
+        if isinstance(rows, slice):
+            return _prep_probs(self.probs[rows], self.eps, with_lse=False)[0]
+        block = np.take(self.probs, rows, axis=0) if isinstance(self.probs, np.ndarray) else self.probs.take_rows(rows)
+        return _prep_probs(block, self.eps, with_lse=False)[0]
 
 
 def _prep_logits(logits: NDArray):
@@ -120,8 +149,10 @@ def _moments(s: NDArray, beta: float, rows: NDArray | None, order: int):
         k = b - a
         if rows is None:
             blk = s[a:b]
-        else:
+        elif isinstance(s, np.ndarray):
             blk = np.take(s, rows[a:b], axis=0)  # (np.take with out= is several times slower)
+        else:
+            blk = s[rows[a:b]]
         e = e_buf[:k]
         np.multiply(blk, beta, out=e)
         np.exp(e, out=e)
@@ -165,7 +196,9 @@ def _member_eval(s, s_y, beta, rows, order=2):
     flat_rows = None if rows is None else (np.arange(m)[:, None] * n_all + rows[None, :]).ravel()
     mom = [x.reshape(m, n) for x in _moments(s.reshape(m * n_all, c), beta, flat_rows, order)]
     log_a = beta * s_y - np.log(mom[0])  # log softmax(beta s_m) at the label
-    log_sum = special.logsumexp(log_a, axis=0)
+    from scipy.special import logsumexp  # here: scipy.special costs `ubench score` a fifth of its start-up
+
+    log_sum = logsumexp(log_a, axis=0)
     nll = float(np.log(m) - np.mean(log_sum))
     if order == 0:
         return nll, 0.0, 0.0, None
@@ -600,7 +633,9 @@ def _fit_per_member(s, s_y, lse1, bounds, rows=None, beta0=None) -> TemperatureF
     if rows is not None:
         s_y, lse1 = s_y[:, rows], lse1[:, rows]
     m = s.shape[0]
-    nll_one = float(np.log(m) - np.mean(special.logsumexp(s_y - lse1, axis=0)))
+    from scipy.special import logsumexp  # at use (start-up)
+
+    nll_one = float(np.log(m) - np.mean(logsumexp(s_y - lse1, axis=0)))
     return _fit_scalar(lambda b: _member_eval(s, s_y, b, rows), nll_one, bounds, 1.0 if beta0 is None else beta0)
 
 
@@ -700,6 +735,32 @@ def _scaled_row_scores(s: NDArray, beta_rows: NDArray) -> tuple[NDArray[np.float
         np.exp(e, out=e)
         np.matmul(e, ones, out=log_z[a:b])
         np.einsum("ij,ij->i", e, e, out=sq[a:b])
+    sq /= log_z * log_z
+    np.log(log_z, out=log_z)
+    return log_z, sq
+
+
+def _scaled_row_scores_multi(s, beta_rows: NDArray) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+    """:func:`_scaled_row_scores` at several inverse temperatures per row, ``beta_rows`` (R, N): (R, N) arrays.
+
+    One pass over ``s`` (a :class:`ShiftedLogs` computes each block once for all R), the same blocks and
+    operations per R as :func:`_scaled_row_scores`, so each row equals that function's result bit for bit.
+    """
+    n, c = s.shape
+    r_count = beta_rows.shape[0]
+    log_z, sq = np.empty((r_count, n)), np.empty((r_count, n))
+    step = max(1, _ROW_STAT_BLOCK_ENTRIES // c)
+    ones = np.ones(c)
+    e_buf = np.empty((min(step, n), c))
+    for a in range(0, n, step):
+        b = min(a + step, n)
+        blk = s[a:b]
+        e = e_buf[: b - a]
+        for r in range(r_count):
+            np.multiply(blk, beta_rows[r, a:b, None], out=e)
+            np.exp(e, out=e)
+            np.matmul(e, ones, out=log_z[r, a:b])
+            np.einsum("ij,ij->i", e, e, out=sq[r, a:b])
     sq /= log_z * log_z
     np.log(log_z, out=log_z)
     return log_z, sq

@@ -7,7 +7,6 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
-from scipy import optimize, special
 
 from ._validation import check_labels, check_n_samples, check_probs
 from .temperature import DEFAULT_EPS, DEFAULT_TEMPERATURE_BOUNDS, _check_bounds, _check_eps
@@ -38,7 +37,9 @@ def _vector_nll_grad(log_beta: NDArray, s: NDArray, labels: NDArray):
     """NLL of softmax(beta * s) (beta per class = exp(log_beta)) and its gradient in log_beta."""
     beta = np.exp(log_beta)
     z = s * beta
-    lse = special.logsumexp(z, axis=1)
+    from scipy.special import logsumexp  # at use: scipy.special costs `ubench score` start-up otherwise
+
+    lse = logsumexp(z, axis=1)
     n = s.shape[0]
     rows = np.arange(n)
     nll = float(np.mean(lse - z[rows, labels]))
@@ -103,6 +104,8 @@ def fit_vector_scaling(
     c = s.shape[1]
     lb = (np.log(1.0 / t_hi), np.log(1.0 / t_lo))
     nll0, _ = _vector_nll_grad(np.zeros(c), s, labels)
+    from scipy import optimize  # at use: importing scipy.optimize costs `ubench score` start-up otherwise
+
     res = optimize.minimize(
         _vector_nll_grad, np.zeros(c), args=(s, labels), jac=True, method="L-BFGS-B", bounds=[lb] * c,
         options={"maxiter": 500, "ftol": 1e-15, "gtol": 1e-10},

@@ -196,6 +196,9 @@ def _child_env(workdir: str) -> dict[str, str]:
         "OPENBLAS_NUM_THREADS": "1",
         "MKL_NUM_THREADS": "1",
         "NUMEXPR_NUM_THREADS": "1",
+        # glibc reserves 64 MiB of address space for each thread's malloc arena: under RLIMIT_AS the scoring
+        # kernels' threads would otherwise take a share of the memory limit that no data uses.
+        "MALLOC_ARENA_MAX": "2",
     }
     return env
 
@@ -550,10 +553,34 @@ def _run_task(task: SandboxTask) -> SandboxOutcome:
     return SandboxOutcome("ok", 0, (), report, None, time.monotonic() - t0)
 
 
-def _emit(outcome: SandboxOutcome) -> None:
+def _open_status():
+    """``/proc/self/status``, opened before Landlock closes the file system (None where there is none): the file
+    :func:`_peak_rss` re-reads after each task."""
+    try:
+        return open("/proc/self/status", "rb")  # noqa: SIM115 - kept open for the child's lifetime
+    except OSError:
+        return None
+
+
+def _peak_rss(status) -> int:
+    """This process's peak resident memory: ``VmHWM`` of its own address space, from the open ``status`` file.
+    ``ru_maxrss`` (the fallback) also counts the parent's pages the child shared between fork and exec (Linux
+    carries the old address space's high-water mark over the exec): the host's own memory, not the upload's."""
+    if status is not None:
+        try:
+            status.seek(0)
+            for line in status.read().splitlines():
+                if line.startswith(b"VmHWM:"):
+                    return int(line.split()[1]) * 1024
+        except (OSError, ValueError):
+            pass
     import resource
 
-    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+def _emit(outcome: SandboxOutcome, status=None) -> None:
+    rss = _peak_rss(status)
     d = outcome.to_dict()
     d["peak_rss_bytes"] = rss
     try:
@@ -572,6 +599,7 @@ def main() -> None:
     _limit_self(limits, int(request["parent"]))
     tasks = [SandboxTask(**t) for t in request["tasks"]]
     _preimport({t.kind for t in tasks})
+    status = _open_status()
     if limits.get("landlock", True):
         _landlock(sorted({p for t in tasks for p in (t.archive, t.reference) if p}))
     for i, task in enumerate(tasks):
@@ -586,7 +614,7 @@ def main() -> None:
             outcome = _sandbox_outcome("internal-error", "internal-error", f"ubench failed on this archive "
                                        f"(a bug; please report it): {type(exc).__name__}: {exc}"[:2000],
                                        time.monotonic() - t0)
-        _emit(outcome)
+        _emit(outcome, status)
 
 
 if __name__ == "__main__":

@@ -4,10 +4,13 @@
 ``score_archive`` is importable without a terminal and writes nothing: it opens the archive through the safe
 reader, checks it against the reference, streams each split once in blocks of samples ``(M, rows, C)`` (the
 reader's value checks run on the same blocks, so every byte of predictions is decompressed once), and hands the
-per-split arrays to ``metrics/report.py``, which decides what the report holds. Peak memory is a few (N, C)
-float64 arrays per split plus one block; the member stack (M, N, C) of the in-domain split is held only when a
-section needs members and it fits ``MEMBER_CACHE_BLOCKS * limits.block_bytes``, and is otherwise re-read one member at a time
-along the archive's ``(1, rows, C)`` chunks.
+per-split arrays to ``metrics/report.py``, which decides what the report holds. Peak memory is one split's
+(N, C) float64 mean, its per-sample vectors and one block (the splits are scored one after another; every
+section reads the mean in row blocks); the member stack (M, N, C) of the in-domain split is held only when a
+section needs members and it fits ``MEMBER_CACHE_BLOCKS * limits.block_bytes``, and is otherwise re-read one
+member at a time along the archive's ``(1, rows, C)`` chunks. A split whose mean does not fit the memory left is
+read again for each pass instead, and one that cannot be scored at all is refused before any read
+(``scoring/memory_plan.py``); ``scoring/score_parallel.py`` spreads the splits over a Dask cluster.
 """
 
 from __future__ import annotations
@@ -25,7 +28,8 @@ from .. import __version__
 from ..archive_schema.spec import LATENCY_ATTRIBUTES, ReadLimits
 from .protocols import Protocol
 
-__all__ = ["MEMBER_CACHE_BLOCKS", "score_archive", "score_arrays", "run_score", "ProgressFn", "REPORT_SCHEMA_VERSION"]
+__all__ = ["MEMBER_CACHE_BLOCKS", "score_archive", "score_arrays", "run_score", "score_split", "ProgressFn",
+           "REPORT_SCHEMA_VERSION"]
 
 #: Version of the report layout (``scoring/REPORT_KEYS.md``); bumped when a key changes meaning or moves.
 REPORT_SCHEMA_VERSION = "1.2"
@@ -33,6 +37,10 @@ REPORT_SCHEMA_VERSION = "1.2"
 #: ``progress(task, done, total)``: called while streaming; ``task`` names the split or sweep.
 ProgressFn = Callable[[str, int, int], None]
 
+
+#: Bytes of one streamed block (M, rows, C) counted as float64 (the float32 block read is half of it): small enough
+#: that a split's peak memory hardly depends on M (a larger block only adds Python-free NumPy work per call).
+STREAM_BLOCK_BYTES = 16 * 2**20
 
 #: The in-domain member stack (M, N, C) is held in memory (as float64) only when it fits this many
 #: ``ReadLimits.block_bytes``; otherwise members are re-read one at a time, so memory depends on N x C only.
@@ -55,7 +63,7 @@ def _as_protocol(protocol: Protocol | str) -> Protocol:
 
 def score_archive(path: str | Path, *, reference: str | Path | None = None,
                   protocol: Protocol | str = "pitfalls", limits: ReadLimits = ReadLimits(),
-                  intervals: bool | None = None) -> dict:
+                  intervals: bool | None = None, memory_bytes: int | None = None) -> dict:
     """Score an archive under ``protocol``; returns the report dict (``scoring/REPORT_KEYS.md``).
 
     Parameters
@@ -69,6 +77,9 @@ def score_archive(path: str | Path, *, reference: str | Path | None = None,
         ``MEMBER_CACHE_BLOCKS``, the largest member stack held in memory.
     intervals : add the ``intervals`` object (bootstrap confidence intervals over the test samples); ``None``
         follows ``protocol.intervals`` (on in every preset), ``True``/``False`` override it.
+    memory_bytes : the memory one split may use (default: the address space left under ``RLIMIT_AS``, else the
+        memory available). A split whose (N, C) mean does not fit is read again for each pass of its metrics;
+        one whose per-sample arrays do not fit either stops scoring up front (:mod:`ubench.scoring.memory_plan`).
 
     Raises
     ------
@@ -76,9 +87,11 @@ def score_archive(path: str | Path, *, reference: str | Path | None = None,
         The archive fails the reader's checks (``.findings`` lists them).
     ReferenceError, ReferenceMismatchError
         The reference is unusable, or the archive differs from it (``.differences``).
+    MemoryBudgetError
+        A split cannot be scored within ``memory_bytes`` (a ``ValueError``; raised before any prediction is read).
     """
     return run_score(path, reference=reference, protocol=_with_intervals(_as_protocol(protocol), intervals),
-                     limits=limits)
+                     limits=limits, memory_bytes=memory_bytes)
 
 
 def _with_intervals(protocol: Protocol, intervals: bool | None) -> Protocol:
@@ -142,24 +155,32 @@ def _scoring_order(header) -> list[str]:
     return header.splits_with_role("in_domain") + header.splits_with_role("ood") + header.splits_with_role("shift")
 
 
-def _stream_split(reader, name: str, builder, limits: ReadLimits, progress: ProgressFn | None):
+def _stream_split(reader, name: str, builder, limits: ReadLimits, progress: ProgressFn | None, plan=None):
     """Step 2, per split: read its predictions once, in blocks, into the per-split arrays (keeping the member
-    stack when the builder needs it and it fits the member budget)."""
+    stack when the builder needs it and it fits the member budget). With a ``plan`` that does not hold the mean
+    (:mod:`ubench.scoring.memory_plan`), the arrays' mean is an :class:`~ubench.scoring.archive_mean.ArchiveMean`
+    that re-reads the split for each pass of the sections."""
     from ..archive_schema.validator import block_rows
     from ..metrics.report import SplitAccumulator
 
     h = reader.header
     n = h.splits[name].n_samples
     shape = (h.n_members, n, h.n_classes)
+    in_memory = plan is None or plan.in_memory
     needs_members = builder.keep_members(name, n)
     budget = MEMBER_CACHE_BLOCKS * limits.block_bytes
-    keep = needs_members and np.prod(shape) * 8 <= budget
-    if needs_members and not keep:
+    keep = needs_members and np.prod(shape) * 8 <= budget and in_memory
+    if needs_members and not in_memory:
+        builder.note(f"split {name!r} is read from its archive in passes (its mean does not fit memory): "
+                     "per-member temperature scaling and member curves need its members in memory and were not "
+                     "computed")
+    elif needs_members and not keep:
         builder.note(f"split {name!r}: its member stack ({np.prod(shape) * 8 / 2**20:.0f} MiB as float64) "
                      f"exceeds the member budget ({budget / 2**20:.0f} MiB); per-member temperature scaling and "
                      "member curves were not computed")
-    acc = SplitAccumulator(*shape, smoothing=builder.p.smoothing, keep_members=keep, dtype=reader.probs_dtype(name))
-    rows = block_rows(h.n_members, h.n_classes, limits.block_bytes)
+    acc = SplitAccumulator(*shape, smoothing=builder.p.smoothing, keep_members=keep, dtype=reader.probs_dtype(name),
+                           keep_mean=in_memory)
+    rows = block_rows(h.n_members, h.n_classes, min(limits.block_bytes, STREAM_BLOCK_BYTES))
     chunk = reader.chunk_rows(name)
     if chunk is not None and chunk > rows:
         # A whole chunk row across all members would exceed the block budget: read member by member, one chunk
@@ -173,7 +194,33 @@ def _stream_split(reader, name: str, builder, limits: ReadLimits, progress: Prog
             acc.add(start, block)
             if progress is not None:
                 progress(name, min(n, start + block.shape[1]), n)
-    return acc.result()
+    arrays = acc.result()
+    if in_memory:
+        return arrays
+    import dataclasses
+
+    from .archive_mean import ArchiveMean
+
+    return dataclasses.replace(arrays, mean_probs=ArchiveMean(reader, name, block_bytes=limits.block_bytes))
+
+
+def score_split(reader, name: str, builder, labels: np.ndarray | None, limits: ReadLimits, plan,
+                progress: ProgressFn | None = None) -> None:
+    """Step 2, per split: stream it (:func:`_stream_split`) and hand its arrays to ``builder`` by its role; its
+    (N, C) arrays are freed on return, before the next split is read."""
+    info = reader.header.splits[name]
+    arrays = _stream_split(reader, name, builder, limits, progress, plan)
+    builder.add_method_scores(name, _method_scores(reader, name))
+    if info.role == "in_domain":
+        builder.add_in_domain(name, arrays, labels, progress=progress)
+    elif info.role == "ood":
+        builder.add_ood(name, arrays)
+    else:
+        builder.add_shift(name, arrays, labels, kind=info.shift_kind, intensity=info.shift_intensity)
+    if not plan.in_memory:
+        builder.note(f"split {name!r}: its (N, C) mean ({plan.mean_bytes / 2**20:,.0f} MiB) did not fit the "
+                     f"{plan.budget / 2**20:,.0f} MiB of memory left beside its per-sample arrays, so its metrics "
+                     f"read it again from the archive ({arrays.mean_probs.passes:.0f} more passes over the split)")
 
 
 def _method_scores(reader, name: str) -> dict:
@@ -235,18 +282,23 @@ def latency_section(scalability: Mapping[str, Any] | None) -> dict[str, Any] | N
 
 def run_score(path: str | Path, *, reference: str | Path | None = None,
               protocol: Protocol | str = "pitfalls", limits: ReadLimits = ReadLimits(),
-              progress: ProgressFn | None = None) -> dict:
-    """:func:`score_archive` with an optional ``progress`` callback (the CLI draws progress bars with it).
+              progress: ProgressFn | None = None, memory_bytes: int | None = None, scheduler: str | None = None,
+              workers: int = 1) -> dict:
+    """:func:`score_archive` with an optional ``progress`` callback (the CLI draws progress bars with it), and
+    the splits scored on a Dask cluster: the scheduler at ``scheduler``, or a local cluster of ``workers``
+    processes (:mod:`ubench.scoring.score_parallel`; the same report).
 
-    The steps: read the reference; open the archive; check labels and ids (:func:`_checked_labels`); stream
-    every split into a :class:`ubench.metrics.report.ReportBuilder`, which decides the report's content
-    (:func:`_stream_split`); describe the archive (:func:`_archive_section`) and wrap it all with the settings.
+    The steps: read the reference; open the archive; check labels and ids (:func:`_checked_labels`); plan each
+    split's memory (:mod:`ubench.scoring.memory_plan`); stream every split into a
+    :class:`ubench.metrics.report.ReportBuilder`, which decides the report's content (:func:`score_split`);
+    describe the archive (:func:`_archive_section`) and wrap it all with the settings.
     """
     from concurrent.futures import ThreadPoolExecutor
 
     from ..archive_schema import open_archive
     from ..archive_schema.scan import file_sha256
     from ..metrics.report import ReportBuilder, primary_split
+    from .memory_plan import memory_budget, plan_split
     from .reference import read_reference
 
     protocol = _as_protocol(protocol)
@@ -269,16 +321,17 @@ def run_score(path: str | Path, *, reference: str | Path | None = None,
             notes = notes + known_notes
         builder.notes[:0] = notes
         builder.intervals.units = {name: _ids_digest(reader.sample_ids(name)) for name in h.splits}
-        for name in _scoring_order(h):
-            arrays = _stream_split(reader, name, builder, limits, progress)
-            builder.add_method_scores(name, _method_scores(reader, name))
-            info = h.splits[name]
-            if info.role == "in_domain":
-                builder.add_in_domain(name, arrays, labels[name], progress=progress)
-            elif info.role == "ood":
-                builder.add_ood(name, arrays)
-            else:
-                builder.add_shift(name, arrays, labels[name], kind=info.shift_kind, intensity=info.shift_intensity)
+        budget = memory_budget(memory_bytes)  # up front: a split that cannot be scored stops before any read
+        plans = {name: plan_split(name, h.n_members, h.splits[name].n_samples, h.n_classes, budget=budget,
+                                  block_bytes=limits.block_bytes) for name in _scoring_order(h)}
+        if scheduler is None and workers <= 1:
+            for name in _scoring_order(h):
+                score_split(reader, name, builder, labels[name], limits, plans[name], progress)
+        else:
+            from .score_parallel import score_splits_parallel
+
+            score_splits_parallel(path, reader, builder, labels, limits, scheduler=scheduler, workers=workers,
+                                  memory_bytes=memory_bytes, progress=progress)
         body = builder.finish()
         archive = _archive_section(path, h, digest.result(),
                                    {name: reader.sample_ids(name) for name in h.splits}, known_inputs)

@@ -1,0 +1,190 @@
+# SPDX-License-Identifier: MIT
+"""Cross-validated conformal sets without sorting whole rows (issue #29 item 1).
+
+``cross_validated_conformal`` ranks only the classes at or above each label (its score) and a prefix of each
+row (its sets). Pinned twice: against the full-sort computation it replaced (``conformal_scores`` +
+``conformal_quantile`` + ``conformal_sets`` over every fold, written out here), to the last bit, on data with
+ties, exact zeros, one-hot rows and thresholds at 1 or beyond; and against MAPIE 1.x's APS and RAPS conformity
+scores, quantile and prediction sets on the same data (its uniform draws reproduced from its random state).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
+
+from ubench.metrics.conformal import (
+    _set_sizes,
+    _true_scores,
+    conformal_quantile,
+    conformal_scores,
+    conformal_sets,
+    cross_validated_conformal,
+)
+from ubench.metrics.protocol import cv_splits
+
+
+def full_sort_conformal(probs, labels, *, method, alpha, n_repeats, seed, randomized):
+    """The implementation before issue #29: every (sample, class) score, every fold's sets counted whole."""
+    n = labels.shape[0]
+    noise = np.random.default_rng(seed).random(n) if randomized else None
+    scores = conformal_scores(probs, method, noise=noise)
+    true = scores[np.arange(n), labels]
+    coverages, sizes, thresholds = [], [], []
+    for fit, held in cv_splits(n, n_repeats=n_repeats, seed=seed):
+        q = conformal_quantile(true[fit], alpha)
+        coverages.append(float(np.mean(true[held] <= q)))
+        sizes.append(float(conformal_sets(scores[held], q).sum(axis=-1, dtype=np.float64).mean()))
+        thresholds.append(q)
+    return coverages, sizes, thresholds
+
+
+def _problem(kind: int, n: int, c: int, seed: int):
+    rng = np.random.default_rng(seed)
+    if kind == 0:  # smooth Dirichlet rows, sharp to flat
+        p = rng.dirichlet(np.full(c, rng.choice([0.05, 0.5, 3.0])), size=n)
+    elif kind == 1:  # a coarse grid: many exact ties, the label often among them
+        g = rng.integers(0, 4, size=(n, c)).astype(float)
+        g[np.arange(n), rng.integers(0, c, n)] += 1
+        p = g / g.sum(axis=1, keepdims=True)
+    elif kind == 2:  # one-hot rows: every other class exactly 0
+        p = np.zeros((n, c))
+        p[np.arange(n), rng.integers(0, c, n)] = 1.0
+    else:  # peaked softmax rows with a long tail
+        z = rng.normal(size=(n, c)) * 4
+        p = np.exp(z - z.max(axis=1, keepdims=True))
+        p /= p.sum(axis=1, keepdims=True)
+    return p, rng.integers(0, c, n)
+
+
+@settings(max_examples=60, deadline=None)
+@given(kind=st.integers(0, 3), n=st.integers(2, 120), c=st.integers(2, 40), seed=st.integers(0, 2**16),
+       method=st.sampled_from(["thr", "aps", "raps"]), alpha=st.sampled_from([0.01, 0.1, 0.5, 0.9]),
+       randomized=st.booleans())
+@example(kind=3, n=138, c=20, seed=1, method="aps", alpha=0.1, randomized=True)  # thresholds just below 1
+@example(kind=1, n=60, c=5, seed=3, method="aps", alpha=0.1, randomized=False)  # ties at the label
+def test_equals_the_full_sort_to_the_last_bit(kind, n, c, seed, method, alpha, randomized):
+    """For any rows, labels and settings, coverage, set size and threshold of every fold equal the full-sort
+    computation exactly (the running sums are the same additions in the same order)."""
+    p, y = _problem(kind, n, c, seed)
+    r = cross_validated_conformal(p, y, method=method, alpha=alpha, n_repeats=3, seed=seed, randomized=randomized)
+    cov, size, thr = full_sort_conformal(p, y, method=method, alpha=alpha, n_repeats=3, seed=seed,
+                                         randomized=randomized)
+    assert list(r.coverages) == cov
+    assert list(r.set_sizes) == size
+    assert list(r.thresholds) == thr
+
+
+@pytest.mark.parametrize("method", ["aps", "raps"])
+def test_long_prefixes_and_the_whole_row_fallback(method):
+    """Flat rows over many classes need long prefixes (every cut-off, then whole rows): still exact."""
+    rng = np.random.default_rng(0)
+    n, c = 120, 600
+    z = rng.normal(size=(n, c)) * 0.3
+    y = rng.integers(0, c, n)
+    z[np.arange(n), y] += rng.normal(2.0, 2.0, n)
+    p = np.exp(z - z.max(axis=1, keepdims=True))
+    p /= p.sum(axis=1, keepdims=True)
+    noise = rng.random(n)
+    for q_level in (0.3, 0.9, 0.999999, 1.5):  # 1.5: beyond every APS score (RAPS scores go higher)
+        q = np.full((n, 2), q_level)
+        q[::3, 1] = np.inf
+        want = np.stack([conformal_sets(conformal_scores(p, method, noise=noise), t).sum(axis=1)
+                         for t in (q_level, np.inf)], axis=1).astype(float)
+        want[:, 1] = np.where(np.isinf(q[:, 1]), c, want[:, 0])
+        np.testing.assert_array_equal(_set_sizes(p, q, method, noise, 0.1, 1), want)
+    np.testing.assert_array_equal(_true_scores(p, y, method, noise, 0.1, 1),
+                                  conformal_scores(p, method, noise=noise)[np.arange(n), y])
+
+
+class _RowsOnly:
+    """A matrix that can only be read in row slices (as a split re-read from its archive is)."""
+
+    def __init__(self, a):
+        self._a, self.shape, self.dtype = a, a.shape, a.dtype
+
+    def __getitem__(self, key):
+        if not isinstance(key, slice):
+            raise TypeError("rows only")
+        return self._a[key]
+
+
+def test_reads_only_row_blocks():
+    p, y = _problem(3, 500, 30, 1)
+    from ubench.metrics.conformal import _cross_validated_conformal
+
+    for method in ("thr", "aps", "raps"):
+        a = _cross_validated_conformal(_RowsOnly(p), y, method=method, alpha=0.1, n_repeats=2, seed=0)
+        b = cross_validated_conformal(p, y, method=method, alpha=0.1, n_repeats=2, seed=0)
+        assert a == b
+
+
+# --- MAPIE ----------------------------------------------------------------------------------------------------
+
+def _mapie_score(method: str, seed: int):
+    from mapie.conformity_scores import sets as mapie_sets  # the test extra installs MAPIE (pyproject.toml)
+
+    score = mapie_sets.APSConformityScore() if method == "aps" else mapie_sets.RAPSConformityScore()
+    score.random_state = seed
+    score.classes = None
+    return score
+
+
+def _continuous(n, c, seed):
+    """Tie-free rows (MAPIE breaks ties by reversed class index, ubench by class index)."""
+    rng = np.random.default_rng(seed)
+    z = rng.normal(size=(n, c)) * 2.5
+    y = rng.integers(0, c, n)
+    z[np.arange(n), y] += rng.normal(2.0, 1.5, n)
+    p = np.exp(z - z.max(axis=1, keepdims=True))
+    return p / p.sum(axis=1, keepdims=True), y
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_aps_randomized_equals_mapie(seed):
+    """MAPIE's APS: calibration scores (cumulative mass to the label minus u p_y, u from its RandomState), the
+    finite-sample quantile, and randomized prediction sets (the last class kept when u' >= V) equal ubench's
+    with the same u and u'."""
+    from mapie.utils import _compute_classification_quantile
+
+    n_cal, n_test, c, alpha = 400, 300, 12, 0.1
+    p, y = _continuous(n_cal + n_test, c, seed)
+    p_cal, y_cal, p_test = p[:n_cal], y[:n_cal], p[n_cal:]
+    score = _mapie_score("aps", seed)
+    score.classes = np.arange(c)
+    mapie_cal = score.get_conformity_scores(y_cal, p_cal, y_enc=y_cal).ravel()
+    u_cal = np.random.RandomState(seed).uniform(size=n_cal)
+    ours_cal = _true_scores(p_cal, y_cal, "aps", u_cal, 0.1, 1)
+    np.testing.assert_allclose(ours_cal, mapie_cal, rtol=0, atol=1e-12)
+    q_mapie = float(_compute_classification_quantile(mapie_cal[:, None], np.array([alpha]))[0])
+    assert conformal_quantile(ours_cal, alpha) == pytest.approx(q_mapie, abs=1e-12)
+    score.quantiles_ = np.array([q_mapie])
+    sets = score.get_prediction_sets(p_test[:, :, None], mapie_cal[:, None], np.array([alpha]), "prefit",
+                                     include_last_label="randomized")[:, :, 0]
+    u_test = np.random.RandomState(seed).uniform(size=n_test)
+    ours = _set_sizes(p_test, np.full((n_test, 1), q_mapie), "aps", u_test, 0.1, 1)[:, 0]
+    np.testing.assert_array_equal(ours, sets.sum(axis=1))
+
+
+@pytest.mark.parametrize("method", ["aps", "raps"])
+def test_deterministic_sets_equal_mapie(method):
+    """Without the uniform term (``randomized=False``): ubench's set {c: running sum (+ RAPS penalty) <= q} is
+    MAPIE's ``include_last_label=False`` set, which adds the top class when that set would be empty."""
+    n, c, lam, k_reg = 500, 15, 0.1, 1
+    p, y = _continuous(n, c, 7)
+    score = _mapie_score(method, 0)
+    score.classes = np.arange(c)
+    cum, rank = score.get_true_label_cumsum_proba(y, p, np.arange(c))
+    cal = cum[:, 0] + (lam * np.maximum(rank - k_reg, 0) if method == "raps" else 0.0)
+    np.testing.assert_allclose(_true_scores(p, y, method, None, lam, k_reg), cal, rtol=0, atol=1e-12)
+    if method == "raps":
+        score.lambda_star, score.k_star = lam, k_reg
+    for q in (0.5, 0.8, 0.95):
+        score.quantiles_ = np.array([q])
+        kwargs = {"lambda_star": lam, "k_star": k_reg} if method == "raps" else {}
+        sets = score.get_prediction_sets(p[:, :, None], cal[:, None], np.array([0.1]), "prefit",
+                                         include_last_label=False, **kwargs)[:, :, 0]
+        ours = _set_sizes(p, np.full((n, 1), q), method, None, lam, k_reg)[:, 0]
+        np.testing.assert_array_equal(np.maximum(ours, 1), sets.sum(axis=1))

@@ -1,0 +1,82 @@
+# SPDX-License-Identifier: MIT
+"""One archive's splits scored on a Dask cluster (issue #29 item 4): the report of ``run_score(scheduler=...)``
+and of ``ubench score --scheduler`` is the one-process report, number for number, note for note."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from ubench.archive_schema import ArchiveWriter, SplitSpec
+from ubench.scoring.protocols import Protocol
+from ubench.scoring.score import run_score
+
+
+def _archive(path, *, m=3, n=400, c=12):
+    rng = np.random.default_rng(5)
+    y = rng.integers(0, c, n)
+    splits = {"test": SplitSpec(role="in_domain", dataset="bench", labels=y, sample_ids=np.arange(n)),
+              "val": SplitSpec(role="in_domain", dataset="bench", labels=y, sample_ids=np.arange(n) + n),
+              "far": SplitSpec(role="ood", dataset="noise", sample_ids=np.arange(n))}
+    for k in (1, 2, 3):
+        splits[f"noise{k}"] = SplitSpec(role="shift", dataset="bench", labels=y, sample_ids=np.arange(n),
+                                        shift_kind="noise", shift_intensity=k)
+    # unlabelled splits add notes: in scoring order the in-domain one's comes first, in name order last
+    splits["zz_unlabelled"] = SplitSpec(role="in_domain", dataset="bench", sample_ids=np.arange(n) + 2 * n)
+    splits["aa_blur"] = SplitSpec(role="shift", dataset="bench", sample_ids=np.arange(n), shift_kind="blur",
+                                  shift_intensity=1)
+    w = ArchiveWriter(path, method="deep_ensemble", model="mlp", dataset="bench", n_classes=c, splits=splits,
+                      overwrite=True)
+    for j in range(m):
+        out = {}
+        for name, spec in splits.items():
+            z = rng.normal(0, 2, (n, c))
+            if spec.labels is not None:
+                z[np.arange(n), y] += 3.0 - 0.6 * (spec.shift_intensity or 0)
+            p = np.exp(z - z.max(1, keepdims=True))
+            out[name] = (p / p.sum(1, keepdims=True)).astype(np.float32)
+        w.add_member(out, seed=j)
+    return w.finalize()
+
+
+@pytest.fixture(scope="module")
+def archive(tmp_path_factory):
+    return _archive(tmp_path_factory.mktemp("parallel") / "run.h5")
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    distributed = pytest.importorskip("distributed")  # the test extra installs it (pyproject.toml)
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
+                                  dashboard_address=None, silence_logs=50) as c:
+        yield c.scheduler_address
+
+
+@pytest.mark.parametrize("preset,settings", [("pitfalls", {"shift_temperature": True, "dee_point": True}),
+                                             ("ursabench", {})])
+def test_cluster_report_equals_the_one_process_report(archive, cluster, preset, settings):
+    """For any protocol, the splits scored on two worker processes and merged in scoring order give the same
+    report as one process: every number, section, summary key and note, in the same order (the shift
+    temperature, which the shift splits need, is fitted between the two waves)."""
+    protocol = Protocol.preset(preset).replace(**settings)
+    one = json.dumps(run_score(archive, protocol=protocol))  # key order kept: the order of splits and notes too
+    many = json.dumps(run_score(archive, protocol=protocol, scheduler=cluster))
+    assert many == one
+    if settings:
+        assert "temperature_scaled" in json.loads(many)["shift"]["noise1"]
+
+
+def test_cli_scheduler_and_its_usage_errors(archive, cluster):
+    """`ubench score --scheduler ADDRESS --json` prints the one-process report; --sandbox with it is a usage
+    error (exit 2)."""
+    from click.testing import CliRunner
+
+    from ubench.cli import cli
+
+    res = CliRunner().invoke(cli, ["score", str(archive), "--json", "--scheduler", cluster])
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.stdout) == json.loads(json.dumps(run_score(archive)))
+    both = CliRunner().invoke(cli, ["score", str(archive), "--json", "--scheduler", cluster, "--sandbox"])
+    assert both.exit_code == 2 and "drop --sandbox" in both.output
