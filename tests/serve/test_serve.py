@@ -112,6 +112,17 @@ def wait_board(srv: Server, n_rows: int, timeout: float = 120) -> dict:
         time.sleep(0.1)
 
 
+def wait_intervals(srv: Server, n_rows: int, timeout: float = 120) -> dict:
+    """``GET /api/leaderboard`` once its ``n_rows`` rows all have their rank interval (computed right after the
+    board's refresh on a small board)."""
+    end = time.monotonic() + timeout
+    while True:
+        board = wait_board(srv, n_rows, timeout)
+        if all(r["rank_interval"] for r in board["rows"]) or time.monotonic() > end:
+            return board
+        time.sleep(0.1)
+
+
 def query(data: Path, sql: str, db_url: str | None = None) -> list[tuple]:
     """Rows of ``sql`` from the service's database (SQLite under ``data`` or ``db_url``), read with SQLAlchemy."""
     from sqlalchemy import create_engine, text
