@@ -3,11 +3,13 @@
 real PostgreSQL of conftest.py: each row's replicates are computed once from its result's per-sample statistics
 and stored with the row; a computation ranks every row's replicates and stores each row's interval; the oracle is
 ``build_board`` (``ubench leaderboard``'s ranking) over the same full records. The running server's routes are
-tested in test_serve_hostile.py (the board test, and --hidden-until)."""
+tested in test_serve_hostile.py (the board test, and --hidden-until). Last, what the stored page shows of a DEE
+below one member (issue #28)."""
 
 from __future__ import annotations
 
 import json
+import re
 
 import numpy as np
 import pytest
@@ -24,7 +26,7 @@ from ubench.scoring.score import score_arrays  # noqa: E402
 PROTOCOL = Protocol.preset("pitfalls").replace(bootstrap=200, sample_stats=True)
 
 
-def _report(seed: int, scale: float, n: int = 300, c: int = 4) -> dict:
+def _report(seed: int, scale: float, n: int = 300, c: int = 4, protocol: Protocol = PROTOCOL) -> dict:
     """A 3-member ensemble's report with its ``samples``; the labels depend on ``n`` only (every report on the
     same test samples), the predictions on ``seed`` and ``scale`` (larger: better)."""
     y = np.random.default_rng(0).integers(0, c, n)
@@ -32,7 +34,7 @@ def _report(seed: int, scale: float, n: int = 300, c: int = 4) -> dict:
     z = rng.normal(0, 1, (n, c))
     z[np.arange(n), y] += scale
     members = special.softmax(z[None] + rng.normal(0, 0.5, (3, n, c)), axis=2)
-    return score_arrays(members, y, protocol=PROTOCOL, method=f"m{seed}")
+    return score_arrays(members, y, protocol=protocol, method=f"m{seed}")
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
@@ -171,3 +173,39 @@ def test_a_throttled_board_is_recomputed_once_its_time_has_come():
     assert not s.due(121.9) and s.due(122.0) and s.wait(112.0) == pytest.approx(10.0)
     s.done(200.0, 0.001)
     assert s.due(200.011) and not s.due(200.0)
+
+
+@pytest.mark.parametrize("board", ["sqlite"], indirect=True)
+def test_a_dee_below_one_member_reads_below_one_on_the_stored_board(board):
+    """A row whose DEE is below one deep-ensemble member (``dee: null``, ``dee_below_one``: a report scored with
+    ``--ensemble``, ``scoring/dee.py``) keeps the flag through the store's entry and refresh, and the page as the
+    board route joins it (``board_tr`` of the stored cells inside ``board_html``) shows "< 1" in the DEE column,
+    never 1 or an empty cell; a DEE above one keeps its number. ``ubench serve`` scores without an ensemble, so no
+    upload reaches this through the running server: the server tests (test_serve_hostile.py) cover the route's
+    joining of the same stored rows."""
+    from ubench.scoring.dee import attach_dee
+    from ubench.serve.board import refresh_board
+    from ubench.serve.pages import board_html, board_tr
+
+    db, config, add, _ = board
+    ens = _report(1, 3.0)
+    ens_curves = _report(1, 3.0, protocol=PROTOCOL.replace(member_curves=True))  # the reference's CLL curve
+    worse = _report(7, 0.0)  # no signal: far below one member
+    for rep in (ens, worse):
+        attach_dee(rep, ens_curves, curve=False)
+    assert worse["summary"]["dee"] is None and worse["summary"]["dee_below_one"] is True
+    assert ens["summary"]["dee"] > 1
+    ids = {add(ens): "ens", add(worse): "worse"}
+    assert refresh_board(db, config)
+    data = db.board_page(0, None)
+    rows = {ids[r["submission"]]: r for r in (json.loads(text) for _, _, text in data["rows"])}
+    assert rows["worse"]["metrics"].get("dee") is None and rows["worse"]["dee_below_one"] is True  # the API's row
+    got = db.board_page(0, None, html=True)
+    page = board_html(got["columns"], got["config"], "\n".join(board_tr(*r) for r in got["rows"]))
+    head = re.findall(r"<th[^>]*>(.*?)</th>", page)
+    j = next(i for i, h in enumerate(head) if h.startswith("DEE"))
+    cells = {}
+    for tr in re.findall(r"<tr>(.*?)</tr>", page, flags=re.S)[1:]:
+        cell = re.findall(r"<td[^>]*>(.*?)</td>", tr)
+        cells[cell[3]] = cell[j]
+    assert cells == {"m1": f"{ens['summary']['dee']:.4g}", "m7": "&lt; 1"}
