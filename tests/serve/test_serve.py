@@ -179,7 +179,8 @@ def test_upload_becomes_a_row_with_its_report(host):
         time.sleep(0.2)
     assert report.status_code == 200 and "default-src 'none'" in report.headers["content-security-policy"]
     csv = httpx.get(srv.url + "/api/leaderboard", params={"format": "csv"}).text.splitlines()
-    assert csv[0].startswith("rank,submission,team,method,submitted,cll") and sid in csv[1]
+    assert csv[0].startswith("rank,rank_interval,tied_with_leader,submission,team,method,submitted,cll")
+    assert sid in csv[1]
     assert sorted(p.name for p in (data / "uploads").iterdir()) == [f"{r.json()['sha256']}.h5"]
 
 
