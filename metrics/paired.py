@@ -31,7 +31,7 @@ from .bootstrap_ranking import _Sorted, weighted_detection
 from .intervals import _unit_key, decode_samples
 
 __all__ = ["HIGHER_IS_BETTER", "PAIRED_KEYS", "bootstrap_p_value", "holm", "paired_comparisons", "rank_intervals",
-           "sample_replicates", "group_runs"]
+           "replicate_ranks", "sample_replicates", "group_runs"]
 
 #: The comparable keys that paired comparisons and rank intervals resample, and whether higher is better.
 HIGHER_IS_BETTER = {"accuracy": True, "cll": True, "calibrated_brier": False, "ood_auroc_total": True,
@@ -108,23 +108,37 @@ def rank_intervals(values: Mapping[str, float], replicates: Mapping[str, NDArray
     sign = 1.0 if higher_is_better else -1.0
     point = np.array([sign * values[n] for n in names])
     rank0 = 1 + np.sum(point[None, :] > point[:, None], axis=1)
-    reps = np.stack([sign * np.asarray(replicates[n], dtype=np.float64) for n in names])  # (rows, B)
-    # rank of row i in replicate b: 1 + number of rows better by more than rounding (equal rows share a rank)
-    tol = _ROUNDING * np.maximum(1.0, np.abs(reps))
-    rows, b = reps.shape
-    ranks = np.empty((rows, b), dtype=np.int64)
-    step = max(1, (1 << 24) // max(1, rows * rows))
-    for s0 in range(0, b, step):
-        r = reps[:, s0:s0 + step]
-        ranks[:, s0:s0 + step] = 1 + np.sum(r[None, :, :] > (r + tol[:, s0:s0 + step])[:, None, :], axis=1)
-    lo = np.floor(np.quantile(ranks, (1.0 - level) / 2.0, axis=1)).astype(int)
-    hi = np.ceil(np.quantile(ranks, (1.0 + level) / 2.0, axis=1)).astype(int)
+    ranks = replicate_ranks(np.stack([sign * np.asarray(replicates[n], dtype=np.float64) for n in names]))
+    lo = np.floor(np.quantile(ranks, (1.0 - level) / 2.0, axis=0)).astype(int)
+    hi = np.ceil(np.quantile(ranks, (1.0 + level) / 2.0, axis=0)).astype(int)
     leader = int(np.argmin(rank0))
     out = {}
     for i, n in enumerate(names):
         out[n] = {"rank": int(rank0[i]), "rank_interval": [int(lo[i]), int(hi[i])],
                   "tied_with_leader": bool(i != leader and lo[i] <= hi[leader])}
     return out
+
+
+def replicate_ranks(reps: NDArray) -> NDArray[np.int32]:
+    r"""Rank of every row in every replicate, (B, rows), from replicate values ``reps`` (rows, B), larger better:
+
+    .. math:: \mathrm{rank}_{ib} = 1 + \#\{j : r_{jb} > r_{ib} + \epsilon \max(1, |r_{ib}|)\}
+
+    (1 = best; rows equal to within float rounding, :math:`\epsilon` = 1e-12, share the best rank). One sort of
+    each replicate's values and a binary search per row: O(B rows log rows), so a board of 10,000 rows ranks in
+    about a second, where comparing every pair of rows took minutes.
+    """
+    reps = np.asarray(reps, dtype=np.float64)
+    if not np.all(np.isfinite(reps)):
+        raise ValueError("replicate values must be finite to be ranked")
+    n_rows, _ = reps.shape
+    by_rep = np.ascontiguousarray(reps.T)  # (B, rows): one replicate per row, contiguous
+    order = np.argsort(by_rep, axis=1)
+    ordered = np.take_along_axis(by_rep, order, axis=1)
+    ranks = np.empty(by_rep.shape, dtype=np.int32)
+    for b, (o, s) in enumerate(zip(order, ordered)):  # searchsorted has no axis; sorted queries search fast
+        ranks[b, o] = n_rows + 1 - np.searchsorted(s, s + _ROUNDING * np.maximum(1.0, np.abs(s)), side="right")
+    return ranks
 
 
 def sample_replicates(samples: Sequence[Mapping[str, Any]], *, n_replicates: int, seed: int,

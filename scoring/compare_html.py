@@ -19,7 +19,7 @@ from typing import Any
 
 from .compare import task_difference
 from .html import _CSS, CELL_LIMIT, _fmt
-from .tables import HIGHER_IS_BETTER, compare_cell, compare_columns, latency_table
+from .tables import HIGHER_IS_BETTER, compare_cell, compare_columns, direction, latency_table
 from .text import html_text
 
 __all__ = ["HIGHER_IS_BETTER", "best_rows", "render_compare_html", "write_compare_html"]
@@ -46,7 +46,8 @@ def _table(reports: Sequence[Mapping[str, Any]], names: Sequence[str],
     comparable = set().union(*(r["comparability"]["comparable"] for r in reports))
     best = {k: best_rows(reports, k) for k, _ in cols}
     tied = (comparison or {}).get("tied", {})
-    head = "".join(f"<th>{html_text(h)}{' *' if k in comparable else ''}</th>" for k, h in cols)
+    # the terminal's headers (``format_compare``): the name with its direction, ↑ higher or ↓ lower is better
+    head = "".join(f"<th>{html_text(h + direction(k))}{' *' if k in comparable else ''}</th>" for k, h in cols)
     rows = []
 
     def value(r, k):
@@ -75,9 +76,9 @@ def render_compare_html(reports: Sequence[Mapping[str, Any]], names: Sequence[st
              f"<style>{_CSS}</style></head><body><h1>{title}</h1>",
              f"<p class='proto'>{html_text(protocol['description'], CELL_LIMIT)}</p>",
              "<h2>Comparison</h2>", _table(reports, names, comparison),
-             "<p>* comparable across models (calibrated metrics, DEE, accuracy, OOD and shift scores; Ashukha et al. "
-             "2020); ▲ marks the best value of each comparable column among the methods on the first one's task. "
-             "Unmarked columns are not comparable."
+             "<p>↑ higher is better, ↓ lower is better. * comparable across models (calibrated metrics, DEE, "
+             "accuracy, OOD and shift scores; Ashukha et al. 2020); ▲ marks the best value of each comparable "
+             "column among the methods on the first one's task. Unmarked columns are not comparable."
              + (" ≈ marks every method not distinguishable from the best (paired bootstrap on the shared test "
                 "samples, Holm-adjusted p ≥ 1 - level); [low, high] are the bootstrap intervals over the test "
                 "samples." if comparison and comparison.get("best") else "") + "</p>"]

@@ -59,7 +59,9 @@ __all__ = ["BoardConfig", "BoardError", "BoardBusyError", "archive_digest", "lis
 
 #: 1.1: every row's ``rank_interval`` ([best, worst]) and ``tied_with_leader``; the board's ``rank_intervals``
 #: (``metric``, ``level``, ``replicates``, ``seed``, ``method``, ``rows``; ``None`` when intervals are off).
-LEADERBOARD_SCHEMA = "1.1"
+#: 1.2: every row's ``dee_below_one`` (its ``metrics.dee`` is null because its CLL is below one deep-ensemble
+#: member's: shown as "< 1"; ``None`` without a DEE).
+LEADERBOARD_SCHEMA = "1.2"
 #: Outcomes that depend on the sandbox limits rather than on the archive alone.
 RESOURCE_STATUSES = frozenset({"timeout", "memory-limit", "cpu-limit", "killed", "report-limit"})
 #: Columns shown first, in this order (Ashukha et al. 2020: CLL and DEE are the comparable headline numbers).
@@ -560,11 +562,17 @@ def build_board(records: Sequence[dict[str, Any]], config: BoardConfig,
         outcome = rec.get("outcome", {})
         report = outcome.get("report") or {}
         metrics = _metrics(report)
+        below = None  # a DEE below one member is null, never 1 (issue #28 item 5): the pages show "< 1"
         if ens_report is not None and "cll" in metrics:
             try:
-                metrics["dee"] = dee_of_report(report, ens_report)["dee"]
+                d = dee_of_report(report, ens_report)
+                metrics["dee"], below = d["dee"], bool(d["below_reference"])
             except DeeUnavailableError:
                 pass
+        elif "dee" in (report.get("summary") or {}):  # a report that carries its own DEE (score --ensemble)
+            below = bool(report["summary"].get("dee_below_one"))
+            if below:
+                metrics["dee"] = None
         comp = (report.get("comparability") or {})
         comparable += [k for k in comp.get("comparable", []) if k not in comparable]
         not_comparable += [k for k in comp.get("not_comparable", []) if k not in not_comparable]
@@ -579,6 +587,7 @@ def build_board(records: Sequence[dict[str, Any]], config: BoardConfig,
             "model": archive.get("model"),
             "n_members": archive.get("n_members"),
             "metrics": metrics,
+            "dee_below_one": below,
             "cached": bool(rec.get("cached")),
             "seconds": outcome.get("seconds"),
         })

@@ -15,7 +15,7 @@ from typing import Any
 
 from .text import html_text
 
-__all__ = ["render_html", "CELL_LIMIT"]
+__all__ = ["render_html", "CELL_LIMIT", "BELOW_ONE", "dee_below_one", "finding_path"]
 
 #: Characters of one upload string (name, method, model, finding) shown in a cell.
 CELL_LIMIT = 200
@@ -44,8 +44,25 @@ rows.forEach(function(r){tb.appendChild(r)})})});
 """
 
 
+#: The cell of a DEE below one deep-ensemble member (``null`` in the JSON with ``dee_below_one``), never 1 or empty.
+BELOW_ONE = "< 1"
+
+
 def _e(value: Any) -> str:
     return html_text(value, CELL_LIMIT)
+
+
+def dee_below_one(row: dict[str, Any], key: str) -> bool:
+    """Whether ``row``'s cell of ``key`` is a DEE below one deep-ensemble member (shown as :data:`BELOW_ONE`, sorted
+    below every DEE of at least 1)."""
+    return key == "dee" and row["metrics"].get("dee") is None and bool(row.get("dee_below_one"))
+
+
+def finding_path(finding: dict[str, Any], upload: Any) -> Any:
+    """Where a finding is, as a page shows it: the upload's name for a finding about the file as a whole (``<file>``
+    in the JSON), else its HDF5 path."""
+    path = finding.get("path")
+    return upload if path == "<file>" and upload else path
 
 
 def _fmt(value: float | None) -> str:
@@ -66,12 +83,15 @@ def _row(r: dict[str, Any], cols: list[dict[str, Any]]) -> str:
              f'<td data-v="{_e(r["n_members"])}">{_e(r["n_members"])}</td>']
     for c in cols:
         v = r["metrics"].get(c["key"])
-        cells.append(f'<td data-v="{_e("" if v is None else repr(float(v)))}">{_e(_fmt(v))}</td>')
+        if dee_below_one(r, c["key"]):
+            cells.append(f'<td data-v="0">{_e(BELOW_ONE)}</td>')
+        else:
+            cells.append(f'<td data-v="{_e("" if v is None else repr(float(v)))}">{_e(_fmt(v))}</td>')
     if ok:
         status = "scored" + (" (cached)" if r["cached"] else "")
     else:
-        items = "".join(f"<li><code>[{_e(f.get('check'))}]</code> {_e(f.get('path'))}: {_e(f.get('message'))}"
-                        f"</li>" for f in r["findings"][:20])
+        items = "".join(f"<li><code>[{_e(f.get('check'))}]</code> {_e(finding_path(f, r['archive']))}: "
+                        f"{_e(f.get('message'))}</li>" for f in r["findings"][:20])
         status = (f"<details><summary>{_e(r['status'])} ({len(r['findings'])} finding(s))</summary>"
                   f"<ul>{items}</ul></details>")
     cells.append(f'<td class="l" data-v="{_e(r["status"])}">{status}</td>')

@@ -157,7 +157,9 @@ def _attr(scan, obj, name: str, where: str, required: bool = True):
 
 def _fail(scan) -> None:
     f = next(f for f in scan.findings if f.severity == "error")
-    raise ReferenceError(f"reference {scan.path}: {f.path}: {f.message} ({f.check})")
+    # a finding about the file as a whole (HDF5 path ``<file>``) is about the reference named just before
+    where = "" if f.path == "<file>" else f"{f.path}: "
+    raise ReferenceError(f"reference {scan.path}: {where}{f.message} ({f.check})")
 
 
 def _read_ints(scan, group, name: str, where: str, safe: set[str]) -> np.ndarray | None:

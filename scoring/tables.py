@@ -23,6 +23,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..archive_schema.spec import LATENCY_ATTRIBUTES
+from .leaderboard_html import BELOW_ONE, dee_below_one
 from .text import escape_text, shorten
 
 __all__ = ["format_score", "with_interval", "format_compare", "format_groups", "format_dee", "format_notes", "format_leaderboard", "format_csv",
@@ -412,7 +413,7 @@ def format_leaderboard(board: Mapping[str, Any], *, styled: bool = False) -> str
     """The terminal view of ``ubench leaderboard``: rank, upload, status and the headline columns."""
     keys = [c["key"] for c in board["columns"] if c["key"] in LEADERBOARD_TABLE_KEYS]
     rows = [[row["rank"] or "", _rank_interval_text(row), row["archive"] or "", row["status"],
-             *(row["metrics"].get(k) for k in keys)] for row in board["rows"]]
+             *(BELOW_ONE if dee_below_one(row, k) else row["metrics"].get(k) for k in keys)] for row in board["rows"]]
     lines = _table(["#", "rank interval", "upload", "status",
                     *(_LEADERBOARD_NAMES.get(k, k) + " " + direction(k) for k in keys)], rows, styled=styled)
     info = board.get("rank_intervals")

@@ -17,7 +17,12 @@ Routes, and who may read them:
   the submitting team included (403; a page saying so; 404).
 
 Before ``--hidden-until`` nothing from which a result could be derived leaves the server (issue #25 item 1): no
-metric, rank, report or timing; a team sees its uploads' status and the findings of a rejection only.
+metric, rank, rank interval, report or timing; a team sees its uploads' status and the findings of a rejection only.
+
+A report's per-sample statistics (its ``samples``: which test samples each upload got right, the board's rank
+intervals are computed from them) never leave the server, before or after the deadline (issue #26 item 7): the
+status gives the ``summary`` alone, the report page is drawn from the report without them, and the board serves
+each row's interval, not its statistics.
 """
 
 from __future__ import annotations
@@ -38,7 +43,7 @@ from starlette.concurrency import run_in_threadpool
 
 from ..scoring.leaderboard import BoardConfig
 from .db import DB_NAME, Database, Refusal
-from .pages import CSP, PAGE_ROWS, board_csv, board_html, board_tr, message_page
+from .pages import CSP, PAGE_ROWS, board_csv, board_html, board_tr, intervals_note, message_page, rank_extras
 from .storage import UploadError, open_data_dir, receive_upload
 from .worker import Scorer
 
@@ -211,9 +216,10 @@ def create_app(cfg: ServeConfig) -> FastAPI:
         if hit is None:
             page = db.board_page(offset, limit, html=html)
             if html:
-                rows = "\n".join(board_tr(rank, cells) for rank, cells in page["rows"])
-            else:  # the stored rows are JSON already (serve/board.py): each gets its rank, none is re-encoded
-                rows = ",".join(f'{{"rank":{json.dumps(rank)},{text[1:]}' for rank, text in page["rows"])
+                rows = "\n".join(board_tr(rank, extras, cells) for rank, extras, cells in page["rows"])
+            else:  # the stored rows are JSON already (serve/board.py): each gets its rank and rank interval
+                rows = ",".join(f'{{"rank":{json.dumps(rank)},{json.dumps(rank_extras(extras))[1:-1]},{text[1:]}'
+                                for rank, extras, text in page["rows"])
             hit = (page, rows)
             with pages_lock:
                 if pages.get("version") == version and len(pages) < 256:
@@ -230,9 +236,12 @@ def create_app(cfg: ServeConfig) -> FastAPI:
         if format != "json" or offset < 0 or not 1 <= limit <= API_PAGE_ROWS[1]:
             return _json_error(400, f"format is json or csv, offset at least 0, limit 1 to {API_PAGE_ROWS[1]}")
         page, rows = board_page(offset, limit, html=False)
+        info = page["intervals"]
         head = json.dumps({"columns": page["columns"], "config": page["config"],
                            "counts": recent("counts", db.counts, BOARD_CHECK),
                            "generated": _iso(page["generated"]), "limit": limit, "offset": offset,
+                           "rank_intervals": None if info is None else {
+                               **info, "stale": info.get("built_from") != page["built_from"]},
                            "total": page["total"]})
         return Response(f'{head[:-1]},"rows":[{rows}]}}', media_type="application/json")
 
@@ -242,7 +251,8 @@ def create_app(cfg: ServeConfig) -> FastAPI:
             return _html(message_page(f"Results are hidden until {cfg.hidden_until.isoformat()}."))
         page = max(1, page)
         got, rows = board_page((page - 1) * PAGE_ROWS, PAGE_ROWS, html=True)
-        return _html(board_html(got["columns"], got["config"], rows, page=page, total=got["total"]))
+        return _html(board_html(got["columns"], got["config"], rows, page=page, total=got["total"],
+                                note=intervals_note(got["intervals"], got["built_from"])))
 
     @app.get("/submissions/{sid}", response_class=HTMLResponse)
     def report_page(sid: str):

@@ -36,8 +36,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import (Boolean, Column, DateTime, Float, ForeignKey, Index, Integer, MetaData, String, Table, Text,
-                        bindparam, create_engine, delete, event, func, insert, inspect, or_, select, text, update)
+from sqlalchemy import (Boolean, Column, DateTime, Float, ForeignKey, Index, Integer, LargeBinary, MetaData, String,
+                        Table, Text, bindparam, create_engine, delete, event, func, insert, inspect, or_, select, text,
+                        update)
 from sqlalchemy.engine import Connection, Engine
 
 __all__ = ["Database", "STATUSES", "Refusal", "upgrade_to_head", "MIGRATIONS"]
@@ -105,7 +106,14 @@ board = Table(
     Column("rank", Integer),  # rank among ranked rows (NULL for a row without metrics)
     Column("row", Text),  # the row as the API serves it (JSON, its rank left out); NULL until rendered
     Column("cells", Text),  # the row's HTML cells after its rank
-    Column("extras", Text),  # per-row values computed across all rows by the refresh (JSON; issue #26)
+    Column("extras", Text),  # per-row values computed across all rows: the rank interval (JSON; issue #26)
+    # the row's bootstrap replicates for the rank intervals, computed once from its result's ``samples``
+    Column("stats_key", String(64)),  # the settings they were drawn under (NULL: not computed yet)
+    Column("stats_at", Integer),  # the board's change counter when they were stored (the servers' cache key)
+    Column("sample_unit", Text),  # the resampling unit of the primary split (rows of one unit share the counts)
+    Column("sample_n", Integer),  # its number of samples
+    Column("cll_replicates", LargeBinary),  # B little-endian float64 (NULL: no such per-sample column)
+    Column("accuracy_replicates", LargeBinary),
 )
 
 board_meta = Table(
@@ -118,6 +126,7 @@ board_meta = Table(
     Column("config", Text),  # JSON: the scoring configuration the board was built under
     Column("renderer", String(64)),  # the ubench version that rendered the stored rows
     Column("generated", DateTime(timezone=True)),
+    Column("intervals", Text),  # JSON: the last rank-interval computation (settings, rows, when, its cost)
 )
 
 
@@ -414,8 +423,10 @@ class Database:
         c.execute(update(board_meta).where(board_meta.c.id == 1).values(changes=board_meta.c.changes + 1))
         for sid, entry in entries:
             text_ = json.dumps(entry, sort_keys=True, allow_nan=False)
-            if c.execute(update(board).where(board.c.submission_id == sid)  # re-scored: rendered again
-                         .values(entry=text_, row=None, cells=None)).rowcount == 0:
+            # re-scored: off the board (a page never gets a row whose rendering is gone) until it is rendered again
+            if c.execute(update(board).where(board.c.submission_id == sid)
+                         .values(entry=text_, row=None, cells=None, position=None, rank=None, **_NO_STATS)
+                         ).rowcount == 0:
                 c.execute(insert(board).values(submission_id=sid, entry=text_))
 
     def add_board_entries(self, entries: list[tuple[str, dict]]) -> None:
@@ -460,12 +471,13 @@ class Database:
             return [tuple(r) for r in c.execute(select(board.c.submission_id, board.c.ranked, board.c.cll,
                                                        board.c.accuracy).where(board.c.row.is_not(None)))]
 
-    def store_board(self, changes: int, *, rendered: list[dict], order: list[tuple[str, int, int | None, str | None]],
+    def store_board(self, changes: int, *, rendered: list[dict], order: list[tuple[str, int, int | None]],
                     columns: str, column_state: str, config: str, renderer: str) -> bool:
         """Store a refresh computed from the entries at ``changes``: the ``rendered`` rows (``id``, ``ranked``,
-        ``cll``, ``accuracy``, ``row``, ``cells``), every row's ``(id, position, rank, extras)`` (written where it
+        ``cll``, ``accuracy``, ``row``, ``cells``), every row's ``(id, position, rank)`` (written where it
         differs), the columns and configuration. False (nothing written) when the entries changed since: the
-        refresh that follows that change stores the board."""
+        refresh that follows that change stores the board. The rank intervals are stored apart
+        (:meth:`store_intervals`)."""
         with self._writing() as c:
             now = c.execute(select(board_meta.c.changes).where(board_meta.c.id == 1).with_for_update()).scalar_one()
             if now != changes:
@@ -476,14 +488,13 @@ class Database:
                                   accuracy=bindparam("b_accuracy"), row=bindparam("b_row"),
                                   cells=bindparam("b_cells")),
                           [{f"b_{k}": v for k, v in r.items()} for r in rendered])
-            old = {r.submission_id: (r.position, r.rank, r.extras)
-                   for r in c.execute(select(board.c.submission_id, board.c.position, board.c.rank, board.c.extras))}
-            moved = [{"b_id": sid, "b_position": pos, "b_rank": rank, "b_extras": extras}
-                     for sid, pos, rank, extras in order if old.get(sid) != (pos, rank, extras)]
+            old = {r.submission_id: (r.position, r.rank)
+                   for r in c.execute(select(board.c.submission_id, board.c.position, board.c.rank))}
+            moved = [{"b_id": sid, "b_position": pos, "b_rank": rank}
+                     for sid, pos, rank in order if old.get(sid) != (pos, rank)]
             if moved:
                 c.execute(update(board).where(board.c.submission_id == bindparam("b_id"))
-                          .values(position=bindparam("b_position"), rank=bindparam("b_rank"),
-                                  extras=bindparam("b_extras")), moved)
+                          .values(position=bindparam("b_position"), rank=bindparam("b_rank")), moved)
             c.execute(update(board_meta).where(board_meta.c.id == 1)
                       .values(built_from=changes, columns=columns, column_state=column_state, config=config,
                               renderer=renderer, generated=_now()))
@@ -495,18 +506,116 @@ class Database:
             return c.execute(select(board_meta.c.generated).where(board_meta.c.id == 1)).scalar_one()
 
     def board_page(self, offset: int, limit: int | None, *, html: bool = False) -> dict:
-        """Rows ``offset .. offset + limit`` of the board in order, each ``(rank, row JSON)`` (``(rank, cells)``
-        with ``html``), with the total and the columns and configuration of the last refresh."""
+        """Rows ``offset .. offset + limit`` of the board in order, each ``(rank, extras JSON, row JSON)``
+        (``(rank, extras JSON, cells)`` with ``html``), with the total, the columns and configuration of the last
+        refresh, the change counter it was built from and the last rank-interval computation."""
         text_ = board.c.cells if html else board.c.row
         with self.engine.connect() as c:
-            meta = c.execute(select(board_meta.c.columns, board_meta.c.config, board_meta.c.generated)
+            meta = c.execute(select(board_meta.c.columns, board_meta.c.config, board_meta.c.generated,
+                                    board_meta.c.built_from, board_meta.c.intervals)
                              .where(board_meta.c.id == 1)).one()
             total = c.execute(select(func.count()).select_from(board).where(board.c.position.is_not(None))
                               ).scalar_one()
-            rows = [tuple(r) for r in c.execute(select(board.c.rank, text_).where(board.c.position.is_not(None))
+            rows = [tuple(r) for r in c.execute(select(board.c.rank, board.c.extras, text_)
+                                                .where(board.c.position.is_not(None))
                                                 .order_by(board.c.position).offset(offset).limit(limit))]
         return {"columns": json.loads(meta.columns or "[]"), "config": json.loads(meta.config or "{}"),
-                "generated": meta.generated, "total": total, "rows": rows}
+                "generated": meta.generated, "built_from": meta.built_from,
+                "intervals": json.loads(meta.intervals or "null"), "total": total, "rows": rows}
+
+    # --- the rank intervals' statistics (serve/board.py) ------------------------------------------------------
+    def board_without_stats(self, key: str, limit: int = 200) -> list[dict]:
+        """Up to ``limit`` board rows whose replicates were not computed under settings ``key``, with their
+        result's key and record (``None`` when the stored record is not JSON)."""
+        with self.engine.connect() as c:
+            rows = c.execute(select(board.c.submission_id, submissions.c.result_key, results.c.record)
+                             .join(submissions, submissions.c.id == board.c.submission_id)
+                             .join(results, results.c.key == submissions.c.result_key)
+                             .where(or_(board.c.stats_key.is_(None), board.c.stats_key != key))
+                             .order_by(board.c.submission_id).limit(limit)).all()
+        out = []
+        for r in rows:
+            try:
+                record = json.loads(r.record)
+            except ValueError:
+                record = None
+            out.append({"id": r.submission_id, "result_key": r.result_key, "record": record})
+        return out
+
+    def store_stats(self, key: str, stats: list[tuple[str, str, str | None, int | None, bytes | None,
+                                                      bytes | None]]) -> int:
+        """Store rows' replicates ``(id, result key, unit, n, CLL bytes, accuracy bytes)`` computed under settings
+        ``key``: only where the submission still has that result (a row re-scored meanwhile is computed again).
+        Returns the rows written."""
+        if not stats:
+            return 0
+        with self.engine.begin() as c:
+            at = c.execute(select(board_meta.c.changes).where(board_meta.c.id == 1)).scalar_one()
+            same = select(submissions.c.id).where(submissions.c.result_key == bindparam("b_result"))
+            return c.execute(update(board).where(board.c.submission_id == bindparam("b_id"),
+                                                 board.c.submission_id.in_(same))
+                             .values(stats_key=key, stats_at=at, sample_unit=bindparam("b_unit"),
+                                     sample_n=bindparam("b_n"), cll_replicates=bindparam("b_cll"),
+                                     accuracy_replicates=bindparam("b_accuracy")),
+                             [{"b_id": sid, "b_result": rk, "b_unit": unit, "b_n": n, "b_cll": cll, "b_accuracy": acc}
+                              for sid, rk, unit, n, cll, acc in stats]).rowcount
+
+    def board_ranked_stats(self, key: str) -> dict:
+        """What a rank-interval computation reads, without the replicates themselves: the change counter the
+        stored positions were built from, and every ranked row on the board in order as ``{id, rank, cll,
+        accuracy, stats_at, unit, n, has_cll, has_accuracy}`` (``stats_at`` None when its replicates were not
+        computed under ``key`` yet)."""
+        with self.engine.connect() as c:
+            built_from = c.execute(select(board_meta.c.built_from).where(board_meta.c.id == 1)).scalar_one()
+            rows = c.execute(select(board.c.submission_id, board.c.rank, board.c.cll, board.c.accuracy,
+                                    board.c.stats_key, board.c.stats_at, board.c.sample_unit, board.c.sample_n,
+                                    board.c.cll_replicates.is_not(None), board.c.accuracy_replicates.is_not(None))
+                             .where(board.c.position.is_not(None), board.c.rank.is_not(None))
+                             .order_by(board.c.position)).all()
+        return {"built_from": built_from, "rows": [
+            {"id": r[0], "rank": r[1], "cll": r[2], "accuracy": r[3], "stats_at": r[5] if r[4] == key else None,
+             "unit": r[6], "n": r[7], "has_cll": bool(r[8]), "has_accuracy": bool(r[9])} for r in rows]}
+
+    def board_replicates(self, ids: list[str], metric: str) -> dict[str, tuple[int, bytes]]:
+        """``{id: (stats_at, replicate bytes)}`` of ``metric`` (``cll`` or ``accuracy``) for the rows ``ids``."""
+        column = {"cll": board.c.cll_replicates, "accuracy": board.c.accuracy_replicates}[metric]
+        out = {}
+        with self.engine.connect() as c:
+            for i in range(0, len(ids), 500):
+                for sid, at, blob in c.execute(select(board.c.submission_id, board.c.stats_at, column)
+                                               .where(board.c.submission_id.in_(ids[i:i + 500]))):
+                    if blob is not None:
+                        out[sid] = (at, bytes(blob))
+        return out
+
+    def store_intervals(self, extras: list[tuple[str, int | None, str | None]], info: str) -> None:
+        """Store a rank-interval computation: each ranked row's ``(id, stats_at, extras JSON)`` (written where it
+        differs, and only while the row still has the replicates of ``stats_at``: a row re-scored meanwhile keeps
+        none until the next computation) and ``info`` (``board_meta.intervals``); the board's version moves, so
+        the servers' kept pages are read again. Not tied to the board's change counter: intervals computed a
+        moment ago stay valid for the rows they were computed over (``info`` says when and from which board)."""
+        with self._writing() as c:
+            # the meta row first, as store_board and _put_entries lock it (one lock order: no deadlock)
+            c.execute(select(board_meta.c.id).where(board_meta.c.id == 1).with_for_update())
+            old = {r.submission_id: (r.stats_at, r.extras)
+                   for r in c.execute(select(board.c.submission_id, board.c.stats_at, board.c.extras))}
+            changed = [(sid, at, text_) for sid, at, text_ in extras
+                       if sid in old and old[sid][1] != text_ and (text_ is None or old[sid][0] == at)]
+            cleared = [{"b_id": sid} for sid, _, text_ in changed if text_ is None]
+            if cleared:
+                c.execute(update(board).where(board.c.submission_id == bindparam("b_id")).values(extras=None),
+                          cleared)
+            written = [{"b_id": sid, "b_at": at, "b_extras": text_} for sid, at, text_ in changed if text_ is not None]
+            if written:
+                c.execute(update(board).where(board.c.submission_id == bindparam("b_id"),
+                                              board.c.stats_at == bindparam("b_at"))
+                          .values(extras=bindparam("b_extras")), written)
+            c.execute(update(board_meta).where(board_meta.c.id == 1).values(intervals=info, generated=_now()))
+
+
+#: What a re-scored row loses until the next refresh and statistics computation.
+_NO_STATS = {"extras": None, "stats_key": None, "stats_at": None, "sample_unit": None, "sample_n": None,
+             "cll_replicates": None, "accuracy_replicates": None}
 
 
 #: The SQLite database's file name under ``--data-dir``.

@@ -12,10 +12,11 @@ import json
 from typing import Any
 
 from .. import __version__
-from ..scoring.leaderboard_html import _CSS, _JS, _LABELS
+from ..scoring.leaderboard_html import _CSS, _JS, _LABELS, BELOW_ONE, dee_below_one
 from ..scoring.text import escape_text, html_text
 
-__all__ = ["board_csv", "board_html", "board_tr", "row_cells", "message_page", "CSP", "PAGE_ROWS"]
+__all__ = ["board_csv", "board_html", "board_tr", "row_cells", "message_page", "rank_extras", "intervals_note",
+           "CSP", "PAGE_ROWS"]
 
 #: The page's Content-Security-Policy: nothing external, inline style and the sorting script only.
 CSP = ("default-src 'none'; style-src 'unsafe-inline'; script-src 'unsafe-inline'; img-src data:; "
@@ -40,19 +41,30 @@ def _csv_text(v: Any) -> str:
     return "'" + text if text[:1] in ("=", "+", "-", "@") else text
 
 
-def _with_rank(rank: int | None, row: str) -> dict[str, Any]:
-    return {"rank": rank, **json.loads(row)}
+def rank_extras(extras: str | None) -> dict[str, Any]:
+    """A stored row's ``rank_interval`` ([best, worst]) and ``tied_with_leader`` from its ``extras`` (both None
+    until a rank-interval computation has included the row; ``serve/board.py``)."""
+    got = json.loads(extras) if extras else {}
+    return {"rank_interval": got.get("rank_interval"), "tied_with_leader": got.get("tied_with_leader")}
 
 
-def board_csv(columns: list[dict], rows: list[tuple[int | None, str]]) -> str:
-    """One line per stored row (``(rank, row JSON)``): rank, submission, team, method, submitted, every metric."""
+def _interval_text(got: dict[str, Any]) -> str:
+    iv = got["rank_interval"]
+    return "" if not iv else f"[{iv[0]}, {iv[1]}]" + (" =" if got["tied_with_leader"] else "")
+
+
+def board_csv(columns: list[dict], rows: list[tuple[int | None, str | None, str]]) -> str:
+    """One line per stored row (``(rank, extras JSON, row JSON)``): rank, rank interval (``[best, worst]``, as
+    ``ubench leaderboard --csv`` writes it), tied with the leader, submission, team, method, submitted, every
+    metric."""
     out = io.StringIO()
     w = csv.writer(out)
     keys = [c["key"] for c in columns]
-    w.writerow(["rank", "submission", "team", "method", "submitted", *keys])
-    for rank, text in rows:
-        r = _with_rank(rank, text)
-        w.writerow([r["rank"], r["submission"], _csv_text(r.get("team")),
+    w.writerow(["rank", "rank_interval", "tied_with_leader", "submission", "team", "method", "submitted", *keys])
+    for rank, extras, text in rows:
+        r, got = json.loads(text), rank_extras(extras)
+        iv = got["rank_interval"]
+        w.writerow([rank, f"[{iv[0]}, {iv[1]}]" if iv else None, got["tied_with_leader"], r["submission"], _csv_text(r.get("team")),
                     _csv_text(r.get("method_name") or r["method"]), r["submitted"],
                     *[r["metrics"].get(k) for k in keys]])
     return out.getvalue()
@@ -67,16 +79,42 @@ def row_cells(row: dict[str, Any], columns: list[dict]) -> str:
              f'<td class="l" data-v="{_e(row["submitted"])}">{_e(row["submitted"][:19])}</td>']
     for c in columns:
         v = row["metrics"].get(c["key"])
+        if dee_below_one(row, c["key"]):
+            cells.append(f'<td data-v="0">{_e(BELOW_ONE)}</td>')
+            continue
         cells.append(f'<td data-v="{"" if v is None else repr(float(v))}">'
                      f'{"" if v is None else f"{float(v):.4g}"}</td>')
     cells.append(f'<td class="l"><a href="/submissions/{_e(row["submission"])}">report</a></td>')
     return "".join(cells)
 
 
-def board_tr(rank: int | None, cells: str) -> str:
-    """A stored row on a page: its rank cell, then its stored :func:`row_cells`."""
+def board_tr(rank: int | None, extras: str | None, cells: str) -> str:
+    """A stored row on a page: its rank and rank-interval cells (the interval sorts by its worst rank, as on
+    ``ubench leaderboard``'s page), then its stored :func:`row_cells`."""
     shown = "" if rank is None else rank
-    return f'<tr><td class="l" data-v="{shown}">{shown}</td>{cells}</tr>'
+    got = rank_extras(extras)
+    worst = got["rank_interval"][1] if got["rank_interval"] else ""
+    return (f'<tr><td class="l" data-v="{shown}">{shown}</td>'
+            f'<td class="l" data-v="{worst}">{_e(_interval_text(got))}</td>{cells}</tr>')
+
+
+def intervals_note(info: dict | None, built_from: int | None) -> str:
+    """The line under the board about its rank intervals: how they were computed, when, and, when rows were scored
+    after that computation (the service recomputes them at most every few times their cost), that those rows have
+    none yet."""
+    if not info:
+        return "Rank intervals: not computed yet."
+    if not info.get("rows"):
+        return f"Rank intervals: {info.get('note') or 'none'} (as of {info.get('computed')})."
+    level = f"{100 * float(info['level']):g}"
+    text = (f"Rank interval: the {level} % interval of each row's rank by {info['metric']} over "
+            f"{info['replicates']} paired bootstrap resamples of the test samples (every row resampled alike); = "
+            f"marks rows whose interval overlaps the leader's (tied with it); the order is by the point values. "
+            f"Computed at {info['computed']} over the {info['rows']} ranked rows then on the board")
+    if info.get("built_from") != built_from:
+        text += ("; rows scored since show none, and the others' intervals do not count them yet, until the next "
+                 "computation (a large board is recomputed at most every few times the computation's cost)")
+    return text + "."
 
 
 def _pager(page: int, total: int) -> str:
@@ -92,10 +130,12 @@ def _pager(page: int, total: int) -> str:
 
 
 def board_html(columns: list[dict], config: dict, rows: str, *, page: int = 1, total: int = 0,
-               title: str = "ubench leaderboard") -> str:
-    """One page of the board around its ``rows`` (:func:`board_tr` of each, joined); ``total`` rows in all."""
-    head = ['<th class="l">#</th>', '<th class="l">team</th>', '<th class="l">method</th>',
-            '<th class="l">submitted</th>']
+               title: str = "ubench leaderboard", note: str = "") -> str:
+    """One page of the board around its ``rows`` (:func:`board_tr` of each, joined); ``total`` rows in all;
+    ``note`` (:func:`intervals_note`) under the table."""
+    head = ['<th class="l">#</th>',
+            '<th class="l" title="paired bootstrap interval of the rank; = tied with the leader">rank interval</th>',
+            '<th class="l">team</th>', '<th class="l">method</th>', '<th class="l">submitted</th>']
     for c in columns:
         label = _LABELS.get(c["key"], c["key"])
         mark = "" if c["comparable"] else " †"
@@ -116,6 +156,7 @@ labels from the host's reference <code>{_e(config.get("reference_sha256"))}</cod
 </tbody></table>
 <p>Columns marked * may be compared across models, † may not. Ranked by CLL (higher is better); click a header
 to sort this page.</p>
+<p class="meta" id="rank-intervals">{html_text(note, limit=2000)}</p>
 <script>{_JS}</script>
 </body></html>
 """

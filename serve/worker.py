@@ -12,7 +12,9 @@ path (same machine or a shared filesystem).
 
 Claims carry a lease renewed by a heartbeat (``serve/db.py``): a worker's error path gives back its own claim only,
 a claim is tried at most ``max_attempts`` times, and a finished archive's board row is stored with the outcome and
-ranked by the board refresh (``serve/board.py``).
+ranked by the board refresh (``serve/board.py``), which also computes the new row's bootstrap replicates; the rank
+intervals across all rows follow at once on a small board, and at most every ``INTERVAL_DUTY`` times their cost on
+a large one (``board.IntervalSchedule``).
 """
 
 from __future__ import annotations
@@ -21,11 +23,13 @@ import logging
 import os
 import socket
 import threading
+import time
 import uuid
 from pathlib import Path
 
 from ..scoring.leaderboard import BoardConfig, score_one
-from .board import backfill_entries, board_entry, refresh_board
+from .board import (INTERVAL_DUTY, IntervalSchedule, ReplicateCache, backfill_entries, board_entry, compute_intervals,
+                    fill_statistics, refresh_board)
 from .db import Database
 from .storage import upload_path
 
@@ -38,11 +42,12 @@ class Scorer:
     """``workers`` threads scoring the database's queue under ``config`` until :meth:`stop`, a heartbeat thread
     that renews this server's leases every quarter of ``lease`` seconds and requeues claims whose lease expired
     (a stopped server's), and a thread that refreshes the materialised board after each scored submission (one
-    refresh for several that finish together)."""
+    refresh for several that finish together) and its rank intervals when ``IntervalSchedule(interval_duty)``
+    allows."""
 
     def __init__(self, db: Database, data_dir: Path, config: BoardConfig, *, workers: int = 1,
                  poll_seconds: float = 0.5, reports: bool = True, scheduler: str | None = None, lease: float = 60.0,
-                 max_attempts: int = 3):
+                 max_attempts: int = 3, interval_duty: float = INTERVAL_DUTY):
         self.db, self.data_dir, self.config = db, data_dir, config
         self.workers, self.poll, self.reports = workers, poll_seconds, reports
         self.scheduler, self.lease, self.max_attempts = scheduler, lease, max_attempts
@@ -55,6 +60,8 @@ class Scorer:
         self._held: set[str] = set()
         self._held_lock = threading.Lock()
         self._threads: list[threading.Thread] = []
+        self._schedule = IntervalSchedule(interval_duty)
+        self._replicates = ReplicateCache()
 
     def result_key(self, sha256: str) -> str:
         return f"{sha256}-{self.config.key()[:16]}"
@@ -131,8 +138,9 @@ class Scorer:
 
     def _refresher(self) -> None:
         backfilled = False
+        owed = True  # the rank intervals lag the stored board (always at start)
         while not self._stop.is_set():
-            self._dirty.wait()
+            changed = self._dirty.wait(self._schedule.wait(time.monotonic()) if owed else None)
             if self._stop.is_set():
                 return
             self._dirty.clear()
@@ -142,7 +150,15 @@ class Scorer:
                     backfilled = True
                     if n:
                         log.warning("added %d scored submission(s) to the materialised board", n)
-                refresh_board(self.db, self.config)
+                if changed:
+                    refresh_board(self.db, self.config)
+                    fill_statistics(self.db, self.config)  # the new rows' replicates, once each
+                    owed = True
+                now = time.monotonic()
+                if owed and self._schedule.due(now):
+                    info = compute_intervals(self.db, self.config, self._replicates)
+                    self._schedule.done(now, info["seconds"])
+                    owed = False
             except Exception:
                 log.exception("could not refresh the board")
                 self._stop.wait(self.poll)
@@ -179,6 +195,7 @@ class Scorer:
         if out.exists():
             return
         try:
-            write_html(record["outcome"]["report"], out, limits=self.config.sandbox)
+            report = {k: v for k, v in record["outcome"]["report"].items() if k != "samples"}  # never served
+            write_html(report, out, limits=self.config.sandbox)
         except Exception:  # the report page is a convenience; the result stands without it
             log.exception("could not draw the report of %s", key)

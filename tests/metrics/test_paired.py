@@ -16,6 +16,7 @@ from ubench.metrics.paired import (
     holm,
     paired_comparisons,
     rank_intervals,
+    replicate_ranks,
     sample_replicates,
 )
 
@@ -151,6 +152,21 @@ def test_rank_intervals_are_exact_when_the_order_is_certain_and_wide_for_ties():
     close = rank_intervals({"x": 0.50, "y": 0.49}, {"x": 0.50 + rng.normal(0, .02, 400),
                                                     "y": 0.49 + rng.normal(0, .02, 400)}, higher_is_better=True)
     assert close["x"]["rank_interval"] == [1, 2] and close["y"]["tied_with_leader"]
+
+
+def test_replicate_ranks_equal_the_pairwise_definition():
+    """The sorted ranking equals its definition computed over every pair of rows (1 + the rows better by more than
+    rounding): exact ties, ties within rounding (1e-13 apart) and at its edge (0 and 1e-12), negative and large values, one row."""
+    rng = np.random.default_rng(8)
+    base = rng.choice([-3e6, -2.5, -1.0, 0.0, 1e-12, 0.3, 0.3 + 1e-13, 7.0, 1e9], size=(60, 1))
+    reps = base + rng.choice([0.0, 0.0, 0.0, 1e-13, 0.5], size=(60, 40)) * rng.choice([1, -1], size=(60, 40))
+    reps[:5] = reps[5:10]  # rows identical in every replicate
+    tol = 1e-12 * np.maximum(1.0, np.abs(reps))
+    want = 1 + np.sum(reps[None, :, :] > (reps + tol)[:, None, :], axis=1)  # (rows, B): row i against every j
+    assert np.array_equal(replicate_ranks(reps), want.T)
+    assert np.array_equal(replicate_ranks(reps[:1]), np.ones((40, 1)))
+    with pytest.raises(ValueError, match="finite"):
+        replicate_ranks(np.array([[0.0, np.nan]]))
 
 
 def test_grouped_runs_hold_run_to_run_and_test_sample_variance():

@@ -75,8 +75,8 @@ def test_best_value_of_each_comparable_column_is_marked(compared):
     header = [h for _, h in table[0]]
     reports = out["reports"]
     checked = 0
-    for col, (key, higher) in {"acc *": ("accuracy", True), "CLL *": ("cll", True), "DEE *": ("dee", True),
-                               "OOD-AUROC(tot) *": ("ood_auroc_total", True)}.items():
+    for col, (key, higher) in {"acc↑ *": ("accuracy", True), "CLL↑ *": ("cll", True), "DEE↑ *": ("dee", True),
+                               "OOD-AUROC(tot)↑ *": ("ood_auroc_total", True)}.items():
         j = header.index(col)
         values = [r["summary"][key] for r in reports]
         best = max(values) if higher else min(values)
@@ -85,10 +85,35 @@ def test_best_value_of_each_comparable_column_is_marked(compared):
         assert all(table[1:][i][j][1].endswith("▲") for i in marked)
         checked += 1
     # columns that are not comparable (uncalibrated NLL/ECE) are never marked
-    for col in ("NLL", "ECE"):
+    for col in ("NLL↓", "ECE↓"):
         j = header.index(col)
         assert all(row[j][0] != "best" for row in table[1:])
     assert checked == 4
+
+
+#: Which way each compare column is better, written out here (not read from ``scoring/tables.py``): the terminal
+#: table's and the page's headers must say the same.
+DIRECTIONS = {"acc": "↑", "CLL": "↑", "DEE": "↑", "NLL": "↓", "Brier": "↓", "ECE": "↓", "TACE": "↓", "UCE": "↓",
+              "T": "", "misAUROC": "↑", "OOD-AUROC(tot)": "↑", "OOD-AUROC(kn)": "↑", "shift acc(med)": "↑",
+              "agree(HMC)": "↑", "TV(HMC)": "↓"}
+
+
+def test_headers_carry_the_direction_like_the_terminal(compared):
+    """Every column header of the page's table is its name, ↑ (higher is better) or ↓ (lower) or nothing (the
+    temperature), then `` *`` when comparable; the legend says what the arrows mean (issue #28)."""
+    page_path, out = compared
+    page = read_page(page_path.read_text(encoding="utf-8"))
+    table = next(t for t in page.tables if t[0][0][1] == "method" and t[0][1][1] == "dataset")
+    header = [h for _, h in table[0]][2:]
+    pattern = re.compile(r"^(.*?)([↑↓]?)( \*)?$")
+    seen = {}
+    for cell in header:
+        name, arrow, _ = pattern.match(cell).groups()
+        assert name in DIRECTIONS, cell
+        seen[name] = arrow
+    assert seen == {name: DIRECTIONS[name] for name in seen}
+    assert {"acc", "CLL", "NLL", "ECE", "Brier", "T", "OOD-AUROC(tot)"} <= set(seen)  # both arrows and none
+    assert "↑ higher is better, ↓ lower is better" in page.text
 
 
 def test_best_value_skips_rows_on_another_task(tmp_path):

@@ -19,7 +19,7 @@ from alembic.migration import MigrationContext  # noqa: E402
 
 from ubench.serve.db import Database, metadata  # noqa: E402
 
-HEAD = "0003"
+HEAD = "0004"
 
 
 def _previous_layout() -> sa.MetaData:

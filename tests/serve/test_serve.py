@@ -112,6 +112,17 @@ def wait_board(srv: Server, n_rows: int, timeout: float = 120) -> dict:
         time.sleep(0.1)
 
 
+def wait_intervals(srv: Server, n_rows: int, timeout: float = 120) -> dict:
+    """``GET /api/leaderboard`` once its ``n_rows`` rows all have their rank interval (computed right after the
+    board's refresh on a small board)."""
+    end = time.monotonic() + timeout
+    while True:
+        board = wait_board(srv, n_rows, timeout)
+        if all(r["rank_interval"] for r in board["rows"]) or time.monotonic() > end:
+            return board
+        time.sleep(0.1)
+
+
 def query(data: Path, sql: str, db_url: str | None = None) -> list[tuple]:
     """Rows of ``sql`` from the service's database (SQLite under ``data`` or ``db_url``), read with SQLAlchemy."""
     from sqlalchemy import create_engine, text
@@ -168,7 +179,8 @@ def test_upload_becomes_a_row_with_its_report(host):
         time.sleep(0.2)
     assert report.status_code == 200 and "default-src 'none'" in report.headers["content-security-policy"]
     csv = httpx.get(srv.url + "/api/leaderboard", params={"format": "csv"}).text.splitlines()
-    assert csv[0].startswith("rank,submission,team,method,submitted,cll") and sid in csv[1]
+    assert csv[0].startswith("rank,rank_interval,tied_with_leader,submission,team,method,submitted,cll")
+    assert sid in csv[1]
     assert sorted(p.name for p in (data / "uploads").iterdir()) == [f"{r.json()['sha256']}.h5"]
 
 

@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from conftest import create_database  # noqa: E402
-from test_serve import EXAMPLE, Server, _ubench, httpx, query, wait_board  # the same real server (tests/serve)
+from test_serve import EXAMPLE, Server, _ubench, httpx, query, wait_board, wait_intervals  # the same real server
 
 EXAMPLES = Path(EXAMPLE).parent
 JUNK = b"\x89HDF\r\n\x1a\n" + bytes(range(256)) * 8  # an upload the scorer rejects quickly
@@ -239,7 +239,8 @@ def test_hidden_results_and_every_routes_authentication(new_host):
     srv = h.server("--hidden-until", "2999-01-01T00:00:00")
     ids = {"scored": upload(srv, h.tokens["alpha"], EXAMPLE.read_bytes(), method="de").json()["id"],
            "rejected": upload(srv, h.tokens["alpha"], JUNK).json()["id"]}
-    assert upload(srv, h.tokens["beta"], JUNK).status_code == 202  # the other team has an upload of its own
+    other = upload(srv, h.tokens["beta"], (EXAMPLES / "digits_sgd.h5").read_bytes(), method="sgd")
+    assert other.status_code == 202  # the other team has an upload of its own: two rows, so rank intervals
     for _ in range(600):  # scoring runs before the deadline: the rows are done and the report drawn, only hidden
         done = {s for (s,) in h.sql("select status from submissions")} <= {"scored", "rejected"}
         if done and any((h.data / "reports").glob("*.html")):
@@ -260,20 +261,32 @@ def test_hidden_results_and_every_routes_authentication(new_host):
     srv.stop()
 
     srv = h.server("--hidden-until", "2000-01-01T00:00:00")  # the same data, the deadline passed
+    rows = wait_intervals(srv, 2)["rows"]
+    assert [r["submission"] for r in rows][0] == ids["scored"] and [r["rank_interval"] for r in rows] == [[1, 1],
+                                                                                                        [2, 2]]
+    public_bodies = []
     for route in ROUTES:
         for who, token in tokens.items():
             r = _call(srv, route, token, ids)
             assert r.status_code == _expected(route, who, public=True), (route, who, r.text)
+            public_bodies.append((route, r.text))
     own = _call(srv, "status-scored", tokens["owner"], ids).json()
     assert own["summary"]["accuracy"] > 0.9 and own["started"] and own["finished"] and own["report"]
     assert _call(srv, "status-rejected", tokens["owner"], ids).json()["outcome"] in ("rejected", "unreadable")
-    rows = wait_board(srv, 1)["rows"]
-    assert [r["submission"] for r in rows] == [ids["scored"]]
     metrics = [f for k in ("cll", "accuracy", "nll", "ece")
                for f in (repr(own["summary"][k]), f"{own['summary'][k]:.4g}", f"{own['summary'][k]:.4f}")]
-    leaked = [(route, m) for route, body in hidden_bodies for m in metrics if m in body]
+    leaked = [(route, m) for route, body in hidden_bodies for m in metrics + ["rank_interval", "[1, 1]"]
+              if m in body]
     leaked += [(route, "id") for route, body in hidden_bodies if route.startswith("board") and ids["scored"] in body]
-    assert leaked == []  # no hidden answer held a metric; no board named the row
+    assert leaked == []  # no hidden answer held a metric or a rank interval; no board named the row
+    # issue #26 item 7: no answer, before or after the deadline, holds a per-sample statistic of the reports
+    columns = [text[:24] for (record,) in h.sql("select record from results where status = 'ok'")
+               for split in json.loads(record)["outcome"]["report"]["samples"]["splits"].values()
+               for text in split["columns"].values()]
+    assert len(columns) >= 8
+    leaked = [(route, c) for route, body in hidden_bodies + public_bodies for c in columns if c in body]
+    leaked += [(route, "samples") for route, body in hidden_bodies + public_bodies if '"samples"' in body]
+    assert leaked == []
     _assert_private(h.data)
 
 
@@ -790,7 +803,9 @@ def test_unusable_data_dir_or_database_is_one_line_and_exit_2(tmp_path, referenc
 def test_board_is_materialised_when_scored_and_served_without_the_records(host):
     """Item 7: a scored submission's board row is stored when it is scored; the routes serve the stored rows (the
     result records can be emptied and the board stays), paged; a better upload re-ranks the stored rows, and the
-    pages served before show the new board."""
+    pages served before show the new board. Issue #26 item 7: every row's rank interval and tie mark, equal to
+    ``ubench leaderboard``'s over the same results, in the JSON, the CSV and the page (stored: served without the
+    records too)."""
     srv = host.server()
     token = host.tokens["alpha"]
     first = upload(srv, token, (EXAMPLES / "digits_sgd.h5").read_bytes(), method="sgd").json()["id"]
@@ -799,17 +814,32 @@ def test_board_is_materialised_when_scored_and_served_without_the_records(host):
     assert first in httpx.get(srv.url + "/").text  # this page is kept until the board changes
     second = upload(srv, token, EXAMPLE.read_bytes(), method="de").json()["id"]
     assert srv.wait_done(token, second)["status"] == "scored"
-    board = wait_board(srv, 2)
+    board = wait_intervals(srv, 2)
     assert [(r["submission"], r["rank"]) for r in board["rows"]] == [(second, 1), (first, 2)]  # DE's CLL is higher
     assert host.sql("select submission_id, position from board_rows order by position") == [(second, 1), (first, 2)]
+    # issue #26 item 7: the rows' rank intervals are ubench leaderboard's over the same results (build_board)
+    from ubench.scoring.leaderboard import BoardConfig, build_board
+
+    records = [{**json.loads(r), "archive": sid} for sid, r in host.sql(
+        "select s.id, r.record from submissions s join results r on r.key = s.result_key")]
+    want = build_board(records, BoardConfig.create(reference=host.reference))
+    assert [(r["submission"], r["rank_interval"], r["tied_with_leader"]) for r in board["rows"]] == \
+        [(r["archive"], r["rank_interval"], r["tied_with_leader"]) for r in want["rows"]]
+    assert [r["rank_interval"] for r in board["rows"]] == [[1, 1], [2, 2]]
+    info = board["rank_intervals"]
+    assert (info["metric"], info["rows"], info["stale"]) == ("cll", 2, False)
     host.execute("update results set record = 'not json'")  # nothing re-reads the records per request
     again = httpx.get(srv.url + "/api/leaderboard", params={"offset": 1, "limit": 1}).json()
     assert [r["submission"] for r in again["rows"]] == [first] and again["total"] == 2
     assert again["rows"][0]["metrics"] == board["rows"][1]["metrics"]
+    assert again["rows"][0]["rank_interval"] == [2, 2] and again["rows"][0]["tied_with_leader"] is False
     page = httpx.get(srv.url + "/")
     assert page.status_code == 200 and first in page.text and second in page.text
+    assert ">rank interval</th>" in page.text and '<td class="l" data-v="2">[2, 2]</td>' in page.text
+    assert "over the 2 ranked rows" in page.text
     csv = httpx.get(srv.url + "/api/leaderboard", params={"format": "csv"}).text.splitlines()
-    assert len(csv) == 3 and second in csv[1]
+    assert csv[0].startswith("rank,rank_interval,tied_with_leader,submission,")
+    assert len(csv) == 3 and csv[1].startswith(f'1,"[1, 1]",False,{second},')
 
 
 def test_refresh_orders_and_ranks_the_stored_rows_as_build_board_does(tmp_path, reference):
@@ -850,7 +880,7 @@ def test_refresh_orders_and_ranks_the_stored_rows_as_build_board_does(tmp_path, 
 
     def stored():
         page = db.board_page(0, None)
-        return [(json.loads(row)["submission"], rank) for rank, row in page["rows"]]
+        return [(json.loads(row)["submission"], rank) for rank, _, row in page["rows"]]
 
     def expected():
         board = build_board([{**r, "archive": sid} for sid, r in records.items()], config)
