@@ -19,7 +19,9 @@ cheap:
 
 At 10,000 rows the second step takes seconds, so the service (``serve/worker.py``) runs it at most every
 :data:`INTERVAL_DUTY` times its last cost (:class:`IntervalSchedule`): rows scored since keep no interval until
-then, and the page and the API say when the intervals were computed and that newer rows wait for them.
+then, and the page and the API say when the intervals were computed and that newer rows wait for them. Both steps
+run in a thread apart from :func:`refresh_board`'s, so a scored row reaches the board while they run (the first
+step over a whole 10,000-row board, at a server's start on an older database, takes a minute).
 """
 
 from __future__ import annotations
@@ -140,8 +142,9 @@ def refresh_board(db: Database, config: BoardConfig) -> bool:
     """Bring the stored board up to date: render the new (or re-scored) rows, order and rank every row, and
     store the positions, ranks and extras that changed with the columns and the configuration. Called after each
     scored submission and at start; costs the new rows plus one ordering of every row's keys (every row is
-    rendered again only when a column appears or ubench changed). Returns False when an entry was added meanwhile
-    (nothing is stored: the refresh that follows that addition stores the board)."""
+    rendered again only when a column appears or ubench changed). Rows added or re-scored while it ran wait for
+    the next refresh (``Database.store_board``); returns False only when a refresh from newer entries was stored
+    first (nothing is stored)."""
     state = db.board_state()
     every = state["renderer"] != __version__
     pending = db.board_pending(every=every)
@@ -153,10 +156,12 @@ def refresh_board(db: Database, config: BoardConfig) -> bool:
         pending = db.board_pending(every=True)
         rows = render_rows(pending, config)
     keys = {sid: (bool(ranked), cll, acc) for sid, ranked, cll, acc in db.board_keys()}
+    entries = {i["id"]: i["entry_text"] for i in pending}
     rendered = []
     for row, ranked in rows:
         keys[row["submission"]] = (ranked, row["metrics"].get("cll"), row["metrics"].get("accuracy"))
-        rendered.append({"id": row["submission"], "ranked": ranked, "cll": row["metrics"].get("cll"),
+        rendered.append({"id": row["submission"], "entry": entries[row["submission"]], "ranked": ranked,
+                         "cll": row["metrics"].get("cll"),
                          "accuracy": row["metrics"].get("accuracy"), "row": _json(row),
                          "cells": row_cells(row, columns)})
     order = [(sid, position, rank) for position, (sid, rank) in enumerate(board_order(keys, config), 1)]
@@ -241,16 +246,17 @@ def row_statistics(samples: list[Any], settings: dict[str, Any]
     return out
 
 
-def fill_statistics(db: Database, config: BoardConfig, *, batch: int = 200) -> int:
+def fill_statistics(db: Database, config: BoardConfig, *, batch: int = 200, stop: Any = None) -> int:
     """Compute and store the replicates of every board row that has none under the board's settings (new and
     re-scored rows; every row after the settings changed), from the samples of its stored result, ``batch`` rows
-    at a time. Returns the rows stored."""
+    at a time (one short write each), until none is left or ``stop`` (an Event) is set. Returns the rows
+    stored."""
     settings = interval_settings(config)
     if settings is None:
         return 0
     key = _stats_key(settings)
     done = 0
-    while rows := db.board_without_stats(key, limit=batch):
+    while not (stop is not None and stop.is_set()) and (rows := db.board_without_stats(key, limit=batch)):
         samples = [(((r["record"] or {}).get("outcome") or {}).get("report") or {}).get("samples")
                    if isinstance(r["record"], dict) else None for r in rows]
         stats = row_statistics(samples, settings)

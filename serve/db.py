@@ -452,8 +452,9 @@ class Database:
                 "column_state": json.loads(m["column_state"] or "null"), "renderer": m["renderer"]}
 
     def board_pending(self, *, every: bool = False) -> list[dict]:
-        """Entries to render (new or re-scored; ``every`` row with ``every``), each with its submission's team,
-        date and method."""
+        """Entries to render (new or re-scored; ``every`` row with ``every``), each with its text as stored
+        (``entry_text``: :meth:`store_board` writes a rendering only over the entry it was made from) and its
+        submission's team, date and method."""
         query_ = (select(board.c.submission_id, board.c.entry, submissions.c.created, submissions.c.method,
                          teams.c.name)
                   .join(submissions, submissions.c.id == board.c.submission_id)
@@ -462,8 +463,8 @@ class Database:
             query_ = query_.where(board.c.row.is_(None))
         with self.engine.connect() as c:
             rows = c.execute(query_).all()
-        return [{"id": r.submission_id, "entry": json.loads(r.entry), "created": r.created, "method": r.method,
-                 "team": r.name} for r in rows]
+        return [{"id": r.submission_id, "entry": json.loads(r.entry), "entry_text": r.entry, "created": r.created,
+                 "method": r.method, "team": r.name} for r in rows]
 
     def board_keys(self) -> list[tuple[str, bool, float | None, float | None]]:
         """The ranking keys of every rendered row: (submission id, has metrics, CLL, accuracy)."""
@@ -473,17 +474,24 @@ class Database:
 
     def store_board(self, changes: int, *, rendered: list[dict], order: list[tuple[str, int, int | None]],
                     columns: str, column_state: str, config: str, renderer: str) -> bool:
-        """Store a refresh computed from the entries at ``changes``: the ``rendered`` rows (``id``, ``ranked``,
-        ``cll``, ``accuracy``, ``row``, ``cells``), every row's ``(id, position, rank)`` (written where it
-        differs), the columns and configuration. False (nothing written) when the entries changed since: the
-        refresh that follows that change stores the board. The rank intervals are stored apart
-        (:meth:`store_intervals`)."""
+        """Store a refresh computed from the entries at ``changes``: the ``rendered`` rows (``id``, ``entry`` (the
+        entry's text as read), ``ranked``, ``cll``, ``accuracy``, ``row``, ``cells``), every row's ``(id, position,
+        rank)`` (written where it differs), the columns and configuration.
+
+        Entries that changed since ``changes`` do not hold it back (at 10,000 rows a refresh takes a second or
+        two, and submissions scored faster than that would keep every refresh from being stored): a row added
+        meanwhile stays off the board and a row re-scored meanwhile keeps neither its old rendering nor a position
+        (each write is guarded by the row's entry and rendering), and the refresh that follows that change stores
+        them. False (nothing written) only when a refresh computed from newer entries was stored already (another
+        server's). The rank intervals are stored apart (:meth:`store_intervals`)."""
         with self._writing() as c:
-            now = c.execute(select(board_meta.c.changes).where(board_meta.c.id == 1).with_for_update()).scalar_one()
-            if now != changes:
+            built = c.execute(select(board_meta.c.built_from).where(board_meta.c.id == 1).with_for_update()
+                              ).scalar_one()
+            if built is not None and built > changes:
                 return False
             if rendered:
-                c.execute(update(board).where(board.c.submission_id == bindparam("b_id"))
+                c.execute(update(board).where(board.c.submission_id == bindparam("b_id"),
+                                              board.c.entry == bindparam("b_entry"))
                           .values(ranked=bindparam("b_ranked"), cll=bindparam("b_cll"),
                                   accuracy=bindparam("b_accuracy"), row=bindparam("b_row"),
                                   cells=bindparam("b_cells")),
@@ -493,7 +501,7 @@ class Database:
             moved = [{"b_id": sid, "b_position": pos, "b_rank": rank}
                      for sid, pos, rank in order if old.get(sid) != (pos, rank)]
             if moved:
-                c.execute(update(board).where(board.c.submission_id == bindparam("b_id"))
+                c.execute(update(board).where(board.c.submission_id == bindparam("b_id"), board.c.row.is_not(None))
                           .values(position=bindparam("b_position"), rank=bindparam("b_rank")), moved)
             c.execute(update(board_meta).where(board_meta.c.id == 1)
                       .values(built_from=changes, columns=columns, column_state=column_state, config=config,
@@ -551,9 +559,12 @@ class Database:
             return 0
         with self.engine.begin() as c:
             at = c.execute(select(board_meta.c.changes).where(board_meta.c.id == 1)).scalar_one()
-            same = select(submissions.c.id).where(submissions.c.result_key == bindparam("b_result"))
+            # the row's own submission by its primary key (``submission_id IN (... WHERE result_key = ?)`` scanned
+            # every submission per row: 40 s of write lock for a 10,000-row backfill)
+            same = (select(submissions.c.result_key).where(submissions.c.id == board.c.submission_id)
+                    .scalar_subquery())
             return c.execute(update(board).where(board.c.submission_id == bindparam("b_id"),
-                                                 board.c.submission_id.in_(same))
+                                                 same == bindparam("b_result"))
                              .values(stats_key=key, stats_at=at, sample_unit=bindparam("b_unit"),
                                      sample_n=bindparam("b_n"), cll_replicates=bindparam("b_cll"),
                                      accuracy_replicates=bindparam("b_accuracy")),

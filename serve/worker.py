@@ -12,9 +12,10 @@ path (same machine or a shared filesystem).
 
 Claims carry a lease renewed by a heartbeat (``serve/db.py``): a worker's error path gives back its own claim only,
 a claim is tried at most ``max_attempts`` times, and a finished archive's board row is stored with the outcome and
-ranked by the board refresh (``serve/board.py``), which also computes the new row's bootstrap replicates; the rank
-intervals across all rows follow at once on a small board, and at most every ``INTERVAL_DUTY`` times their cost on
-a large one (``board.IntervalSchedule``).
+ranked by the board refresh (``serve/board.py``) in a thread of its own; another thread then computes the new
+row's bootstrap replicates and the rank intervals across all rows, at once on a small board and at most every
+``INTERVAL_DUTY`` times their cost on a large one (``board.IntervalSchedule``). Neither waits for the other: a
+row is on the board (its rank interval marked as pending) while the replicates of a large board are computed.
 """
 
 from __future__ import annotations
@@ -41,9 +42,10 @@ log = logging.getLogger("ubench.serve")
 class Scorer:
     """``workers`` threads scoring the database's queue under ``config`` until :meth:`stop`, a heartbeat thread
     that renews this server's leases every quarter of ``lease`` seconds and requeues claims whose lease expired
-    (a stopped server's), and a thread that refreshes the materialised board after each scored submission (one
-    refresh for several that finish together) and its rank intervals when ``IntervalSchedule(interval_duty)``
-    allows."""
+    (a stopped server's), a thread that refreshes the materialised board after each scored submission (one
+    refresh for several that finish together), and a thread that computes the rows' replicates and the rank
+    intervals when ``IntervalSchedule(interval_duty)`` allows: a scored row reaches the board without waiting
+    for either (at start, the replicates of a 10,000-row board take minutes)."""
 
     def __init__(self, db: Database, data_dir: Path, config: BoardConfig, *, workers: int = 1,
                  poll_seconds: float = 0.5, reports: bool = True, scheduler: str | None = None, lease: float = 60.0,
@@ -56,7 +58,8 @@ class Scorer:
         self._client = None
         self._stop = threading.Event()
         self._wake = threading.Event()
-        self._dirty = threading.Event()
+        self._dirty = threading.Event()  # scored rows wait for the board's refresh
+        self._stats = threading.Event()  # refreshed rows wait for their replicates and the rank intervals
         self._held: set[str] = set()
         self._held_lock = threading.Lock()
         self._threads: list[threading.Thread] = []
@@ -76,7 +79,8 @@ class Scorer:
             self._client = SchedulerClient(self.scheduler)
             self.workers = self._client.n_threads()
         targets = [(f"ubench-scorer-{i}", self._loop) for i in range(self.workers)]
-        targets += [("ubench-heartbeat", self._heartbeat), ("ubench-board", self._refresher)]
+        targets += [("ubench-heartbeat", self._heartbeat), ("ubench-board", self._refresher),
+                    ("ubench-intervals", self._intervals)]
         self._dirty.set()  # the board is brought up to date at start (entries of an older database included)
         for name, target in targets:
             t = threading.Thread(target=target, name=name, daemon=True)
@@ -90,6 +94,7 @@ class Scorer:
         self._stop.set()
         self._wake.set()
         self._dirty.set()
+        self._stats.set()
         for t in self._threads:
             t.join(timeout=5)
         if self._client is not None:
@@ -137,10 +142,11 @@ class Scorer:
                 log.exception("heartbeat failed")
 
     def _refresher(self) -> None:
+        """Puts newly scored rows on the board: entries of an older database at start, then one refresh per wake
+        (several scored submissions at once share one). Never computes statistics or intervals (``_intervals``)."""
         backfilled = False
-        owed = True  # the rank intervals lag the stored board (always at start)
         while not self._stop.is_set():
-            changed = self._dirty.wait(self._schedule.wait(time.monotonic()) if owed else None)
+            self._dirty.wait()
             if self._stop.is_set():
                 return
             self._dirty.clear()
@@ -150,9 +156,26 @@ class Scorer:
                     backfilled = True
                     if n:
                         log.warning("added %d scored submission(s) to the materialised board", n)
+                refresh_board(self.db, self.config)
+                self._stats.set()
+            except Exception:
+                log.exception("could not refresh the board")
+                self._stop.wait(self.poll)
+                self._dirty.set()
+
+    def _intervals(self) -> None:
+        """Each board row's replicates (new rows', and at start every row's that has none: minutes at 10,000
+        rows), then the rank intervals across all rows when ``IntervalSchedule`` allows. Its own thread: new rows
+        reach the board (``_refresher``) meanwhile, their interval marked as pending."""
+        owed = True  # the rank intervals lag the stored board (always at start)
+        while not self._stop.is_set():
+            changed = self._stats.wait(self._schedule.wait(time.monotonic()) if owed else None)
+            if self._stop.is_set():
+                return
+            self._stats.clear()
+            try:
                 if changed:
-                    refresh_board(self.db, self.config)
-                    fill_statistics(self.db, self.config)  # the new rows' replicates, once each
+                    fill_statistics(self.db, self.config, stop=self._stop)
                     owed = True
                 now = time.monotonic()
                 if owed and self._schedule.due(now):
@@ -160,9 +183,9 @@ class Scorer:
                     self._schedule.done(now, info["seconds"])
                     owed = False
             except Exception:
-                log.exception("could not refresh the board")
+                log.exception("could not compute the board's rank intervals")
                 self._stop.wait(self.poll)
-                self._dirty.set()
+                self._stats.set()
 
     def score(self, sub: dict) -> None:
         key = self.result_key(sub["sha256"])

@@ -54,6 +54,7 @@ SLOW_TESTS = frozenset({
     "tests/serve/test_serve_hostile.py::test_parallel_uploads_hold_the_daily_quota_and_the_concurrency_limit",  # 42 s
     "tests/serve/test_serve_hostile.py::test_board_is_materialised_when_scored_and_served_without_the_records",  # 43 s
     "tests/serve/test_serve_hostile.py::test_unusable_data_dir_or_database_is_one_line_and_exit_2",  # 35 s
+    "tests/serve/test_serve_hostile.py::test_upload_reaches_the_board_while_replicates_are_computed",  # 18 s at load 7
     # a 2-worker LocalCluster started for the module, three reports each way (26 s at load 12)
     "tests/scoring/test_score_parallel.py::test_cluster_report_equals_the_one_process_report",
 })

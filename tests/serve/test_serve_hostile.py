@@ -842,11 +842,87 @@ def test_board_is_materialised_when_scored_and_served_without_the_records(host):
     assert len(csv) == 3 and csv[1].startswith(f'1,"[1, 1]",False,{second},')
 
 
+def test_upload_reaches_the_board_while_replicates_are_computed(tmp_path, reference, postgres_server):
+    """Item 7 (issue #26 item 7): a server started on a board whose rows have no replicates yet computes them for
+    every row (a minute at 10,000 rows); an upload scored meanwhile is on the board at once, its rank interval
+    pending, and the rank intervals follow when the replicates are done. The replicates' writes are held back by
+    a transaction of the test's that locks the rows without them (the real PostgreSQL's row locks): with the
+    statistics in the board refresh's own thread, the new row never reached the board while they were written."""
+    from sqlalchemy import bindparam, create_engine, text
+
+    from ubench.scoring.leaderboard import BoardConfig
+    from ubench.scoring.protocols import Protocol
+    from ubench.serve.board import board_entry, refresh_board
+    from ubench.serve.db import Database
+
+    url = create_database(postgres_server)
+    host = Host(tmp_path, reference, url, "alpha", "seeders")
+    sgd = EXAMPLES / "digits_sgd.h5"
+    try:
+        srv = host.server()  # a real result of the example, scored once, for the seeded rows
+        first = srv.upload(host.tokens["seeders"], sgd).json()["id"]
+        assert srv.wait_done(host.tokens["seeders"], first)["status"] == "scored"
+        for _ in range(300):  # on the board, its replicates computed (one row: no interval)
+            info = httpx.get(srv.url + "/api/leaderboard", params={"limit": 1}).json()
+            if info["total"] == 1 and info["rank_intervals"] and not info["rank_intervals"]["stale"]:
+                break
+            time.sleep(0.1)
+        assert info["total"] == 1 and info["rank_intervals"]["rows"] == 0
+        srv.kill9()  # at once: its report page, still being drawn, is not needed
+        db = Database(url)
+        tid = next(i for i, name in db.team_names().items() if name == "seeders")  # alpha's quota stays free
+        (record,) = [json.loads(r) for r, in host.sql("select record from results")]
+        record["outcome"]["report"].pop("samples")  # the seeded rows' replicates: none, quickly
+        cll = record["outcome"]["report"]["summary"]["cll"]
+        seeded = []
+        for i in range(40):  # better than the example: its new row ranks last, no seeded row moves
+            record["outcome"]["report"]["summary"]["cll"] = cll + 0.001 * (i + 1)
+            sha = f"{i:064x}"
+            db.complete_upload("seed", tid, sha, 1, f"seed {i}", None)
+            claim = db.claim_next("seed", lease=60)
+            assert db.finish(claim["id"], "seed", f"{sha}-seed", sha, record, "scored", board_entry(record))
+            seeded.append(claim["id"])
+        assert refresh_board(db, BoardConfig.create(reference=reference, protocol=Protocol.preset("pitfalls")))
+        db.engine.dispose()
+        locker = create_engine(url)
+        lock = locker.connect()
+        held = lock.begin()
+        try:
+            lock.execute(text("select submission_id from board_rows where submission_id in :ids for update")
+                         .bindparams(bindparam("ids", expanding=True)), {"ids": seeded})
+            srv = host.server()
+            sid = srv.upload(host.tokens["alpha"], sgd).json()["id"]  # a duplicate: its result is known
+            assert srv.wait_done(host.tokens["alpha"], sid)["status"] == "scored"
+            for _ in range(300):  # a refresh of 42 rows takes milliseconds
+                board = httpx.get(srv.url + "/api/leaderboard", params={"offset": 40, "limit": 2}).json()
+                if board["total"] == 42:
+                    break
+                time.sleep(0.1)
+            assert board["total"] == 42 and sid in [r["submission"] for r in board["rows"]], srv.log()
+            assert sorted(r["rank"] for r in board["rows"]) == [41, 42]  # the first's twin, after the seeded
+            assert host.sql("select count(*) from board_rows where stats_key is null") == [(41,)]  # waiting
+            assert board["rank_intervals"]["stale"]  # the first upload's, from before: marked as such
+        finally:
+            held.rollback()
+            lock.close()
+            locker.dispose()
+        for _ in range(300):  # the lock gone, the replicates of every row and then the rank intervals
+            info = httpx.get(srv.url + "/api/leaderboard", params={"limit": 1}).json()["rank_intervals"]
+            if not info["stale"]:
+                break
+            time.sleep(0.1)
+        assert not info["stale"] and info["rows"] == 2, info  # the two uploads; the seeded rows have no samples
+        assert host.sql("select count(*) from board_rows where stats_key is null") == [(0,)]
+    finally:
+        host.stop()
+
+
 def test_refresh_orders_and_ranks_the_stored_rows_as_build_board_does(tmp_path, reference):
     """Item 7: the stored board (rows rendered once, ordered by their stored keys on every refresh) equals
     ``build_board`` over the full records: ties in CLL broken by accuracy, then by id; rows without CLL after the
     others; rows without metrics unranked at the end; a better row added later moves everyone below it down; a
-    refresh computed from entries that changed meanwhile stores nothing."""
+    refresh computed from entries that changed meanwhile stores what is still valid, and nothing when a newer
+    refresh was stored first."""
     import random
 
     from ubench.scoring.leaderboard import BoardConfig, build_board
@@ -890,8 +966,35 @@ def test_refresh_orders_and_ranks_the_stored_rows_as_build_board_does(tmp_path, 
     assert [r for _, r in stored()][-4:] == [None] * 4 and stored()[0][1] == 1
     add({"cll": 0.0, "accuracy": 1.0})  # the best row arrives
     assert refresh_board(db, config) and stored() == expected() and stored()[0][0] == list(records)[-1]
-    changes = db.board_state()["changes"]
-    db.add_board_entries([])  # an entry changed after a refresh read the entries: that refresh stores nothing
-    assert not db.store_board(changes, rendered=[], order=[], columns="[]", column_state="{}", config="{}",
-                              renderer="x")
+    # entries that change while a refresh runs (at 10,000 rows it takes seconds, and submissions scored faster
+    # than that kept every refresh from being stored): the refresh stores what it computed; the row added meanwhile
+    # stays off the board and the row re-scored meanwhile keeps neither its old rendering nor its place, until the
+    # next refresh
+    store = db.store_board
+    first = list(records)[0]  # on the board
+    add({"cll": -0.0001, "accuracy": 0.1})  # pending (to be rendered) when the refresh reads the entries
+    add({"cll": -0.0002, "accuracy": 0.1})  # this one too
+    pending, rescored = list(records)[-2:]
+    sneaked = {}
+
+    def meanwhile(*args, **kwargs):
+        add({"cll": 0.5, "accuracy": 1.0})  # the best row yet
+        sneaked["new"] = list(records)[-1]
+        for sid in (first, rescored):
+            records[sid] = {**records[sid], "outcome": {**records[sid]["outcome"], "report": {
+                **records[sid]["outcome"]["report"], "summary": {"cll": -0.001, "accuracy": 0.5}}}}
+            db.add_board_entries([(sid, board_entry(records[sid]))])  # re-scored
+        return store(*args, **kwargs)
+
+    db.store_board = meanwhile
+    assert refresh_board(db, config)
+    db.store_board = store
+    got = dict(stored())
+    assert not {sneaked["new"], first, rescored} & set(got)  # none of them is on the board yet
+    assert pending in got  # the row the refresh rendered is
+    assert [sid for sid, _ in stored()] == [sid for sid, _ in expected() if sid in got]  # in the right order
+    assert refresh_board(db, config) and stored() == expected() and stored()[0][0] == sneaked["new"]
+    # a refresh older than the stored one (another server's, stored first) stores nothing
+    assert not db.store_board(db.board_state()["changes"] - 1, rendered=[], order=[], columns="[]",
+                              column_state="{}", config="{}", renderer="x")
     db.engine.dispose()
