@@ -82,6 +82,7 @@ class Scorer:
         targets += [("ubench-heartbeat", self._heartbeat), ("ubench-board", self._refresher),
                     ("ubench-intervals", self._intervals)]
         self._dirty.set()  # the board is brought up to date at start (entries of an older database included)
+        self._stats.set()  # and every row's replicates, before the first rank intervals
         for name, target in targets:
             t = threading.Thread(target=target, name=name, daemon=True)
             t.start()
