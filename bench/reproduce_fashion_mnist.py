@@ -121,25 +121,31 @@ def ensemble_reference(path: Path):
     return dee_reference(a.probs["test"].astype(np.float64), a.labels["test"])
 
 
+def dee_fields(cll: float, reference) -> dict:
+    """A row's DEE keys from its CLL and the deep ensemble's ``dee_reference`` (None: no DEE). The DEE depends on
+    nothing else, so a row whose archive is gone gets them from its stored CLL (``--merge``)."""
+    dee = None if reference is None else dee_score(cll, reference.cll_mean, reference.cll_std)
+    # below one deep-ensemble member: null with the flag (read "< 1"), as the reports give it, never 1
+    return {"dee": None if dee is None or dee.below_reference else dee.dee,
+            "dee_lower": None if dee is None or dee.lower_below else dee.lower,
+            "dee_upper": None if dee is None or dee.upper_below else dee.upper,
+            "dee_beyond_reference": None if dee is None else dee.beyond_reference,
+            "dee_below_reference": None if dee is None else dee.below_reference}
+
+
 def score(path: Path, reference) -> dict:
     """One table row from an archive; ``reference`` is the deep ensemble's ``dee_reference`` (None: no DEE)."""
     a = read_archive(path)
     probs, labels = a.probs["test"].astype(np.float64), a.labels["test"]
     mean = probs.mean(axis=0)
     cal = cross_validated_calibration(probs, labels)
-    dee = None if reference is None else dee_score(cal.cll, reference.cll_mean, reference.cll_std)
     sc = a.header.scalability or {}
     return {
         "members": int(probs.shape[0]),
         "accuracy": accuracy_score(mean, labels),
         "nll": nll_loss(mean, labels),
         "cll": cal.cll,
-        # below one deep-ensemble member: null with the flag (read "< 1"), as the reports give it, never 1
-        "dee": None if dee is None or dee.below_reference else dee.dee,
-        "dee_lower": None if dee is None or dee.lower_below else dee.lower,
-        "dee_upper": None if dee is None or dee.upper_below else dee.upper,
-        "dee_beyond_reference": None if dee is None else dee.beyond_reference,
-        "dee_below_reference": None if dee is None else dee.below_reference,
+        **dee_fields(cal.cll, reference),
         "brier": brier_loss(mean, labels),
         "ece": expected_calibration_error(mean, labels),
         **{f"ood_auroc_{name}": ood_detection_scores(probs, a.probs[f"ood_{name}"].astype(np.float64))[
@@ -174,8 +180,9 @@ def markdown(doc: dict) -> str:
     """The README table of a results document."""
     lines = ["| method | " + " | ".join(h for _, h, _ in COLUMNS) + " |", "|---" * (len(COLUMNS) + 1) + "|"]
     for r in doc["rows"]:
-        lines.append(f"| {r['method']} | " + " | ".join("n/a" if r.get(k) is None else fmt.format(r[k])
-                                                        for k, _, fmt in COLUMNS) + " |")
+        lines.append(f"| {r['method']} | " + " | ".join(
+            "< 1" if k == "dee" and r.get("dee_below_reference") else "n/a" if r.get(k) is None
+            else fmt.format(r[k]) for k, _, fmt in COLUMNS) + " |")
     return "\n".join(lines)
 
 
@@ -246,10 +253,13 @@ def main(argv=None) -> int:
         doc = merge([json.loads(p.read_text()) for p in args.merge])
         ensemble_archive = args.out_dir / f"{RUNS[0][1]}.h5"
         reference = ensemble_reference(ensemble_archive) if ensemble_archive.exists() else None
-        # A row whose archive is no longer in --out-dir keeps the scores its results file holds.
+        # A row whose archive is no longer in --out-dir keeps the scores its results file holds, but its DEE is
+        # taken again from its CLL against this deep ensemble, so every row of the table has the same reference.
         doc["rows"] = [{"method": r["method"], "method_id": r["method_id"],
                         **score(args.out_dir / f"{r['method_id']}.h5", reference)}
-                       if (args.out_dir / f"{r['method_id']}.h5").exists() else r for r in doc["rows"]]
+                       if (args.out_dir / f"{r['method_id']}.h5").exists()
+                       else {**r, **(dee_fields(r["cll"], reference) if reference is not None else {})}
+                       for r in doc["rows"]]
         doc["checks"] = checks({r["method"]: r for r in doc["rows"]})
         write(args.json, doc)
         print(markdown(doc))
