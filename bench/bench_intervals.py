@@ -10,7 +10,9 @@
    time per resample compared), on the same statistics at N = 10,000: accuracy (scipy vectorised), OOD AUROC
    (two samples resampled independently, as ubench stratifies), and the test-time CV CLL with its temperatures
    refitted in every resample (scipy's statistic reruns ``cross_validated_calibration``); target: ubench >= 20x
-   faster.
+   faster. Beside each, the floor both pay: drawing the resampled indices (``rng.integers``, n per replicate and
+   unit); ``speedup_bound`` = peer / floor is the most any implementation could gain over the peer. Where the peer
+   is vectorised (the mean) or cheap per resample (one sort for AUROC), that bound is below 20x.
 
     python bench/bench_intervals.py [--repeats 3] [--n 10000] [--keep DIR]
 
@@ -109,6 +111,16 @@ def _peer(n: int, c: int, scipy_resamples: int) -> list[dict]:
         def replicates(self, weights):
             return self.fn(weights)
 
+    def floor_time(units):
+        """The draws every bootstrap makes, peer or ubench: ``n`` indices with replacement per replicate and unit
+        (``rng.integers``, 1,000 replicates), per replicate. No implementation resamples faster than this."""
+        g = np.random.default_rng(0)
+        t = time.perf_counter()
+        for m in units.values():
+            for _ in range(10):
+                g.integers(0, m, (100, m))
+        return (time.perf_counter() - t) / 1000
+
     def ubench_time(fn, units):
         t = time.perf_counter()
         stat = fn()
@@ -128,8 +140,10 @@ def _peer(n: int, c: int, scipy_resamples: int) -> list[dict]:
         return _One("u", n, lambda w: cols.apply(w["u"]))
 
     ours = ubench_time(accuracy_stat, {"u": n})
+    floor = floor_time({"u": n})
     rows.append({"statistic": "accuracy (mean)", "peer_resamples": 1000, "peer_s_per_resample": peer,
                  "ubench_s_per_replicate": ours, "speedup": round(peer / ours, 1),
+                 "floor_s_per_replicate": floor, "speedup_bound": round(peer / floor, 1),
                  "note": "scipy vectorised (batches of 100 resamples)"})
     # OOD AUROC: two samples resampled independently
     s_in = -np.sum(special.xlogy(probs, probs), axis=1)
@@ -150,8 +164,10 @@ def _peer(n: int, c: int, scipy_resamples: int) -> list[dict]:
                                                           order=order))
 
     ours = ubench_time(auroc_stat, {"u": n, "o": n})
+    floor = floor_time({"u": n, "o": n})
     rows.append({"statistic": "OOD AUROC (stratified)", "peer_resamples": k, "peer_s_per_resample": peer,
                  "ubench_s_per_replicate": ours, "speedup": round(peer / ours, 1),
+                 "floor_s_per_replicate": floor, "speedup_bound": round(peer / floor, 1),
                  "note": "ubench's kernel also gives AUPR and FPR95 from the same sort"})
     # CLL under test-time CV with the refit in every resample
     k = max(5, scipy_resamples // 20)
@@ -168,8 +184,10 @@ def _peer(n: int, c: int, scipy_resamples: int) -> list[dict]:
         return _One("u", n, lambda w: cols.apply(w["u"]))
 
     ours = ubench_time(cll_stat, {"u": n})
+    floor = floor_time({"u": n})
     rows.append({"statistic": "CLL (test-time CV, refit per resample)", "peer_resamples": k,
                  "peer_s_per_resample": peer, "ubench_s_per_replicate": ours, "speedup": round(peer / ours, 1),
+                 "floor_s_per_replicate": floor, "speedup_bound": round(peer / floor, 1),
                  "note": "ubench refits to first order (metrics/protocol_bootstrap.py); scipy refits exactly"})
     return rows
 
@@ -204,8 +222,9 @@ def main() -> None:
          "result": f"{ranks['best_s']} s", "target": "<= 2 s", "met": ranks["best_s"] <= 2.0},
         {"what": "bootstrap against scipy.stats.bootstrap (time per replicate)",
          "workload": f"N = {args.n:,}, C = 100: " + ", ".join(p["statistic"] for p in peers),
-         "result": ", ".join(f"{p['speedup']}x" for p in peers), "target": ">= 20x",
-         "met": all(p["speedup"] >= 20 for p in peers)},
+         "result": ", ".join(f"{p['speedup']}x" for p in peers)
+         + " (the draws alone bound it at " + ", ".join(f"{p['speedup_bound']}x" for p in peers) + ")",
+         "target": ">= 20x", "met": all(p["speedup"] >= 20 for p in peers)},
     ]
     rec.write(rows, summary, settings={"repeats": args.repeats, "n": args.n, "rows": args.rows,
                                        "scipy_resamples": args.scipy_resamples}, out_dir=args.out_dir)
