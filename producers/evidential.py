@@ -16,7 +16,10 @@ learning-rate schedule on top. ``loss_type`` ``log`` and ``digamma`` are the pap
 ``exp`` and ``softplus`` the code's other evidence functions. With ReLU evidence a sample whose outputs are all
 negative has no evidence and no gradient from the data term: on the 1,300 digits (about 200 steps) a quarter of the
 test samples ended there and accuracy was 0.67 (``softplus`` without weight decay: 0.90), so short runs on small
-data should try ``--set evidence=softplus``.
+data should try ``--set evidence=softplus``. On Fashion-MNIST (MLP, 20 epochs, the defaults) 23% of the test samples
+had no evidence (vacuity 1, uniform prediction), accuracy was 0.73 overall and 0.91 on the others; without weight
+decay the share was the same (10,000 training images, 10 epochs: 36% either way), with the notebook's batch of 1,000
+it fell to 24%: the ReLU evidence, not a default of ubench's.
 
 The method's score is the vacuity :math:`u = K / S` (direction ``uncertainty``), the paper's uncertainty mass.
 """
