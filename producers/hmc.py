@@ -154,7 +154,10 @@ class HMC(Method):
         "target_accept": 0.8,
         "compile": False,
     }
-    default_members = 100
+    #: 400 draws a chain: with about one effective draw per kept draw (thin 4, measured on the digits MLP) the
+    #: largest split-R-hat over 100 probe samples stays below 1.05 (200 draws gave 1.067; independent draws give a
+    #: median of 1.017 at 400 and 1.038 at 200).
+    default_members = 400
     summary = "full-batch Hamiltonian Monte Carlo or NUTS (reference posterior)"
 
     def __init__(self, hyper, *, n_members, n_train):
