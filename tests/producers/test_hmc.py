@@ -332,3 +332,23 @@ def test_nuts_producer_records_its_trees(digits_task, tmp_path):
         assert 1 <= m.info["n_leapfrog"] <= 15
     assert a.members[-1].info["leapfrog_total"] > a.members[0].info["leapfrog_total"]
     assert a.config["hyperparameters"]["sampler"] == "nuts"
+
+
+def test_chain_starts_from_a_prior_draw_or_the_networks_initialisation(digits_task, tmp_path, monkeypatch):
+    """``init=prior`` (the default) starts the chain at theta ~ N(0, 1/tau): sample sd 1/sqrt(tau) = 0.1 over the
+    MLP's 55,000 weights, mean 0; ``init=model`` keeps torch's initialisation (uniform, sd well below 0.1)."""
+    from ubench.producers import hmc as hmc_module
+
+    starts = {}
+    original = hmc_module.chain_step
+
+    def spy(current, target, state, settings, *, t, seed):
+        starts.setdefault("theta", current.theta.clone())
+        return original(current, target, state, settings, t=t, seed=seed)
+
+    monkeypatch.setattr(hmc_module, "chain_step", spy)
+    _produce(digits_task, tmp_path / "prior.h5", burn_in=2, thin=1, trajectory_length=0.01)
+    prior = starts.pop("theta").double()
+    assert abs(float(prior.std()) - 0.1) < 0.002 and abs(float(prior.mean())) < 0.002
+    _produce(digits_task, tmp_path / "model.h5", burn_in=2, thin=1, trajectory_length=0.01, init="model")
+    assert float(starts["theta"].double().std()) < 0.06

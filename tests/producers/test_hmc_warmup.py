@@ -17,6 +17,7 @@ from ubench.producers.hmc_nuts import nuts_transition  # noqa: E402
 from ubench.producers.hmc_sampler import HMCState, hmc_transition  # noqa: E402
 
 pytestmark = pytest.mark.torch
+torch.set_num_threads(1)  # tiny tensors: a second thread only waits (and on a loaded machine, spins)
 
 MU = torch.tensor([1.0, -2.0, 0.5], dtype=torch.float64)
 S = torch.tensor([[1.0, 0.6, 0.0], [0.6, 2.0, -0.3], [0.0, -0.3, 0.5]], dtype=torch.float64)
@@ -62,6 +63,9 @@ def test_windows_follow_stan_schedule():
     assert adaptation_windows(19) == []
     # Stan never stretches the first window; a later one is stretched when the next would not fit.
     assert adaptation_windows(160) == [(75, 99), (100, 109)]
+    # At 299 the window after (100, 149) would end exactly at the terminal buffer (149 + 2 * 50 = 249): stretched.
+    assert adaptation_windows(299) == [(75, 99), (100, 248)]
+    assert adaptation_windows(300) == [(75, 99), (100, 149), (150, 249)]
     assert adaptation_windows(2000)[-1] == (850, 1949)
 
 
@@ -79,7 +83,7 @@ def test_windows_agree_with_blackjax_schedule_where_blackjax_follows_stan():
         return out
 
     assert blackjax is not None
-    for n in (20, 25, 60, 100, 150, 200, 230, 300, 500, 777, 1000, 2000):
+    for n in (20, 25, 60, 100, 150, 200, 230, 299, 300, 500, 549, 777, 1000, 2000):
         assert adaptation_windows(n) == windows(n), n
     # BlackJAX stretches the first window too (160: one window 75..109); ubench follows Stan's code.
     assert windows(160) == [(75, 109)]
@@ -134,7 +138,9 @@ def _nuts_chain(target, start, n, *, step, mass=1.0, seed=0, max_depth=10):
 @pytest.mark.parametrize("mass", [1.0, "diagonal"])
 def test_nuts_gaussian_moments_within_monte_carlo_error(mass):
     m = torch.tensor([1.5, 0.7, 3.0], dtype=torch.float64) if mass == "diagonal" else 1.0
-    xs, infos = _nuts_chain(gaussian, torch.zeros(3, dtype=torch.float64), 1600, step=0.5, mass=m, seed=1)
+    # A large step (acceptance about 0.75): the states' weights exp(-dH) differ, so a wrong multinomial or
+    # progressive-sampling rule shows in the variances (it does not at small steps, where all weights are near 1).
+    xs, infos = _nuts_chain(gaussian, torch.zeros(3, dtype=torch.float64), 1600, step=1.0, mass=m, seed=1)
     xs = xs[100:]
     z = np.abs(xs.mean(0) - MU.numpy()) / batch_means_se(xs)
     assert np.all(z < 4.5), z
@@ -144,11 +150,11 @@ def test_nuts_gaussian_moments_within_monte_carlo_error(mass):
             prod = (xs[:, i] - xs[:, i].mean()) * (xs[:, j] - xs[:, j].mean())
             assert abs(cov[i, j] - S[i, j].item()) < 4.5 * batch_means_se(prod[:, None])[0] + 1e-3, (i, j, cov)
     assert not any(i.divergent for i in infos)
-    assert 0.6 < np.mean([i.accept_prob for i in infos]) < 1.0
+    assert 0.6 < np.mean([i.accept_prob for i in infos]) < 0.9
 
 
 def test_nuts_banana_moments_within_monte_carlo_error():
-    xs, _ = _nuts_chain(banana, torch.zeros(2, dtype=torch.float64), 2000, step=0.4, seed=2)
+    xs, _ = _nuts_chain(banana, torch.zeros(2, dtype=torch.float64), 2000, step=0.7, seed=2)
     xs, b = xs[100:], 0.5
     se = batch_means_se(xs)
     assert abs(xs[:, 0].mean()) < 4.5 * se[0] and abs(xs[:, 1].mean() - b) < 4.5 * se[1]
