@@ -24,6 +24,7 @@ the GPU's memory. On the CPU JAX is pinned to the CPU and one thread.
 
     python bench/bench_hmc.py [--device cpu|cuda] [--iterations 30] [--leapfrog 40] [--threads 1]
     python bench/bench_hmc.py --ess [--ess-targets softmax,mlp] [--warmup 500] [--draws 500]
+    python bench/bench_hmc.py --default-run [--members M --set KEY=VALUE ...]
 
 ``--ess`` runs one chain of each sampler on the digits softmax regression and the digits MLP (the producer's
 posterior, prior precision 100) and reports bulk ESS (``ubench.metrics.diagnostics``) of the log-posterior and of
@@ -32,6 +33,10 @@ included) and per 1000 gradients: torch HMC with the URSABench preset (the old d
 trajectory), torch HMC with the new defaults (Stan's windowed diagonal mass, jittered trajectory length), torch
 NUTS, and BlackJAX's NUTS after its ``window_adaptation`` (jit-compiled ahead of the clock). It writes
 bench/results/bench_hmc_ess.json.
+
+``--default-run`` runs ``ubench produce hmc --dataset digits`` with the producer's defaults (its library entry point,
+torch one thread), times it and judges the archive's own diagnostics by ``compare --reference-posterior``'s bar
+(split-R-hat <= 1.05, bulk ESS >= 100 on the log-posterior and every probe sample): bench_hmc_default.json.
 
 Writes bench/results/bench_hmc.json, or bench_hmc_cuda.json with ``--device cuda`` (``bench/_results.py``);
 ``bench/render.py`` puts them in the README. A contender that cannot run (BlackJAX not installed, ``torch.compile``
@@ -485,6 +490,54 @@ def ess_section(task, *, targets, warmup, draws, skipped: dict) -> tuple[list[di
     return rows, summary
 
 
+def default_run_section(task, *, threads: int, members: int | None, hyper: dict, seed: int = 0):
+    """``ubench produce hmc --dataset digits`` with the producer's defaults (issue #30 item 1: they must converge),
+    through its library entry point into a temporary directory: wall and CPU time of the whole run (scoring of the
+    splits included), and the archive's own ``/diagnostics`` judged by ``compare``'s bar
+    (:func:`ubench.scoring.posterior_agreement.convergence_problems`). ``members``/``hyper`` shrink it for a smoke
+    run (then the JSON says so and the line has no verdict)."""
+    import tempfile
+
+    from ubench.producers.archive_run import produce_archive
+    from ubench.producers.hmc import HMC
+    from ubench.producers.torch_trainer import RunSettings
+    from ubench.scoring.posterior_agreement import MAX_RHAT, MIN_ESS, convergence_problems, reference_diagnostics
+
+    n = members or HMC.default_members
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "hmc.h5"
+        _say(f"default run: produce hmc on digits, {n} members, {hyper or 'the defaults'} ...")
+        w, c = time.perf_counter(), time.process_time()
+        produce_archive("hmc", task, out, hyper=hyper, threads=threads,
+                        settings=RunSettings(model="mlp", members=n, seed=seed))
+        wall, cpu = time.perf_counter() - w, time.process_time() - c
+        diagnostics = reference_diagnostics(out)
+    problems = convergence_problems(diagnostics)
+    lp, probe = (diagnostics or {}).get("log_posterior") or {}, (diagnostics or {}).get("probe") or {}
+    def finite(v):  # strict JSON: a NaN R-hat (too few draws) is recorded as null
+        return v if isinstance(v, (int, float)) and math.isfinite(v) else None
+
+    row = {"what": "default hmc run", "members": n, "overrides": hyper, "chains": (diagnostics or {}).get("chains"),
+           "wall": round(wall, 1), "cpu": round(cpu, 1), "lp_rhat": finite(lp.get("rhat")),
+           "lp_ess": finite(lp.get("ess_bulk")), "probe_rhat_max": finite(probe.get("rhat_max")),
+           "probe_ess_min": finite(probe.get("ess_bulk_min")), "problems": "; ".join(problems) or None}
+    _say(f"  {row}")
+    smoke = bool(hyper) or members is not None
+    summary = [{"what": "default `produce hmc` converges, digits MLP" + (" (smoke run)" if smoke else ""),
+                "workload": f"{n} members" + (f", {hyper}" if hyper else ", the defaults") + f", torch {threads} "
+                            "thread(s), archive written",
+                "result": f"log-posterior R-hat {_num(lp.get('rhat'), '.3f')}, bulk ESS {_num(lp.get('ess_bulk'), '.0f')}; "
+                          f"probe R-hat max {_num(probe.get('rhat_max'), '.3f')}, ESS min "
+                          f"{_num(probe.get('ess_bulk_min'), '.0f')}; {wall / 60:.1f} min wall, {cpu / 60:.1f} min CPU",
+                "target": f"R-hat <= {MAX_RHAT}, bulk ESS >= {MIN_ESS:g}",
+                "met": None if smoke else not problems}]
+    return [row], summary
+
+
+def _num(v, fmt: str) -> str:
+    return format(v, fmt) if isinstance(v, (int, float)) else "n/a"
+
+
 def _say(text: str) -> None:
     print(text, flush=True)
 
@@ -549,6 +602,12 @@ def main() -> None:
     ap.add_argument("--ess-targets", default="softmax,mlp", help="comma-separated: softmax, mlp")
     ap.add_argument("--warmup", type=int, default=500, help="ESS section: warm-up iterations of every chain")
     ap.add_argument("--draws", type=int, default=500, help="ESS section: draws kept (thin 1) of every chain")
+    ap.add_argument("--default-run", action="store_true",
+                    help="run `produce hmc --dataset digits` with its defaults instead and judge its diagnostics "
+                         "(writes bench_hmc_default.json; CPU only)")
+    ap.add_argument("--members", type=int, default=None, help="--default-run: fewer members (a smoke run)")
+    ap.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                    help="--default-run: a hyperparameter override (a smoke run)")
     args = ap.parse_args()
     device = args.device
     cuda = device == "cuda"
@@ -576,6 +635,23 @@ def main() -> None:
         if skipped:
             settings["skipped"] = skipped
         recorder.write(rows, summary, settings=settings)
+        return
+
+    if args.default_run:
+        if cuda:
+            raise SystemExit("--default-run runs on the CPU (the 2-core machine the reference posterior must "
+                             "converge on)")
+        hyper = {}  # strings, as `ubench produce --set` passes them (the method coerces and checks them)
+        for item in args.overrides:
+            key, sep, value = item.partition("=")
+            if not sep:
+                raise SystemExit(f"--set {item!r}: expected KEY=VALUE")
+            hyper[key.strip()] = value.strip()
+        recorder = Recorder(__file__, name="bench_hmc_default")
+        rows, summary = default_run_section(build_task("digits"), threads=args.threads, members=args.members,
+                                            hyper=hyper)
+        recorder.write(rows, summary, settings={"torch_threads": args.threads, "members": args.members,
+                                                "overrides": hyper})
         return
 
     if cuda and not torch.cuda.is_available():

@@ -121,3 +121,25 @@ def test_a_converged_reference_is_recorded_as_converged(tmp_path):
     c = _write(tmp_path / "hmc2.h5", rng.dirichlet(np.ones(3), size=(6, 40)), labels, "hmc", diagnostics=worst)
     res = CliRunner().invoke(cli, ["compare", str(b), "--reference-posterior", str(c)])
     assert res.exit_code == 1 and "probe p(label) bulk ESS (worst sample) 99 < 100" in res.output
+
+
+def test_a_nan_r_hat_is_written_as_null_and_refused(tmp_path):
+    """A short chain whose halves each repeat one point (rejected proposals) has a NaN split-R-hat: the sampler's
+    archive still gets written (strict JSON: null), and compare refuses it as unconverged. Probe samples whose R-hat
+    is NaN are left out of the probe's summary, and a probe with no finite R-hat gives null."""
+    rng = np.random.default_rng(5)
+    labels = rng.integers(0, 3, 40)
+    stuck = np.array([-50.0, -50.0, -50.0, -48.0, -48.0, -48.0])
+    probs = np.repeat(rng.dirichlet(np.ones(3), size=(1, 40)), 6, axis=0)
+    probs[3:] = rng.dirichlet(np.ones(3), size=(1, 40))  # every probe sample: one value per half
+    a = _write(tmp_path / "hmc.h5", probs, labels, "hmc", log_posterior=stuck)
+    d = diagnostics_summary([{"chain": 0, "log_posterior": v} for v in stuck], probs, labels, split="test")
+    assert d["log_posterior"]["rhat"] is None and d["log_posterior"]["ess_bulk"] > 0
+    assert d["probe"]["rhat_max"] is None and d["probe"]["rhat_median"] is None
+    assert d["probe"]["ess_bulk_min"] > 0
+    mixed = probs.copy()
+    mixed[:3, 0] = rng.dirichlet(np.ones(3), size=3)  # one probe sample moves in both halves: its R-hat is finite
+    d = diagnostics_summary([{"chain": 0, "log_posterior": v} for v in stuck], mixed, labels, split="test")
+    assert d["probe"]["rhat_max"] == d["probe"]["rhat_median"] and np.isfinite(d["probe"]["rhat_max"])
+    res = CliRunner().invoke(cli, ["compare", str(a), "--reference-posterior", str(a)])
+    assert res.exit_code == 1 and "log-posterior R-hat None > 1.05" in res.output
