@@ -32,7 +32,7 @@ the predictive probability of the true label on 100 probe test images, per secon
 included) and per 1000 gradients: torch HMC with the URSABench preset (the old defaults: scalar mass, fixed
 trajectory), torch HMC with the new defaults (Stan's windowed diagonal mass, jittered trajectory length), torch
 NUTS, and BlackJAX's NUTS after its ``window_adaptation`` (jit-compiled ahead of the clock). It writes
-bench/results/bench_hmc_ess.json.
+bench/results/bench_hmc_ess.json after every chain (``settings.complete`` false until the last).
 
 ``--default-run`` runs ``ubench produce hmc --dataset digits`` with the producer's defaults (its library entry point,
 torch one thread), times it and judges the archive's own diagnostics by ``compare --reference-posterior``'s bar
@@ -436,9 +436,10 @@ def blackjax_nuts_ess_run(task, hidden, tau, *, warmup, draws, max_depth=10, see
             **_ess_summary(np.asarray(lp, np.float64), probs[:, np.arange(100), probe_y])}
 
 
-def ess_section(task, *, targets, warmup, draws, skipped: dict) -> tuple[list[dict], list[dict]]:
-    """ESS per second of torch HMC (the URSABench preset, issue #30's "old", and the new default), torch NUTS and
-    BlackJAX NUTS on each target, one chain each of ``warmup`` + ``draws`` iterations."""
+def ess_section(task, *, targets, warmup, draws, skipped: dict, checkpoint=None) -> tuple[list[dict], list[dict]]:
+    """ESS per second of torch HMC (the URSABench preset, issue #30's "old", and the new default), BlackJAX NUTS and
+    torch NUTS on each target, one chain each of ``warmup`` + ``draws`` iterations. ``checkpoint(rows, summary)``
+    is called after every chain (a run cut short keeps what it measured)."""
     from ubench.producers.hmc import HMC, URSABENCH_PRESET
     from ubench.producers.hmc_chain import ChainSettings
 
@@ -450,12 +451,12 @@ def ess_section(task, *, targets, warmup, draws, skipped: dict) -> tuple[list[di
                                                  mass=URSABENCH_PRESET["mass"])
         default = ChainSettings.from_hyperparameters(new, mass=tau)
         nuts = ChainSettings.from_hyperparameters({**new, "sampler": "nuts"}, mass=tau)
-        contenders = {
+        contenders = {  # the cheapest first: on a busy machine torch NUTS on the MLP is the one a cut leaves out
             "torch HMC, URSABench preset (old)": lambda: torch_ess_run(task, hidden, tau, old, draws=draws,
                                                                        init=URSABENCH_PRESET["init"]),
             "torch HMC (default)": lambda: torch_ess_run(task, hidden, tau, default, draws=draws),
-            "torch NUTS": lambda: torch_ess_run(task, hidden, tau, nuts, draws=draws),
             "BlackJAX NUTS": lambda: blackjax_nuts_ess_run(task, hidden, tau, warmup=warmup, draws=draws),
+            "torch NUTS": lambda: torch_ess_run(task, hidden, tau, nuts, draws=draws),
         }
         results = {}
         for name, run in contenders.items():
@@ -472,22 +473,31 @@ def ess_section(task, *, targets, warmup, draws, skipped: dict) -> tuple[list[di
                    "lp_ess_per_1000_gradients": round(1000 * r["lp_ess"] / r["gradients"], 3)}
             rows.append(row)
             _say(f"  {row}")
-        base = results.get("torch HMC (default)")
-        text = "; ".join(f"{n}: {r['lp_ess'] / r['cpu']:.3g} lp-ESS/CPU s ({r['lp_ess']:.0f} ESS, R-hat "
-                         f"{r['lp_rhat']:.3f}, probe ESS min {r['probe_ess_min']:.0f})" for n, r in results.items())
-        summary.append({"what": f"ESS per second, {label}", "workload": f"one chain, {warmup} warm-up + {draws} "
-                        "draws, log-posterior and 100 probe p(label) (torch 1 thread, JAX 1 thread)",
-                        "result": text, "target": "reported", "met": None})
-        if base is not None:
-            ok = base["lp_rhat"] <= 1.05 and base["probe_rhat_max"] <= 1.05 and min(base["lp_ess"],
-                                                                                     base["probe_ess_min"]) >= 100
-            summary.append({"what": f"default torch HMC converges, {label}",
-                            "workload": f"{warmup} warm-up + {draws} draws, one chain",
-                            "result": f"log-posterior R-hat {base['lp_rhat']:.3f}, ESS {base['lp_ess']:.0f}; probe "
-                                      f"R-hat max {base['probe_rhat_max']:.3f}, ESS min {base['probe_ess_min']:.0f}; "
-                                      f"{base['wall'] / 60:.1f} min wall",
-                            "target": "R-hat <= 1.05, bulk ESS >= 100", "met": bool(ok)})
+            if checkpoint is not None:
+                checkpoint(rows, summary + _ess_summary_lines(label, results, warmup, draws))
+        summary += _ess_summary_lines(label, results, warmup, draws)
     return rows, summary
+
+
+def _ess_summary_lines(label: str, results: dict, warmup: int, draws: int) -> list[dict]:
+    """The summary of one target: every contender's log-posterior ESS per CPU second, and whether the default torch
+    HMC chain passes compare's bar."""
+    text = "; ".join(f"{n}: {r['lp_ess'] / r['cpu']:.3g} lp-ESS/CPU s ({r['lp_ess']:.0f} ESS, R-hat "
+                     f"{r['lp_rhat']:.3f}, probe ESS min {r['probe_ess_min']:.0f})" for n, r in results.items())
+    out = [{"what": f"ESS per second, {label}", "workload": f"one chain, {warmup} warm-up + {draws} draws, "
+            "log-posterior and 100 probe p(label) (torch 1 thread, JAX 1 thread)",
+            "result": text, "target": "reported", "met": None}]
+    base = results.get("torch HMC (default)")
+    if base is not None:
+        ok = base["lp_rhat"] <= 1.05 and base["probe_rhat_max"] <= 1.05 and min(base["lp_ess"],
+                                                                                 base["probe_ess_min"]) >= 100
+        out.append({"what": f"default torch HMC converges, {label}",
+                    "workload": f"{warmup} warm-up + {draws} draws, one chain",
+                    "result": f"log-posterior R-hat {base['lp_rhat']:.3f}, ESS {base['lp_ess']:.0f}; probe "
+                              f"R-hat max {base['probe_rhat_max']:.3f}, ESS min {base['probe_ess_min']:.0f}; "
+                              f"{base['wall'] / 60:.1f} min wall",
+                    "target": "R-hat <= 1.05, bulk ESS >= 100", "met": bool(ok)})
+    return out
 
 
 def default_run_section(task, *, threads: int, members: int | None, hyper: dict, seed: int = 0):
@@ -628,13 +638,16 @@ def main() -> None:
             raise SystemExit(f"--ess-targets: unknown {', '.join(unknown)}; known: {', '.join(ESS_TARGETS)}")
         recorder = Recorder(__file__, "jax", "blackjax", name="bench_hmc_ess")
         skipped: dict[str, str] = {}
-        rows, summary = ess_section(build_task("digits", shift_kinds=()), targets=targets, warmup=args.warmup,
-                                    draws=args.draws, skipped=skipped)
         settings = {"warmup": args.warmup, "draws": args.draws, "targets": targets,
                     "torch_threads": torch.get_num_threads(), **jax_settings("cpu")}
-        if skipped:
-            settings["skipped"] = skipped
-        recorder.write(rows, summary, settings=settings)
+
+        def write(rows, summary, *, complete=False):  # after every chain: "complete" false until the last
+            recorder.write(rows, summary, settings={**settings, "complete": complete,
+                                                    **({"skipped": skipped} if skipped else {})})
+
+        rows, summary = ess_section(build_task("digits", shift_kinds=()), targets=targets, warmup=args.warmup,
+                                    draws=args.draws, skipped=skipped, checkpoint=write)
+        write(rows, summary, complete=True)
         return
 
     if args.default_run:
