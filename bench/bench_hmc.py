@@ -536,7 +536,8 @@ def default_run_section(task, *, threads: int, members: int | None, hyper: dict,
     summary = [{"what": "default `produce hmc` converges, digits MLP" + (" (smoke run)" if smoke else ""),
                 "workload": f"{n} members" + (f", {hyper}" if hyper else ", the defaults") + f", torch {threads} "
                             "thread(s), archive written",
-                "result": f"log-posterior R-hat {_num(lp.get('rhat'), '.3f')}, bulk ESS {_num(lp.get('ess_bulk'), '.0f')}; "
+                "result": f"log-posterior R-hat {_num(lp.get('rhat'), '.3f')}, bulk ESS "
+                          f"{_num(lp.get('ess_bulk'), '.0f')}; "
                           f"probe R-hat max {_num(probe.get('rhat_max'), '.3f')}, ESS min "
                           f"{_num(probe.get('ess_bulk_min'), '.0f')}; {wall / 60:.1f} min wall, {cpu / 60:.1f} min CPU",
                 "target": f"R-hat <= {MAX_RHAT}, bulk ESS >= {MIN_ESS:g}",
