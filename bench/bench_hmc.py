@@ -480,24 +480,19 @@ def ess_section(task, *, targets, warmup, draws, skipped: dict, checkpoint=None)
 
 
 def _ess_summary_lines(label: str, results: dict, warmup: int, draws: int) -> list[dict]:
-    """The summary of one target: every contender's log-posterior ESS per CPU second, and whether the default torch
-    HMC chain passes compare's bar."""
-    text = "; ".join(f"{n}: {r['lp_ess'] / r['cpu']:.3g} lp-ESS/CPU s ({r['lp_ess']:.0f} ESS, R-hat "
-                     f"{r['lp_rhat']:.3f}, probe ESS min {r['probe_ess_min']:.0f})" for n, r in results.items())
-    out = [{"what": f"ESS per second, {label}", "workload": f"one chain, {warmup} warm-up + {draws} draws, "
-            "log-posterior and 100 probe p(label) (torch 1 thread, JAX 1 thread)",
-            "result": text, "target": "reported", "met": None}]
-    base = results.get("torch HMC (default)")
-    if base is not None:
-        ok = base["lp_rhat"] <= 1.05 and base["probe_rhat_max"] <= 1.05 and min(base["lp_ess"],
-                                                                                 base["probe_ess_min"]) >= 100
-        out.append({"what": f"default torch HMC converges, {label}",
-                    "workload": f"{warmup} warm-up + {draws} draws, one chain",
-                    "result": f"log-posterior R-hat {base['lp_rhat']:.3f}, ESS {base['lp_ess']:.0f}; probe "
-                              f"R-hat max {base['probe_rhat_max']:.3f}, ESS min {base['probe_ess_min']:.0f}; "
-                              f"{base['wall'] / 60:.1f} min wall",
-                    "target": "R-hat <= 1.05, bulk ESS >= 100", "met": bool(ok)})
-    return out
+    """The summary of one target: every contender's log-posterior ESS per CPU second, where its chain passes
+    compare's R-hat bar (an unconverged chain's ESS estimate means nothing: it is named so instead). Whether the
+    producer's default run converges is ``--default-run``'s verdict (its members are thinned; these chains are not)."""
+    def one(name: str, r: dict) -> str:
+        detail = (f"{r['lp_ess']:.0f} ESS, R-hat {r['lp_rhat']:.3f}, probe ESS min {r['probe_ess_min']:.0f}, "
+                  f"R-hat max {r['probe_rhat_max']:.3f}")
+        if max(r["lp_rhat"], r["probe_rhat_max"]) > 1.05:
+            return f"{name}: unconverged ({detail})"
+        return f"{name}: {r['lp_ess'] / r['cpu']:.3g} lp-ESS/CPU s ({detail})"
+
+    return [{"what": f"ESS per second, {label}", "workload": f"one chain each, {warmup} warm-up + {draws} draws "
+             "(thin 1), log-posterior and 100 probe p(label) (torch 1 thread, JAX 1 thread)",
+             "result": "; ".join(one(n, r) for n, r in results.items()), "target": "reported", "met": None}]
 
 
 def default_run_section(task, *, threads: int, members: int | None, hyper: dict, seed: int = 0):
