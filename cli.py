@@ -667,7 +667,11 @@ def fingerprints(data_dirs: tuple[Path, ...], out: Path | None, check: bool) -> 
                    "anyway, marked; without it compare refuses them.")
 @click.option("--reference-posterior", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
               help="Archive of a reference posterior (HMC): add each method's agreement and total variation with "
-                   "its predictive distribution (Izmailov et al. 2021). Reads archives in this process.")
+                   "its predictive distribution (Izmailov et al. 2021). Reads archives in this process. Refused "
+                   "when its chains have not converged (split-R-hat > 1.05 or bulk ESS < 100 on the log-posterior "
+                   "or a probe sample, or no diagnostics).")
+@click.option("--allow-unconverged", is_flag=True, default=False,
+              help="Use a --reference-posterior whose chains have not converged anyway; the output says so.")
 @click.option("--json", "as_json", is_flag=True, help="Print {'methods': [...], 'reports': [...]} as JSON.")
 @click.option("--csv", "as_csv", is_flag=True,
               help="Print one CSV line per archive: method, dataset, model, n_members, archive and every summary "
@@ -683,8 +687,9 @@ def fingerprints(data_dirs: tuple[Path, ...], out: Path | None, check: bool) -> 
                    "and an interval holding run-to-run and test-sample variance (Bouthillier et al. 2021).")
 @_sandbox_limit_options
 def compare(archives: tuple[Path, ...], reference: Path | None, ensemble: Path | None, allow_mismatch: bool,
-            reference_posterior: Path | None, as_json: bool, as_csv: bool, html_path: Path | None,
-            sandbox: bool | None, memory_limit: int, cpu_limit: int, timeout: float, group_by: str | None = None,
+            reference_posterior: Path | None, allow_unconverged: bool, as_json: bool, as_csv: bool,
+            html_path: Path | None, sandbox: bool | None, memory_limit: int, cpu_limit: int, timeout: float,
+            group_by: str | None = None,
             **options) -> None:
     """Score several archives under one protocol: one table, methods as rows, comparable columns marked.
 
@@ -708,6 +713,8 @@ def compare(archives: tuple[Path, ...], reference: Path | None, ensemble: Path |
     if reference_posterior is not None and (sandbox if sandbox is not None else reference is not None):
         raise click.UsageError("--reference-posterior reads the archives in this process; it is for your own "
                                "archives (use --no-sandbox), not for uploads scored in the sandbox")
+    posterior_reference = (None if reference_posterior is None else
+                           _check_reference_posterior(reference_posterior, allow_unconverged))
     protocol = _protocol_from(**options)
     if ensemble is not None and not protocol.member_curves:  # DEE at the point the reference curve averages
         protocol = protocol.replace(dee_point=True)
@@ -734,7 +741,7 @@ def compare(archives: tuple[Path, ...], reference: Path | None, ensemble: Path |
         for r in reports:
             attach_dee(r, ens, curve=html_path is not None)  # the page draws every method's DEE curve
     if reference_posterior is not None:
-        _add_posterior_agreement(reports, archives, reference_posterior)
+        _add_posterior_agreement(reports, archives, reference_posterior, posterior_reference)
     comparison = _paired_comparison(reports, names, protocol, group_by) if paired else None
     if ensemble is not None and protocol.intervals:
         _add_dee_intervals(reports, ens)
@@ -751,7 +758,8 @@ def compare(archives: tuple[Path, ...], reference: Path | None, ensemble: Path |
             _echo(f"note: {n}", err=True)
     if as_json:
         out = {"methods": names, "protocol": protocol.to_dict(), "reports": reports,
-               "ensemble": None if ensemble is None else str(ensemble)}
+               "ensemble": None if ensemble is None else str(ensemble),
+               "reference_posterior": posterior_reference}
         if comparison is not None:
             out.update(comparison)
         _echo_text(_dump_json(out))
@@ -850,9 +858,26 @@ def _check_same_task(reports: list[dict], names: list[str], allow_mismatch: bool
         r["notes"].append(f"on another task than {names[0]}: {diff}; no column of this row is comparable with it")
 
 
-def _add_posterior_agreement(reports: list[dict], archives: tuple[Path, ...], reference_posterior: Path) -> None:
+def _check_reference_posterior(path: Path, allow_unconverged: bool) -> dict:
+    """``{"path", "converged", "problems"}`` of the reference posterior's chains (issue #30); exit 1 naming the
+    problems when it has not converged, unless ``allow_unconverged``."""
+    from .scoring.posterior_agreement import MAX_RHAT, MIN_ESS, convergence_problems, reference_diagnostics
+
+    with _archive_errors_exit(path):
+        problems = convergence_problems(reference_diagnostics(path))
+    if problems and not allow_unconverged:
+        _echo(f"error: the reference posterior {path.name} has not converged: {'; '.join(problems)} (a reference "
+              f"needs split-R-hat <= {MAX_RHAT} and bulk ESS >= {MIN_ESS:g}; --allow-unconverged uses it anyway, "
+              "marked)", err=True)
+        sys.exit(1)
+    return {"path": str(path), "converged": not problems, "problems": problems}
+
+
+def _add_posterior_agreement(reports: list[dict], archives: tuple[Path, ...], reference_posterior: Path,
+                             convergence: dict) -> None:
     """``posterior_agreement`` / ``posterior_total_variation`` in each report's summary (comparable across models:
-    the reference posterior fixes the task)."""
+    the reference posterior fixes the task); an unconverged reference (``--allow-unconverged``) is said in every
+    report's notes."""
     from .archive_schema import ArchiveError
     from .scoring.posterior_agreement import PosteriorMismatchError, agreement_with, predictive_mean
 
@@ -874,6 +899,9 @@ def _add_posterior_agreement(reports: list[dict], archives: tuple[Path, ...], re
                                             "posterior_total_variation"]
         r["notes"].append(f"agreement and total variation with the reference posterior {reference_posterior.name} "
                           f"on split {a['split']!r} (Izmailov et al. 2021)")
+        if not convergence["converged"]:
+            r["notes"].append(f"UNCONVERGED reference posterior {reference_posterior.name} (allowed by "
+                              f"--allow-unconverged): {'; '.join(convergence['problems'])}")
 
 
 def _scorer(sandbox: bool | None, reference: Path | None, limits, progress, n_archives: int):

@@ -1,5 +1,6 @@
 # SPDX-License-Identifier: MIT
-"""HMC and JAX producer speed on the digits MLP (issue #11 item 9), side by side in one run.
+"""HMC and JAX producer speed on the digits MLP (issue #11 item 9), side by side in one run; with ``--ess`` the
+effective sample size per second of the samplers (issue #30).
 
 HMC iterations per second (L leapfrog steps of full-batch potential-and-gradient each, same L for all) of
 - ubench's torch HMC (``producers/hmc_sampler.py`` + ``functional_call`` on a flat vector, L gradients per
@@ -22,6 +23,20 @@ float32 matrix products like torch's default (JAX's GPU default would round them
 the GPU's memory. On the CPU JAX is pinned to the CPU and one thread.
 
     python bench/bench_hmc.py [--device cpu|cuda] [--iterations 30] [--leapfrog 40] [--threads 1]
+    python bench/bench_hmc.py --ess [--ess-targets softmax,mlp] [--warmup 500] [--draws 500]
+    python bench/bench_hmc.py --default-run [--members M --set KEY=VALUE ...]
+
+``--ess`` runs one chain of each sampler on the digits softmax regression and the digits MLP (the producer's
+posterior, prior precision 100) and reports bulk ESS (``ubench.metrics.diagnostics``) of the log-posterior and of
+the predictive probability of the true label on 100 probe test images, per second (wall and CPU, warm-up
+included) and per 1000 gradients: torch HMC with the URSABench preset (the old defaults: scalar mass, fixed
+trajectory), torch HMC with the new defaults (Stan's windowed diagonal mass, jittered trajectory length), torch
+NUTS, and BlackJAX's NUTS after its ``window_adaptation`` (jit-compiled ahead of the clock). It writes
+bench/results/bench_hmc_ess.json after every chain (``settings.complete`` false until the last).
+
+``--default-run`` runs ``ubench produce hmc --dataset digits`` with the producer's defaults (its library entry point,
+torch one thread), times it and judges the archive's own diagnostics by ``compare --reference-posterior``'s bar
+(split-R-hat <= 1.05, bulk ESS >= 100 on the log-posterior and every probe sample): bench_hmc_default.json.
 
 Writes bench/results/bench_hmc.json, or bench_hmc_cuda.json with ``--device cuda`` (``bench/_results.py``);
 ``bench/render.py`` puts them in the README. A contender that cannot run (BlackJAX not installed, ``torch.compile``
@@ -307,6 +322,228 @@ def jax_epoch_time(task, *, repeats):
     return _timed(jax_epoch, repeats)
 
 
+# -- ESS per second (issue #30) -----------------------------------------------------------------------------------
+#: The posteriors the ESS section samples: (label, hidden layers, prior precision). The MLP is the producer's
+#: network and prior; the softmax regression is the same code with no hidden layer (64 x 10 + 10 weights).
+ESS_TARGETS = {"mlp": ("digits MLP 64-200-200-10", (200, 200), 100.0),
+               "softmax": ("digits softmax regression", (), 1.0)}
+
+
+def _ess_summary(lp: np.ndarray, probe: np.ndarray) -> dict:
+    """Bulk ESS and split-R-hat (one chain; ``ubench.metrics.diagnostics``, pinned to ArviZ) of the log-posterior
+    draws and of each probe sample's p(label) draws: the probe's minimum and median ESS and maximum R-hat."""
+    from ubench.metrics.diagnostics import bulk_ess, split_rhat
+
+    ess = np.array([bulk_ess(probe[None, :, i]) for i in range(probe.shape[1]) if np.ptp(probe[:, i]) > 0])
+    rhat = np.array([split_rhat(probe[None, :, i]) for i in range(probe.shape[1]) if np.ptp(probe[:, i]) > 0])
+    return {"lp_ess": round(bulk_ess(lp[None]), 1), "lp_rhat": round(split_rhat(lp[None]), 4),
+            "probe_ess_min": round(float(np.min(ess)), 1), "probe_ess_median": round(float(np.median(ess)), 1),
+            "probe_rhat_max": round(float(np.max(rhat)), 4)}
+
+
+def torch_ess_run(task, hidden, tau, settings, *, draws, init="prior", seed=0):
+    """One chain of :func:`ubench.producers.hmc_chain.run_chain` on the posterior of the MLP with ``hidden`` layers,
+    from a draw of the prior (``init="prior"``, the producer's default) or the network's initialisation
+    (``"model"``, the URSABench preset's): wall and CPU seconds of warm-up plus sampling, leapfrog steps, the
+    log-posterior and the probe's p(label) per draw."""
+    import torch
+    from torch.func import functional_call
+
+    from ubench.producers.hmc import log_posterior_fn
+    from ubench.producers.hmc_chain import run_chain
+    from ubench.producers.models import MLP
+
+    torch.manual_seed(seed)
+    model = MLP(task.input_shape, task.n_classes, mean=task.mean, std=task.std, hidden=hidden)
+    x, y = torch.from_numpy(task.train.images), torch.from_numpy(task.train.labels)
+    target = log_posterior_fn(model, x, y, prior_precision=tau)
+    theta0 = torch.nn.utils.parameters_to_vector(model.parameters()).detach()
+    if init == "prior":
+        theta0 = torch.randn(theta0.shape, generator=torch.Generator().manual_seed(seed)) / tau ** 0.5
+    w, c = time.perf_counter(), time.process_time()
+    samples, steps = run_chain(target, theta0, settings, n_draws=draws, seed=seed)
+    wall, cpu = time.perf_counter() - w, time.process_time() - c
+    probe_x = torch.from_numpy(task.splits["test"].images[:100])
+    probe_y = task.splits["test"].labels[:100]
+    names = [n for n, _ in model.named_parameters()]
+    shapes = [p.shape for _, p in model.named_parameters()]
+    sizes = [p.numel() for _, p in model.named_parameters()]
+    lp = [-float(target(theta)[0]) for theta in samples]  # the target differentiates: outside no_grad
+    probe = []
+    with torch.no_grad():
+        for theta in samples:
+            params = {n: v.view(s) for n, v, s in zip(names, theta.split(sizes), shapes)}
+            logits = functional_call(model, {**params, **dict(model.named_buffers())}, (probe_x,))
+            probs = torch.softmax(logits.double(), 1)
+            probe.append(probs.numpy()[np.arange(100), probe_y])
+    return {"wall": wall, "cpu": cpu, "gradients": int(sum(s.n_steps for s in steps)),
+            "divergences": int(sum(s.divergent for s in steps[settings.burn_in:])),
+            "step_size": steps[-1].step_size,
+            "mean_steps": float(np.mean([s.n_steps for s in steps[settings.burn_in:]])),
+            "accept": float(np.mean([s.accept_prob for s in steps[settings.burn_in:]])),
+            **_ess_summary(np.array(lp), np.array(probe))}
+
+
+def blackjax_nuts_ess_run(task, hidden, tau, *, warmup, draws, max_depth=10, seed=0):
+    """BlackJAX's ``window_adaptation`` (Stan's schedule, diagonal mass) then ``nuts`` on the same posterior in
+    JAX from a draw of the prior; both jit-compiled ahead of the clock (compile time excluded)."""
+    import blackjax
+    import jax
+    import jax.numpy as jnp
+    from jax.flatten_util import ravel_pytree
+
+    from ubench.producers.jax.hmc import log_posterior
+    from ubench.producers.jax.mlp import init_mlp, mlp_logits
+
+    params = init_mlp(jax.random.key(seed), int(np.prod(task.input_shape)), task.n_classes, hidden=hidden)
+    theta0, unravel = ravel_pytree(params)
+    theta0 = jax.random.normal(jax.random.key(seed + 2), theta0.shape, theta0.dtype) / tau ** 0.5  # a prior draw
+    logdensity = log_posterior(unravel, jnp.asarray(task.train.images), jnp.asarray(task.train.labels),
+                               task.mean, task.std, tau)
+    adapt = blackjax.window_adaptation(blackjax.nuts, logdensity, max_num_doublings=max_depth)
+    key_warm, key_run = jax.random.split(jax.random.key(seed + 1))
+    warm = jax.jit(lambda k, x: adapt.run(k, x, num_steps=warmup)).lower(key_warm, theta0).compile()
+
+    def sample(state, step_size, inverse_mass, key):
+        kernel = blackjax.nuts(logdensity, step_size=step_size, inverse_mass_matrix=inverse_mass,
+                               max_num_doublings=max_depth)
+
+        def one(s, k):
+            s, info = kernel.step(k, s)
+            return s, (s.position, s.logdensity, info.num_integration_steps, info.is_divergent,
+                       info.acceptance_rate)
+
+        return jax.lax.scan(one, state, jax.random.split(key, draws))[1]
+
+    w, c = time.perf_counter(), time.process_time()
+    (state, parameters), warm_info = warm(key_warm, theta0)
+    jax.block_until_ready(state)
+    wall_warm, cpu_warm = time.perf_counter() - w, time.process_time() - c
+    compiled = jax.jit(sample).lower(state, parameters["step_size"], parameters["inverse_mass_matrix"],
+                                     key_run).compile()
+    w, c = time.perf_counter(), time.process_time()
+    positions, lp, steps, divergent, accept = jax.block_until_ready(
+        compiled(state, parameters["step_size"], parameters["inverse_mass_matrix"], key_run))
+    wall, cpu = wall_warm + time.perf_counter() - w, cpu_warm + time.process_time() - c
+    probe_x = jnp.asarray(task.splits["test"].images[:100])
+    probe_y = task.splits["test"].labels[:100]
+    logits = jax.vmap(lambda t: mlp_logits(unravel(t), probe_x, task.mean, task.std))(positions)
+    probs = np.asarray(jax.nn.softmax(logits.astype(jnp.float64) if jax.config.jax_enable_x64 else logits), np.float64)
+    warm_steps = int(np.sum(np.asarray(warm_info.info.num_integration_steps)))
+    return {"wall": wall, "cpu": cpu, "gradients": warm_steps + int(np.sum(np.asarray(steps))),
+            "divergences": int(np.sum(np.asarray(divergent))), "step_size": float(parameters["step_size"]),
+            "mean_steps": float(np.mean(np.asarray(steps))), "accept": float(np.mean(np.asarray(accept))),
+            **_ess_summary(np.asarray(lp, np.float64), probs[:, np.arange(100), probe_y])}
+
+
+def ess_section(task, *, targets, warmup, draws, skipped: dict, checkpoint=None) -> tuple[list[dict], list[dict]]:
+    """ESS per second of torch HMC (the URSABench preset, issue #30's "old", and the new default), BlackJAX NUTS and
+    torch NUTS on each target, one chain each of ``warmup`` + ``draws`` iterations. ``checkpoint(rows, summary)``
+    is called after every chain (a run cut short keeps what it measured)."""
+    from ubench.producers.hmc import HMC, URSABENCH_PRESET
+    from ubench.producers.hmc_chain import ChainSettings
+
+    rows, summary = [], []
+    for key in targets:
+        label, hidden, tau = ESS_TARGETS[key]
+        new = {**HMC.defaults, "burn_in": warmup}
+        old = ChainSettings.from_hyperparameters({**HMC.defaults, **URSABENCH_PRESET, "burn_in": warmup},
+                                                 mass=URSABENCH_PRESET["mass"])
+        default = ChainSettings.from_hyperparameters(new, mass=tau)
+        nuts = ChainSettings.from_hyperparameters({**new, "sampler": "nuts"}, mass=tau)
+        contenders = {  # the cheapest first: on a busy machine torch NUTS on the MLP is the one a cut leaves out
+            "torch HMC, URSABench preset (old)": lambda: torch_ess_run(task, hidden, tau, old, draws=draws,
+                                                                       init=URSABENCH_PRESET["init"]),
+            "torch HMC (default)": lambda: torch_ess_run(task, hidden, tau, default, draws=draws),
+            "BlackJAX NUTS": lambda: blackjax_nuts_ess_run(task, hidden, tau, warmup=warmup, draws=draws),
+            "torch NUTS": lambda: torch_ess_run(task, hidden, tau, nuts, draws=draws),
+        }
+        results = {}
+        for name, run in contenders.items():
+            _say(f"ESS: {label}, {name}: {warmup} warm-up + {draws} draws ...")
+            r = _soft(f"{key}: {name}", run, skipped) if name == "BlackJAX NUTS" else run()
+            if r is None:
+                continue
+            results[name] = r
+            row = {"what": "ESS per second", "target": label, "contender": name, "warmup": warmup, "draws": draws,
+                   **{k: (round(v, 4) if isinstance(v, float) else v) for k, v in r.items()},
+                   "lp_ess_per_second": round(r["lp_ess"] / r["wall"], 4),
+                   "probe_ess_min_per_second": round(r["probe_ess_min"] / r["wall"], 4),
+                   "lp_ess_per_cpu_second": round(r["lp_ess"] / r["cpu"], 4),
+                   "lp_ess_per_1000_gradients": round(1000 * r["lp_ess"] / r["gradients"], 3)}
+            rows.append(row)
+            _say(f"  {row}")
+            if checkpoint is not None:
+                checkpoint(rows, summary + _ess_summary_lines(label, results, warmup, draws))
+        summary += _ess_summary_lines(label, results, warmup, draws)
+    return rows, summary
+
+
+def _ess_summary_lines(label: str, results: dict, warmup: int, draws: int) -> list[dict]:
+    """The summary of one target: every contender's log-posterior ESS per CPU second, where its chain passes
+    compare's R-hat bar (an unconverged chain's ESS estimate means nothing: it is named so instead). Whether the
+    producer's default run converges is ``--default-run``'s verdict (its members are thinned; these chains are not)."""
+    def one(name: str, r: dict) -> str:
+        detail = (f"{r['lp_ess']:.0f} ESS, R-hat {r['lp_rhat']:.3f}, probe ESS min {r['probe_ess_min']:.0f}, "
+                  f"R-hat max {r['probe_rhat_max']:.3f}")
+        if max(r["lp_rhat"], r["probe_rhat_max"]) > 1.05:
+            return f"{name}: unconverged ({detail})"
+        return f"{name}: {r['lp_ess'] / r['cpu']:.3g} lp-ESS/CPU s ({detail})"
+
+    return [{"what": f"ESS per second, {label}", "workload": f"one chain each, {warmup} warm-up + {draws} draws "
+             "(thin 1), log-posterior and 100 probe p(label) (torch 1 thread, JAX 1 thread)",
+             "result": "; ".join(one(n, r) for n, r in results.items()), "target": "reported", "met": None}]
+
+
+def default_run_section(task, *, threads: int, members: int | None, hyper: dict, seed: int = 0):
+    """``ubench produce hmc --dataset digits`` with the producer's defaults (issue #30 item 1: they must converge),
+    through its library entry point into a temporary directory: wall and CPU time of the whole run (scoring of the
+    splits included), and the archive's own ``/diagnostics`` judged by ``compare``'s bar
+    (:func:`ubench.scoring.posterior_agreement.convergence_problems`). ``members``/``hyper`` shrink it for a smoke
+    run (then the JSON says so and the line has no verdict)."""
+    import tempfile
+
+    from ubench.producers.archive_run import produce_archive
+    from ubench.producers.hmc import HMC
+    from ubench.producers.torch_trainer import RunSettings
+    from ubench.scoring.posterior_agreement import MAX_RHAT, MIN_ESS, convergence_problems, reference_diagnostics
+
+    n = members or HMC.default_members
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "hmc.h5"
+        _say(f"default run: produce hmc on digits, {n} members, {hyper or 'the defaults'} ...")
+        w, c = time.perf_counter(), time.process_time()
+        produce_archive("hmc", task, out, hyper=hyper, threads=threads,
+                        settings=RunSettings(model="mlp", members=n, seed=seed))
+        wall, cpu = time.perf_counter() - w, time.process_time() - c
+        diagnostics = reference_diagnostics(out)
+    problems = convergence_problems(diagnostics)
+    lp, probe = (diagnostics or {}).get("log_posterior") or {}, (diagnostics or {}).get("probe") or {}
+    def finite(v):  # strict JSON: a NaN R-hat (too few draws) is recorded as null
+        return v if isinstance(v, (int, float)) and math.isfinite(v) else None
+
+    row = {"what": "default hmc run", "members": n, "overrides": hyper, "chains": (diagnostics or {}).get("chains"),
+           "wall": round(wall, 1), "cpu": round(cpu, 1), "lp_rhat": finite(lp.get("rhat")),
+           "lp_ess": finite(lp.get("ess_bulk")), "probe_rhat_max": finite(probe.get("rhat_max")),
+           "probe_ess_min": finite(probe.get("ess_bulk_min")), "problems": "; ".join(problems) or None}
+    _say(f"  {row}")
+    smoke = bool(hyper) or members is not None
+    summary = [{"what": "default `produce hmc` converges, digits MLP" + (" (smoke run)" if smoke else ""),
+                "workload": f"{n} members" + (f", {hyper}" if hyper else ", the defaults") + f", torch {threads} "
+                            "thread(s), archive written",
+                "result": f"log-posterior R-hat {_num(lp.get('rhat'), '.3f')}, bulk ESS "
+                          f"{_num(lp.get('ess_bulk'), '.0f')}; "
+                          f"probe R-hat max {_num(probe.get('rhat_max'), '.3f')}, ESS min "
+                          f"{_num(probe.get('ess_bulk_min'), '.0f')}; {wall / 60:.1f} min wall, {cpu / 60:.1f} min CPU",
+                "target": f"R-hat <= {MAX_RHAT}, bulk ESS >= {MIN_ESS:g}",
+                "met": None if smoke else not problems}]
+    return [row], summary
+
+
+def _num(v, fmt: str) -> str:
+    return format(v, fmt) if isinstance(v, (int, float)) else "n/a"
+
+
 def _say(text: str) -> None:
     print(text, flush=True)
 
@@ -366,6 +603,17 @@ def main() -> None:
     ap.add_argument("--leapfrog", type=int, default=40)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--ess", action="store_true",
+                    help="run the ESS-per-second section instead (writes bench_hmc_ess.json; CPU only)")
+    ap.add_argument("--ess-targets", default="softmax,mlp", help="comma-separated: softmax, mlp")
+    ap.add_argument("--warmup", type=int, default=500, help="ESS section: warm-up iterations of every chain")
+    ap.add_argument("--draws", type=int, default=500, help="ESS section: draws kept (thin 1) of every chain")
+    ap.add_argument("--default-run", action="store_true",
+                    help="run `produce hmc --dataset digits` with its defaults instead and judge its diagnostics "
+                         "(writes bench_hmc_default.json; CPU only)")
+    ap.add_argument("--members", type=int, default=None, help="--default-run: fewer members (a smoke run)")
+    ap.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                    help="--default-run: a hyperparameter override (a smoke run)")
     args = ap.parse_args()
     device = args.device
     cuda = device == "cuda"
@@ -375,6 +623,45 @@ def main() -> None:
     import torch
 
     from ubench.producers.task import build_task
+
+    if args.ess:
+        if cuda:
+            raise SystemExit("--ess runs on the CPU (the 2-core machine the reference posterior must converge on)")
+        torch.set_num_threads(args.threads)
+        targets = [t.strip() for t in args.ess_targets.split(",") if t.strip()]
+        unknown = sorted(set(targets) - set(ESS_TARGETS))
+        if unknown:
+            raise SystemExit(f"--ess-targets: unknown {', '.join(unknown)}; known: {', '.join(ESS_TARGETS)}")
+        recorder = Recorder(__file__, "jax", "blackjax", name="bench_hmc_ess")
+        skipped: dict[str, str] = {}
+        settings = {"warmup": args.warmup, "draws": args.draws, "targets": targets,
+                    "torch_threads": torch.get_num_threads(), **jax_settings("cpu")}
+
+        def write(rows, summary, *, complete=False):  # after every chain: "complete" false until the last
+            recorder.write(rows, summary, settings={**settings, "complete": complete,
+                                                    **({"skipped": skipped} if skipped else {})})
+
+        rows, summary = ess_section(build_task("digits", shift_kinds=()), targets=targets, warmup=args.warmup,
+                                    draws=args.draws, skipped=skipped, checkpoint=write)
+        write(rows, summary, complete=True)
+        return
+
+    if args.default_run:
+        if cuda:
+            raise SystemExit("--default-run runs on the CPU (the 2-core machine the reference posterior must "
+                             "converge on)")
+        hyper = {}  # strings, as `ubench produce --set` passes them (the method coerces and checks them)
+        for item in args.overrides:
+            key, sep, value = item.partition("=")
+            if not sep:
+                raise SystemExit(f"--set {item!r}: expected KEY=VALUE")
+            hyper[key.strip()] = value.strip()
+        recorder = Recorder(__file__, name="bench_hmc_default")
+        rows, summary = default_run_section(build_task("digits"), threads=args.threads, members=args.members,
+                                            hyper=hyper)
+        recorder.write(rows, summary, settings={"torch_threads": args.threads, "members": args.members,
+                                                "overrides": hyper})
+        return
 
     if cuda and not torch.cuda.is_available():
         raise SystemExit("--device cuda: torch sees no CUDA device")

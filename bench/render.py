@@ -79,6 +79,18 @@ SCRIPTS = {
                        "busy-wait of each synchronisation); the matrix-product floor is timed on the GPU in wall "
                        "time, synchronised. A contender that cannot run there is skipped with its reason "
                        "(`settings.skipped`)."),
+    "bench_hmc_ess": ("python bench/bench_hmc.py --ess --warmup 500 --draws 500",
+                      "Effective sample size per second (issue #30) on the digits softmax regression and the digits "
+                      "MLP (the `hmc` producer's posterior): one chain each of torch HMC with the URSABench preset "
+                      "(scalar mass, fixed trajectory), torch HMC with the defaults (Stan's windowed diagonal mass, "
+                      "jittered length), torch NUTS and BlackJAX NUTS (`window_adaptation`, jit-compiled ahead of "
+                      "the clock); bulk ESS and split-R-hat (`ubench.metrics.diagnostics`) of the log-posterior and "
+                      "of p(label) on 100 probe images, per second of warm-up plus sampling and per 1000 gradients."),
+    "bench_hmc_default": ("python bench/bench_hmc.py --default-run",
+                          "`ubench produce hmc --dataset digits` with the producer's defaults (one chain of 400 "
+                          "members, torch one thread), timed end to end, and the archive's own diagnostics judged "
+                          "by `compare --reference-posterior`'s bar (issue #30): split-R-hat <= 1.05 and bulk ESS "
+                          ">= 100 on the log-posterior and on every one of the 100 probe samples' p(label)."),
     "bench_peers": ("python bench/bench_peers.py",
                     "The newest peers' metrics (issue #17): ubench against torch-uncertainty 0.13 (and relplot for "
                     "smooth ECE) on the same 200,000 x 100 float32 arrays, calls alternating, best of `--repeat`, "

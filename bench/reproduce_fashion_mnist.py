@@ -53,8 +53,10 @@ ENSEMBLE = "deep ensemble"
 # (label, method, members, hyperparameter overrides). The deep ensemble comes first: it is every row's DEE
 # reference. 12 samples each and SWAG's 12 collected iterates keep the run near the hour.
 # The rows after cSGLD are issue #12's methods, each at its defaults (VI: 20 pretraining + 20 VI epochs; KFAC-Laplace:
-# its noise scale searched on a 10% validation split held out of the training set; SWA and SWAG-Dropout:
-# SWAG-diagonal's schedule; the deep ensemble with TTA: trained on random crops, each member on its own crop).
+# its noise scale searched on a 10% validation split held out of the training set, sampling the inverse of its
+# precision; issue #30 adds the Pitfalls code's draw and laplace-torch's last-layer Laplace beside it; SWA and
+# SWAG-Dropout: SWAG-diagonal's schedule; the deep ensemble with TTA: trained on random crops, each member on its own
+# crop).
 # A method the registry does not have (subspace_ess lands with the samplers branch) is left out.
 _ALL_RUNS = [
     (ENSEMBLE, "deep_ensemble", 5, {"epochs": 20}),
@@ -65,6 +67,9 @@ _ALL_RUNS = [
     ("cSGLD", "csgld", 12, {}),
     ("VI", "vi", 12, {}),
     ("KFAC-Laplace", "kfac_laplace", 12, {}),
+    ("KFAC-Laplace, Pitfalls covariance", "kfac_laplace@pitfalls", 12, {"covariance": "pitfalls"}),
+    ("LL-Laplace, laplace-torch (kron, GGN, marglik)", "ll_laplace@laplace_torch", 12,
+     {"structure": "kron", "hessian": "ggn", "prior": "marglik"}),
     ("SWA", "swa", 1, {"epochs": 20, "swa_epochs": 12}),
     ("SWAG-Dropout", "swag_dropout", 12, {"epochs": 20, "swa_epochs": 12}),
     ("deep ensemble + TTA", "deep_ensemble+tta", 5, {"epochs": 20}),
@@ -79,7 +84,15 @@ _ALL_RUNS = [
     ("SNGP", "sngp", 1, {"epochs": 20}),
     ("DDU", "ddu", 1, {"epochs": 20}),
 ]
-RUNS = [r for r in _ALL_RUNS if r[1].removesuffix("+tta") in METHODS]
+
+
+def method_of(run: str) -> str:
+    """The producer method of a run id: ``kfac_laplace@pitfalls`` is ``kfac_laplace`` with other hyperparameters
+    (its archive is ``kfac_laplace@pitfalls.h5``); ``deep_ensemble+tta`` is itself a method."""
+    return run.split("@")[0]
+
+
+RUNS = [r for r in _ALL_RUNS if method_of(r[1]).removesuffix("+tta") in METHODS]
 COLUMNS = [("members", "M", "{}"), ("accuracy", "accuracy", "{:.4f}"), ("nll", "NLL", "{:.4f}"),
            ("cll", "CLL", "{:.4f}"), ("dee", "DEE", "{:.2f}"), ("ood_auroc_mnist", "OOD AUROC MNIST", "{:.4f}"),
            ("ood_auroc_notmnist", "OOD AUROC notMNIST", "{:.4f}"), ("own_score", "own score", "{}"),
@@ -288,7 +301,7 @@ def main(argv=None) -> int:
                                          val_fraction=fraction)
         return tasks[fraction]
     for _, method, _, hyper in runs:  # import every method now and check its overrides before hours of training
-        load_method(method).resolve_hyperparameters(hyper)
+        load_method(method_of(method)).resolve_hyperparameters(hyper)
     ensemble_archive = args.out_dir / f"{RUNS[0][1]}.h5"
     reference = ensemble_reference(ensemble_archive) if ensemble_archive.exists() else None
     rows = {}
@@ -296,7 +309,7 @@ def main(argv=None) -> int:
         out = args.out_dir / f"{method}.h5"
         t0 = time.perf_counter()
         if not out.exists():
-            produce_archive(method, task_for(method), out, hyper=hyper, threads=args.threads,
+            produce_archive(method_of(method), task_for(method_of(method)), out, hyper=hyper, threads=args.threads,
                             settings=RunSettings(model="mlp", members=members, seed=args.seed))
         if out == ensemble_archive and reference is None:
             reference = ensemble_reference(out)

@@ -20,7 +20,11 @@ PROBE_SIZE = 100
 def diagnostics_summary(infos: list[dict], probe_probs: np.ndarray, probe_labels: np.ndarray, *,
                         split: str) -> dict[str, Any]:
     """R-hat/ESS of ``info["log_posterior"]`` and of ``probe_probs[m, i, probe_labels[i]]`` per probe sample
-    (max/median R-hat, min/median ESS over the probe), with members grouped by ``info["chain"]``."""
+    (max/median R-hat, min/median ESS over the probe), with members grouped by ``info["chain"]``.
+
+    A value that is not finite is ``None`` (JSON null, which ``compare`` counts as unconverged): split-R-hat is NaN
+    when half a chain holds one value (a short chain of rejected proposals), and the archive's summary is strict
+    JSON, so a NaN must not cost the run its archive."""
     chains = np.array([int(i.get("chain", 0)) for i in infos])
     labels = list(dict.fromkeys(chains.tolist()))
     draws = min(int(np.sum(chains == c)) for c in labels)
@@ -31,7 +35,7 @@ def diagnostics_summary(infos: list[dict], probe_probs: np.ndarray, probe_labels
     lp = [i.get("log_posterior") for i in infos]
     if all(isinstance(v, (int, float)) and np.isfinite(v) for v in lp):
         d = chain_diagnostics(np.array(lp, dtype=np.float64), chains)
-        out["log_posterior"] = {"rhat": d["rhat"], "ess_bulk": d["ess_bulk"]}
+        out["log_posterior"] = {"rhat": _finite(d["rhat"]), "ess_bulk": _finite(d["ess_bulk"])}
     p_true = probe_probs[:, np.arange(probe_probs.shape[1]), probe_labels].astype(np.float64)  # (M, P)
     per_sample = [chain_diagnostics(p_true[:, i], chains) for i in range(p_true.shape[1])
                   if np.ptp(p_true[:, i]) > 0]
@@ -39,9 +43,20 @@ def diagnostics_summary(infos: list[dict], probe_probs: np.ndarray, probe_labels
         rhat = np.array([d["rhat"] for d in per_sample])
         ess = np.array([d["ess_bulk"] for d in per_sample])
         out["probe"] = {"split": split, "size": int(p_true.shape[1]), "quantity": "p(label)",
-                        "rhat_max": float(np.nanmax(rhat)), "rhat_median": float(np.nanmedian(rhat)),
-                        "ess_bulk_min": float(np.nanmin(ess)), "ess_bulk_median": float(np.nanmedian(ess))}
+                        "rhat_max": _summary(np.max, rhat), "rhat_median": _summary(np.median, rhat),
+                        "ess_bulk_min": _summary(np.min, ess), "ess_bulk_median": _summary(np.median, ess)}
     return out
+
+
+def _finite(value) -> float | None:
+    value = float(value)
+    return value if np.isfinite(value) else None
+
+
+def _summary(fn, values: np.ndarray) -> float | None:
+    """``fn`` over the probe samples whose value is finite (None when none is)."""
+    values = values[np.isfinite(values)]
+    return float(fn(values)) if values.size else None
 
 
 def record_chain_diagnostics(task: Any, writer: Any) -> None:

@@ -3,8 +3,9 @@ r"""Hamiltonian Monte Carlo on a flat parameter vector: the leapfrog integrator,
 transition and dual-averaging step-size adaptation. Torch only, no model: the target is a function
 ``potential_and_grad(theta) -> (U, dU/dtheta)`` with :math:`U(\theta) = -\log p(\theta \mid D)` up to a constant.
 
-With a diagonal mass matrix :math:`M` the Hamiltonian is :math:`H(\theta, p) = U(\theta) + \tfrac12 p^\top M^{-1} p`
-and one transition (Neal 2011, "MCMC using Hamiltonian dynamics", Sec. 5.2 and 5.3) is
+With a diagonal mass matrix :math:`M` (``mass``: a float for :math:`m I`, or a vector of its diagonal) the
+Hamiltonian is :math:`H(\theta, p) = U(\theta) + \tfrac12 p^\top M^{-1} p` and one transition (Neal 2011, "MCMC
+using Hamiltonian dynamics", Sec. 5.2 and 5.3) is
 
 1. draw :math:`p \sim \mathcal N(0, M)`;
 2. ``n_steps`` leapfrog steps of size :math:`\varepsilon`: :math:`p \leftarrow p - \tfrac{\varepsilon}{2} \nabla U`,
@@ -30,7 +31,8 @@ from dataclasses import asdict, dataclass
 
 import torch
 
-__all__ = ["DualAveraging", "HMCState", "TransitionInfo", "hmc_transition", "leapfrog", "n_leapfrog_steps"]
+__all__ = ["DualAveraging", "HMCState", "TransitionInfo", "draw_momentum", "hmc_transition", "kinetic_energy",
+           "leapfrog", "n_leapfrog_steps"]
 
 PotentialAndGrad = Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
 
@@ -87,9 +89,26 @@ def leapfrog(
     return theta, p, potential, grad
 
 
-def _kinetic(p: torch.Tensor, inv_mass: torch.Tensor | float) -> float:
-    return 0.5 * float(torch.sum(p.double() * p.double() * (inv_mass.double() if torch.is_tensor(inv_mass)
-                                                            else float(inv_mass))))
+def kinetic_energy(p: torch.Tensor, inv_mass: torch.Tensor | float) -> float:
+    """:math:`\\tfrac12 p^\\top M^{-1} p` in float64 (``inv_mass`` a float or the diagonal of :math:`M^{-1}`)."""
+    p64 = p.double()
+    if torch.is_tensor(inv_mass):
+        return 0.5 * float(torch.dot(p64 * inv_mass.to(p64.device, torch.float64), p64))
+    return 0.5 * float(torch.sum(p64 * p64 * float(inv_mass)))
+
+
+def draw_momentum(theta: torch.Tensor, mass: torch.Tensor | float, generator: torch.Generator) -> torch.Tensor:
+    """:math:`p \\sim \\mathcal N(0, M)`: standard normals drawn on the generator's device (a CPU generator gives a
+    CUDA chain the momenta of a CPU chain), moved to ``theta``'s and scaled by :math:`\\sqrt{M}`."""
+    z = torch.randn(theta.shape, generator=generator, dtype=theta.dtype, device=generator.device).to(theta.device)
+    if torch.is_tensor(mass):
+        return z * mass.to(theta.device, theta.dtype).sqrt()
+    return math.sqrt(mass) * z
+
+
+def _inverse(mass: torch.Tensor | float, like: torch.Tensor) -> torch.Tensor | float:
+    """:math:`M^{-1}` in ``like``'s dtype and device (a float stays a float)."""
+    return 1.0 / mass.to(like.device, like.dtype) if torch.is_tensor(mass) else 1.0 / mass
 
 
 def hmc_transition(
@@ -98,20 +117,17 @@ def hmc_transition(
     *,
     step_size: float,
     n_steps: int,
-    mass: float,
+    mass: torch.Tensor | float,
     generator: torch.Generator,
 ) -> tuple[HMCState, TransitionInfo]:
-    """One HMC transition with a scalar mass ``mass`` (momentum covariance ``mass * I``)."""
-    inv_mass = 1.0 / mass
-    # Drawn on the generator's device (a CPU generator for the producer: the same stream whatever device the chain
-    # runs on), then moved to the chain's.
-    z = torch.randn(state.theta.shape, generator=generator, dtype=state.theta.dtype,
-                    device=generator.device).to(state.theta.device)
-    p0 = math.sqrt(mass) * z
-    h0 = state.potential + _kinetic(p0, inv_mass)
+    """One HMC transition with mass matrix ``mass`` (a float ``m``: momentum covariance ``m I``; a vector: the
+    diagonal of :math:`M`)."""
+    inv_mass = _inverse(mass, state.theta)
+    p0 = draw_momentum(state.theta, mass, generator)
+    h0 = state.potential + kinetic_energy(p0, inv_mass)
     theta, p, u, g = leapfrog(state.theta, p0, state.grad, potential_and_grad, step_size=step_size,
                               n_steps=n_steps, inv_mass=inv_mass)
-    h1 = u + _kinetic(p, inv_mass) if math.isfinite(u) else math.inf
+    h1 = u + kinetic_energy(p, inv_mass) if math.isfinite(u) else math.inf
     energy_error = h1 - h0 if math.isfinite(h1) else math.inf
     accept_prob = math.exp(min(0.0, -energy_error)) if math.isfinite(energy_error) else 0.0
     # One uniform per transition, drawn whatever the outcome, so the stream does not depend on the energy.
@@ -146,6 +162,8 @@ class DualAveraging:
 
     @classmethod
     def start(cls, step_size: float, *, target: float = 0.8) -> "DualAveraging":
+        """A fresh adaptation from ``step_size`` (:math:`\\mu = \\log 10\\varepsilon`); also Stan's restart after each
+        mass-matrix window."""
         return cls(mu=math.log(10.0 * step_size), target=target, log_step=math.log(step_size))
 
     def update(self, accept_prob: float) -> float:

@@ -11,28 +11,31 @@ samples :math:`\theta^* + s\,\delta`; the validation split comes out of the trai
 default: 5000 of CIFAR's 50000 as in swa_gaussian's validation runs), never the test split. Here ubench follows the
 paper's text, not its code: ``ens-kfacl.py --scale_search`` scores the grid on its test loader.
 
-KFAC (``kfac_laplace``; ``ll_laplace``: the last linear layer only). For every linear and convolutional layer, with
-inputs :math:`a` (a 1 appended for the bias; unfolded patches for a convolution, :math:`L` locations) and
-per-example output gradients :math:`g` of the *empirical* Fisher (the true labels),
+KFAC (``kfac_laplace``; ``ll_laplace``: the last linear layer only). For every linear and convolutional layer, the
+summed Kronecker factors of the empirical Fisher (:mod:`.laplace_curvature`), damped as the code does with
+:math:`\epsilon` = ``weight_decay`` :math:`\times N` (the code's "weight decay scaled by the size of the dataset"),
+give the precision :math:`(X_d \otimes G_d)/L` of each layer (:mod:`.laplace_posterior`, ``structure=kfac``), and a
+weight sample is :math:`\theta^* + s\,\delta`. Where the code differs from the paper of Ritter et al., ubench
+follows the code and says so: the sums are not divided by N (the scale search absorbs it), :math:`\pi` is the trace
+ratio itself, not its square root. One thing the code gets wrong ubench does not copy by default: the code samples
+:math:`L_G^{-1} Z L_X^{-\top}`, whose covariance is not the inverse of that precision; ``covariance=textbook`` (the
+default) samples :math:`L_G^{-\top} Z L_X^{-1}`, whose covariance is, and ``--set covariance=pitfalls`` keeps the
+code's draw for reproducing the paper (the measured difference is in :mod:`.laplace_posterior`). Batch-norm
+parameters are not perturbed (the code's ``use_batch_norm=False``).
 
-.. math:: X = \sum_n a_n a_n^\top, \quad G = \sum_n g_n g_n^\top, \quad
-          \pi = \frac{\mathrm{tr}(X)\,\dim G}{\mathrm{tr}(G)\,\dim X}, \quad
-          X + \sqrt{\epsilon L \pi}\, I = L_X L_X^\top, \quad G + \sqrt{\epsilon L / \pi}\, I = L_G L_G^\top,
+laplace-torch (0.3; Daxberger et al. 2021, "Laplace Redux") is the field's library. Its ``KronLaplace`` keeps each
+bias as a separate block instead of appending it to the input, divides the input factor by N and adds the prior
+precision to the eigenvalues of the Kronecker product instead of the code's pi-corrected damping of each factor; its
+default curvature is the GGN, and it chooses the prior precision by the Laplace marginal likelihood. The producers
+offer its formulation beside the code's, and the tests check them against laplace-torch itself
+(``tests/producers/test_laplace_parity.py``):
 
-and a weight sample is :math:`\delta = s\, \sqrt{L}\; L_G^{-1} Z L_X^{-\top}`, :math:`Z` standard normal,
-:math:`\epsilon` = ``weight_decay`` :math:`\times N` (the code's "weight decay scaled by the size of the dataset").
-Where the code differs from the paper of Ritter et al., ubench follows the code and says so: the sums are not
-divided by N (the scale search absorbs it), :math:`\pi` is the trace ratio itself, not its square root, and the
-sample uses the inverse Cholesky factors as written (:math:`L^{-1} Z L^{-\top}`, whose covariance is
-:math:`L^{-1}L^{-\top}`, not :math:`(LL^\top)^{-1}`). Batch-norm parameters are not perturbed (the code's
-``use_batch_norm=False``).
-
-laplace-torch (0.3, ``KronLaplace`` with an empirical-Fisher backend) is the maintained library; measured on a small
-MLP (``tests/producers/test_vi_laplace_last_layer.py``), its weight factors are exactly these sums divided by N
-(relative residual 6e-8 with the Curvlinops and ASDL backends), but it keeps each bias as a separate Kronecker block
-instead of appending it to the input, adds the prior precision to the eigenvalues of the Kronecker product instead of
-the code's pi-corrected damping of each factor, and samples with the exact inverse. Its KFAC is therefore not the
-formulation that made the Pitfalls numbers (Table 3's scales do not carry over), and ubench computes the code's own.
+* ``--set structure=kron`` (linear layers) or ``structure=full`` (``ll_laplace`` only: the exact last-layer matrix);
+* ``--set hessian=ggn`` (:math:`\sum_n J_n^\top \Lambda_n J_n`) instead of the empirical Fisher ``ef``;
+* ``--set prior=marglik``: the prior precision :math:`\delta` maximising the Laplace marginal likelihood (scale 1
+  unless ``scale`` is set; no validation split needed) instead of the validation ``search`` of the noise scale at
+  :math:`\delta = \epsilon`. ``ll_laplace --set structure=kron hessian=ggn prior=marglik`` is laplace-torch's
+  recommended last-layer Laplace with its nn-MC predictive.
 
 Diagonal (``diag_laplace``): precision :math:`\sum_n (\nabla_\theta \ell_n)^2 + \epsilon` per parameter (per-example
 gradients, every parameter including batch-norm affine ones) and :math:`\delta = s\, z / \sqrt{\text{precision}}`.
@@ -49,84 +52,21 @@ import torch.nn.functional as F
 from torch import nn
 from torch.func import functional_call, grad, vmap
 
+from .laplace_curvature import HESSIANS, kfac_factors, last_layer_curvature, last_layer_inputs
+from .laplace_posterior import (COVARIANCES, STRUCTURES, full_posterior, kfac_posterior, kron_eigen, kron_posterior,
+                                noise, optimise_prior_precision)
 from .last_layer import last_linear_name
 from .torch_trainer import (BASE_DEFAULTS, Method, TrainContext, derive_seed, pitfalls_schedule, train_epoch,
                             with_network)
 
 __all__ = ["DiagonalLaplace", "KFACLaplace", "LastLayerLaplace", "kfac_factors", "scale_grid"]
 
+PRIORS = ("search", "marglik")
+
 
 def scale_grid(low: float, high: float, num: int) -> np.ndarray:
     """``10 ** linspace(low, high, num)`` (``ens-kfacl.py``'s grid)."""
     return 10.0 ** np.linspace(low, high, int(num))
-
-
-def _kfac_layers(model: nn.Module, only: str | None) -> list[tuple[str, nn.Module]]:
-    return [(n, m) for n, m in model.named_modules()
-            if isinstance(m, (nn.Linear, nn.Conv2d)) and (only is None or n == only)]
-
-
-def kfac_factors(model: nn.Module, x: torch.Tensor, y: torch.Tensor, *, batch_size: int,
-                 only: str | None = None) -> dict[str, dict]:
-    """``{layer: {"xxt", "ggt", "locations"}}``: the summed input and output-gradient second moments of the
-    empirical Fisher over ``(x, y)`` (float64), computed in evaluation mode batch by batch."""
-    layers = _kfac_layers(model, only)
-    saved: dict[str, dict] = {}
-    out = {name: {"xxt": None, "ggt": None, "locations": 1} for name, _ in layers}
-    handles = []
-    for name, mod in layers:
-        def hook(m, inputs, output, name=name):
-            saved[name] = {"x": inputs[0].detach()}
-            output.register_hook(lambda g: saved[name].__setitem__("gy", g.detach()))
-
-        handles.append(mod.register_forward_hook(hook))
-    was_training = model.training
-    model.eval()
-    try:
-        for start in range(0, len(x), batch_size):
-            xb, yb = x[start: start + batch_size], y[start: start + batch_size]
-            model.zero_grad(set_to_none=True)
-            F.cross_entropy(model(xb), yb).backward()
-            for name, mod in layers:
-                a, gy = saved[name]["x"].double(), saved[name]["gy"].double() * len(xb)  # per-example gradients
-                if isinstance(mod, nn.Conv2d):
-                    a = F.unfold(a, mod.kernel_size, dilation=mod.dilation, padding=mod.padding, stride=mod.stride)
-                    a = a.permute(1, 0, 2).reshape(a.shape[1], -1)
-                    out[name]["locations"] = gy.shape[2] * gy.shape[3]
-                    gy = gy.permute(1, 0, 2, 3).reshape(gy.shape[1], -1)
-                else:
-                    a, gy = a.t(), gy.t()
-                if mod.bias is not None:
-                    a = torch.cat([a, torch.ones_like(a[:1])])
-                xxt, ggt = a @ a.t(), gy @ gy.t()
-                out[name]["xxt"] = xxt if out[name]["xxt"] is None else out[name]["xxt"] + xxt
-                out[name]["ggt"] = ggt if out[name]["ggt"] is None else out[name]["ggt"] + ggt
-    finally:
-        for h in handles:
-            h.remove()
-        model.zero_grad(set_to_none=True)
-        model.train(was_training)
-    return out
-
-
-def kfac_sampling_factors(factors: dict[str, dict], eps: float) -> dict[str, dict]:
-    """The inverse Cholesky factors :math:`L_G^{-1}`, :math:`L_X^{-1}` with the code's pi-corrected damping."""
-    out = {}
-    for name, f in factors.items():
-        xxt, ggt, loc = f["xxt"], f["ggt"], f["locations"]
-        pi = float(torch.trace(xxt) * ggt.shape[0] / (torch.trace(ggt) * xxt.shape[0]))
-        damp = eps * loc
-        lx = torch.linalg.cholesky(xxt + math.sqrt(damp * pi) * torch.eye(len(xxt), dtype=xxt.dtype, device=xxt.device))
-        lg = torch.linalg.cholesky(ggt + math.sqrt(damp / pi) * torch.eye(len(ggt), dtype=ggt.dtype, device=ggt.device))
-        eye_x = torch.eye(len(lx), dtype=lx.dtype, device=lx.device)
-        eye_g = torch.eye(len(lg), dtype=lg.dtype, device=lg.device)
-        out[name] = {
-            "ix": torch.linalg.solve_triangular(lx, eye_x, upper=False).float(),
-            "ig": torch.linalg.solve_triangular(lg, eye_g, upper=False).float(),
-            "locations": loc,
-            "pi": pi,
-        }
-    return out
 
 
 class _Laplace(Method):
@@ -157,15 +97,24 @@ class _Laplace(Method):
     def schedule(self, t):
         return {"lr": pitfalls_schedule(t, self.hp["lr"], int(self.hp["epochs"]))}
 
+    def searches(self) -> bool:
+        """Whether the noise scale is chosen on the validation split (else it is fixed or 1 under marglik)."""
+        return not self.hp["scale"] > 0 and self.hp.get("prior", "search") == "search"
+
     def run_epoch(self, model, optimizer, state, ctx: TrainContext, *, epoch, seed):
-        if ctx.task.val is None or len(ctx.task.val) == 0:
+        if self.searches() and (ctx.task.val is None or len(ctx.task.val) == 0):
             raise ValueError(f"{self.name} searches its noise scale on a validation split; set --val-fraction > 0")
         if epoch <= int(self.hp["epochs"]):
             return train_epoch(model, optimizer, self, ctx, epoch=epoch, seed=seed)
+        steps = math.ceil(len(ctx.y_train) / ctx.settings.batch_size)
         state["posterior"] = self.fit(model, ctx)
+        if not self.searches():
+            state["search"], state["scale"] = [], float(self.hp["scale"]) or 1.0
+            marglik = state["posterior"].get("log_marginal_likelihood")
+            return (-marglik / len(ctx.y_train) if marglik is not None else math.nan), steps
         state["search"] = self.search_scale(model, state["posterior"], ctx, seed=seed)
-        state["scale"] = float(self.hp["scale"]) or min(state["search"], key=lambda r: r[1])[0]
-        return float(min(r[1] for r in state["search"])), math.ceil(len(ctx.y_train) / ctx.settings.batch_size)
+        state["scale"] = min(state["search"], key=lambda r: r[1])[0]
+        return float(min(r[1] for r in state["search"])), steps
 
     # -- to be provided ------------------------------------------------------------------------------------------
     def fit(self, model: nn.Module, ctx: TrainContext) -> dict:
@@ -204,43 +153,101 @@ class _Laplace(Method):
 
     def member_predictor(self, model, state, ctx, seed):
         self._scale = float(state["scale"])
+        self._prior_precision = state["posterior"].get("prior_precision")
         sampled = self.sample_model(model, state["posterior"], state["scale"], seed)
         return with_network(lambda x, gen: sampled(x), sampled)
 
     def member_info(self, index, epoch):
-        return {"scale": self._scale}
+        info = {"scale": self._scale}
+        if isinstance(self._prior_precision, float):
+            info["prior_precision"] = self._prior_precision
+        return info
 
 
 class KFACLaplace(_Laplace):
-    """KFAC-Laplace on every linear and convolutional layer."""
+    """KFAC-Laplace on every linear and convolutional layer (or laplace-torch's ``kron`` on linear layers)."""
 
     name = "kfac_laplace"
     summary = "KFAC-Laplace with the noise scale searched on a validation split (Pitfalls code)"
+    defaults = {**_Laplace.defaults, "structure": "kfac", "hessian": "ef", "covariance": "textbook",
+                "prior": "search"}
     last_layer_only = False
 
+    @classmethod
+    def check_hyperparameters(cls, hp):
+        choices = {"structure": STRUCTURES if cls.last_layer_only else STRUCTURES[:2], "hessian": HESSIANS,
+                   "covariance": COVARIANCES, "prior": PRIORS}
+        for key, allowed in choices.items():
+            if hp[key] not in allowed:
+                full = " (full is for ll_laplace: the last layer's matrix)" if hp[key] == "full" else ""
+                raise ValueError(f"{cls.name}: {key} must be one of {', '.join(allowed)}; got {hp[key]!r}{full}")
+        if hp["covariance"] == "pitfalls" and hp["structure"] != "kfac":
+            raise ValueError(f"{cls.name}: covariance=pitfalls is the Pitfalls code's draw of its kfac factors; "
+                             f"structure {hp['structure']!r} samples its exact inverse")
+        if hp["prior"] == "marglik" and hp["structure"] == "kfac":
+            raise ValueError(f"{cls.name}: prior=marglik needs structure=kron or full (laplace-torch's precision); "
+                             "the Pitfalls code's kfac factors are not divided by N and are damped factor by factor")
+
     def fit(self, model, ctx):
+        """``{"layers": {name: posterior}, "prior_precision", "log_marginal_likelihood"}``."""
         only = last_linear_name(model) if self.last_layer_only else None
-        factors = kfac_factors(model, ctx.x_train, ctx.y_train, batch_size=ctx.settings.batch_size, only=only)
-        return kfac_sampling_factors(factors, self.eps)
+        structure, hessian = self.hp["structure"], self.hp["hessian"]
+        x, y, batch = ctx.x_train, ctx.y_train, ctx.settings.batch_size
+        modules = dict(model.named_modules())
+        if structure == "full":
+            layer = modules[only]
+            feats, logits = last_layer_inputs(model, layer, x, batch_size=batch)
+            curvature = last_layer_curvature(feats, logits, y, hessian=hessian)
+            # the eigenvalues only for the marginal likelihood (its log-determinant at every delta)
+            eigens = {only: torch.linalg.eigvalsh(curvature) if self.hp["prior"] == "marglik" else None}
+        else:
+            factors = kfac_factors(model, x, y, batch_size=batch, only=only, hessian=hessian)
+            eigens = {n: kron_eigen(f, len(y)) for n, f in factors.items()} if structure == "kron" else {}
+        delta, marglik = self.eps, None
+        if self.hp["prior"] == "marglik":
+            params = [p.detach().double() for n in eigens for p in (modules[n].weight, modules[n].bias)
+                      if p is not None]
+            log_lik = -_summed_cross_entropy(model, x, y, batch_size=batch)
+            delta, marglik = optimise_prior_precision(log_lik, float(sum((p * p).sum() for p in params)),
+                                                      sum(p.numel() for p in params), list(eigens.values()))
+        if structure == "kfac":
+            layers = {n: kfac_posterior(f, delta, covariance=self.hp["covariance"]) for n, f in factors.items()}
+        elif structure == "kron":
+            layers = {n: kron_posterior(e, delta) for n, e in eigens.items()}
+        else:
+            w = modules[only].weight
+            layers = {only: full_posterior(curvature, delta, shape=(w.shape[0], w.shape[1] + 1))}
+        return {"layers": layers, "prior_precision": delta, "log_marginal_likelihood": marglik}
 
     def perturb(self, model, posterior, scale, generator):
         modules = dict(model.named_modules())
-        for name, f in posterior.items():
+        for name, layer in posterior["layers"].items():
             mod = modules[name]
-            ig, ix = f["ig"], f["ix"]
-            z = torch.randn(len(ig), len(ix), generator=generator).to(ig.device)
-            delta = (ig @ z @ ix.t()) * (scale * math.sqrt(f["locations"]))
-            if mod.bias is not None:
-                mod.bias.add_(delta[:, -1])
-                delta = delta[:, :-1]
-            mod.weight.add_(delta.reshape(mod.weight.shape))
+            dw, db = noise(layer, generator)
+            if db is None and mod.bias is not None:
+                dw, db = dw[:, :-1], dw[:, -1]
+            mod.weight.add_(scale * dw.reshape(mod.weight.shape))
+            if db is not None:
+                mod.bias.add_(scale * db)
+
+
+@torch.no_grad()
+def _summed_cross_entropy(model: nn.Module, x: torch.Tensor, y: torch.Tensor, *, batch_size: int) -> float:
+    """:math:`-\\log p(D \\mid \\theta^*)`: the cross-entropy summed over the training set, in evaluation mode."""
+    was_training = model.training
+    model.eval()
+    try:
+        return float(sum(F.cross_entropy(model(x[i: i + batch_size]).double(), y[i: i + batch_size],
+                                         reduction="sum") for i in range(0, len(x), batch_size)))
+    finally:
+        model.train(was_training)
 
 
 class LastLayerLaplace(KFACLaplace):
     """KFAC-Laplace on the last linear layer only (the rest of the network is the trained point estimate)."""
 
     name = "ll_laplace"
-    summary = "last-layer KFAC-Laplace with the noise scale searched on a validation split"
+    summary = "last-layer KFAC-Laplace with the noise scale searched on a validation split (or laplace-torch's)"
     last_layer_only = True
 
 

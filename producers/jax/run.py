@@ -22,7 +22,7 @@ from ..run_record import derive_seed, run_config, split_specs
 from ..sampler_defaults import SGHMC_DEFAULTS, SGLD_DEFAULTS, resolve_temperature
 from ..schedules import BASE_DEFAULTS
 from ..task import Task
-from .hmc import HMC_DEFAULTS, HMCChain
+from .hmc import HMC_DEFAULTS, mlp_chain
 from .mlp import init_mlp, mlp_logits, n_parameters
 from .sgmcmc import sgmcmc_chain
 from .train import train_run
@@ -72,6 +72,8 @@ def resolve_hyperparameters(method: str, overrides: Mapping[str, Any]) -> dict[s
         out[key] = int(float(value)) if kind is int else value if key == "temperature" else kind(value)
     if "temperature" in out:
         resolve_temperature(out["temperature"], 1)  # a bad value is refused before any training
+    if method == "hmc" and out["sampler"] not in ("hmc", "nuts"):
+        raise ValueError(f"hmc (jax): sampler must be hmc or nuts; got {out['sampler']!r}")
     return out
 
 
@@ -109,9 +111,9 @@ def _run_chains(method: str, hp: dict, task: Task, settings: "JaxRunSettings", w
             started[0] = time.perf_counter()
 
         if method == "hmc":
-            chain = HMCChain(hp, x=x, y=y, n_classes=task.n_classes, mean=task.mean, std=task.std,
-                             seed=settings.seed if c == 0 else derive_seed(settings.seed, 2, c),
-                             scratch=writer.scratch_dir, name=f"hmc_chain{c:04d}.npz")
+            chain = mlp_chain(hp, x=x, y=y, n_classes=task.n_classes, mean=task.mean, std=task.std,
+                              seed=settings.seed if c == 0 else derive_seed(settings.seed, 2, c),
+                              scratch=writer.scratch_dir, name=f"hmc_chain{c:04d}.npz")
             for k in range(done, per):
                 params, info = chain.sample(k)
                 write(k, params, info["iteration"], info["iteration"], info)

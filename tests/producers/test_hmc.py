@@ -12,7 +12,7 @@ torch = pytest.importorskip("torch")
 from ubench.archive_schema import read_archive  # noqa: E402
 from ubench.producers import member_loop  # noqa: E402
 from ubench.producers.archive_run import produce_archive  # noqa: E402
-from ubench.producers.hmc import HMC, log_posterior_fn  # noqa: E402
+from ubench.producers.hmc import HMC, URSABENCH_PRESET, log_posterior_fn  # noqa: E402
 from ubench.producers.hmc_sampler import (  # noqa: E402
     DualAveraging, HMCState, hmc_transition, leapfrog, n_leapfrog_steps,
 )
@@ -208,7 +208,7 @@ def _produce(task, out, device="auto", **hyper):
 
 
 def test_hmc_producer_writes_samples_with_their_diagnostics(digits_task, tmp_path):
-    a = read_archive(_produce(digits_task, tmp_path / "hmc.h5"))
+    a = read_archive(_produce(digits_task, tmp_path / "hmc.h5", preset="ursabench"))
     assert a.method == "hmc" and len(a.members) == 3
     assert {m.kind for m in a.members} == {"posterior_sample"}
     assert [m.epoch for m in a.members] == [14, 16, 18]
@@ -218,7 +218,7 @@ def test_hmc_producer_writes_samples_with_their_diagnostics(digits_task, tmp_pat
                              "log_posterior"}
         assert 0.0 <= info["acceptance_rate"] <= 1.0
         # fixed trajectory length: L = ceil(length / step), at most max_leapfrog (closed form, not the helper)
-        expected = min(math.ceil(HMC.defaults["trajectory_length"] / info["step_size"]), 200)
+        expected = min(math.ceil(URSABENCH_PRESET["trajectory_length"] / info["step_size"]), 200)
         assert info["n_leapfrog"] == expected
         assert info["trajectory_length"] == pytest.approx(info["step_size"] * expected)
     # After burn-in the step size is frozen: every member used the same one.
@@ -238,10 +238,13 @@ def test_hmc_producer_on_cuda(digits_task, tmp_path):
     assert str(a.scalability["device"]).startswith("cuda")
 
 
-def test_hmc_producer_resumes_bit_identically(digits_task, tmp_path, monkeypatch):
-    """A run interrupted after iteration 15 (a member already written) resumes from its checkpoint and gives
-    exactly the archive of an uninterrupted run."""
-    full = read_archive(_produce(digits_task, tmp_path / "full.h5"))
+@pytest.mark.parametrize("hyper", [{}, {"burn_in": 24, "sampler": "nuts", "max_tree_depth": 5}],
+                         ids=["hmc", "nuts-with-mass-window"])
+def test_hmc_producer_resumes_bit_identically(digits_task, tmp_path, monkeypatch, hyper):
+    """A run interrupted at iteration 16 resumes from its checkpoint and gives exactly the archive of an
+    uninterrupted run: after a member was written (burn-in 12), and inside Stan's mass-matrix window (burn-in 24:
+    the window is iterations 3..21, its running variance is in the checkpoint)."""
+    full = read_archive(_produce(digits_task, tmp_path / "full.h5", **hyper))
     original = HMC.run_epoch
     calls = {"n": 0}
 
@@ -253,9 +256,9 @@ def test_hmc_producer_resumes_bit_identically(digits_task, tmp_path, monkeypatch
 
     monkeypatch.setattr(HMC, "run_epoch", failing)
     with pytest.raises(KeyboardInterrupt):
-        _produce(digits_task, tmp_path / "cut.h5")
+        _produce(digits_task, tmp_path / "cut.h5", **hyper)
     assert (tmp_path / "cut.h5.partial").exists()
-    resumed = read_archive(_produce(digits_task, tmp_path / "cut.h5"))
+    resumed = read_archive(_produce(digits_task, tmp_path / "cut.h5", **hyper))
     for name in full.probs:
         np.testing.assert_array_equal(resumed.probs[name], full.probs[name])
     assert [m.info for m in resumed.members] == [m.info for m in full.members]
@@ -279,8 +282,9 @@ def test_hmc_producer_evaluates_the_target_l_times_per_iteration(digits_task, tm
         return wrapped
 
     monkeypatch.setattr(hmc_module, "log_posterior_fn", counting)
-    step = HMC.defaults["step_size"]
-    _produce(digits_task, tmp_path / "hmc.h5", adapt_step_size=False, trajectory_length=3 * step)
+    step = URSABENCH_PRESET["step_size"]
+    _produce(digits_task, tmp_path / "hmc.h5", preset="ursabench", adapt_step_size=False,
+             trajectory_length=3 * step)
     iterations = 12 + 3 * 2  # burn_in + members * thin
     assert calls["n"] == iterations * 3 + 1
 
@@ -301,3 +305,50 @@ def test_compiled_target_agrees_with_eager_on_the_digits_mlp(digits_task):
     u1, g1 = log_posterior_fn(model, x, y, prior_precision=100.0, compile=True)(theta)
     assert float(u1) == pytest.approx(float(u0), rel=1e-6)
     np.testing.assert_allclose(g1.numpy(), g0.numpy(), rtol=1e-4, atol=1e-4 * float(g0.abs().max()))
+
+
+def test_presets_and_sampler_are_resolved_and_checked():
+    """``preset=ursabench`` is URSABench's HMC_BO.json run as before issue #30 (scalar mass, fixed trajectory, 300
+    iterations of which 200 burn-in); explicit values win over the preset; unknown names are refused."""
+    ursa = HMC.resolve_hyperparameters({"preset": "ursabench"})
+    assert ursa == {**HMC.defaults, **URSABENCH_PRESET, "preset": "ursabench"}
+    assert (ursa["step_size"], ursa["mass"], ursa["burn_in"], ursa["adapt_mass"], ursa["jitter"]) == (
+        0.00020897435024380684, 0.1919177919626236, 200, False, 0.0)
+    assert ursa["trajectory_length"] == pytest.approx(40 * ursa["step_size"])
+    assert HMC.resolve_hyperparameters({"preset": "ursabench", "thin": 3})["thin"] == 3
+    assert HMC.resolve_hyperparameters({})["adapt_mass"] is True
+    with pytest.raises(ValueError, match="preset must be one of"):
+        HMC.resolve_hyperparameters({"preset": "stan"})
+    with pytest.raises(ValueError, match="sampler must be one of"):
+        HMC.resolve_hyperparameters({"sampler": "mala"})
+    with pytest.raises(ValueError, match="jitter"):
+        HMC.resolve_hyperparameters({"jitter": 1.5})
+
+
+def test_nuts_producer_records_its_trees(digits_task, tmp_path):
+    a = read_archive(_produce(digits_task, tmp_path / "nuts.h5", sampler="nuts", max_tree_depth=4))
+    for m in a.members:
+        assert m.info["sampler"] == "nuts" and 1 <= m.info["tree_depth"] <= 4
+        assert 1 <= m.info["n_leapfrog"] <= 15
+    assert a.members[-1].info["leapfrog_total"] > a.members[0].info["leapfrog_total"]
+    assert a.config["hyperparameters"]["sampler"] == "nuts"
+
+
+def test_chain_starts_from_a_prior_draw_or_the_networks_initialisation(digits_task, tmp_path, monkeypatch):
+    """``init=prior`` (the default) starts the chain at theta ~ N(0, 1/tau): sample sd 1/sqrt(tau) = 0.1 over the
+    MLP's 55,000 weights, mean 0; ``init=model`` keeps torch's initialisation (uniform, sd well below 0.1)."""
+    from ubench.producers import hmc as hmc_module
+
+    starts = {}
+    original = hmc_module.chain_step
+
+    def spy(current, target, state, settings, *, t, seed):
+        starts.setdefault("theta", current.theta.clone())
+        return original(current, target, state, settings, t=t, seed=seed)
+
+    monkeypatch.setattr(hmc_module, "chain_step", spy)
+    _produce(digits_task, tmp_path / "prior.h5", burn_in=2, thin=1, trajectory_length=0.01)
+    prior = starts.pop("theta").double()
+    assert abs(float(prior.std()) - 0.1) < 0.002 and abs(float(prior.mean())) < 0.002
+    _produce(digits_task, tmp_path / "model.h5", burn_in=2, thin=1, trajectory_length=0.01, init="model")
+    assert float(starts["theta"].double().std()) < 0.06
