@@ -19,21 +19,8 @@ from ubench.producers.hmc_sampler import HMCState, hmc_transition  # noqa: E402
 pytestmark = pytest.mark.torch
 torch.set_num_threads(1)  # tiny tensors: a second thread only waits (and on a loaded machine, spins)
 
-MU = torch.tensor([1.0, -2.0, 0.5], dtype=torch.float64)
-S = torch.tensor([[1.0, 0.6, 0.0], [0.6, 2.0, -0.3], [0.0, -0.3, 0.5]], dtype=torch.float64)
-P = torch.linalg.inv(S)
-
-
-def gaussian(theta):
-    d = theta - MU
-    return 0.5 * d @ P @ d, P @ d
-
-
-def banana(theta, b=0.5):
-    """x1 ~ N(0, 1), x2 | x1 ~ N(b x1^2, 1): E x2 = b, Var x2 = 1 + 2 b^2."""
-    x1, x2 = theta[0], theta[1]
-    r = x2 - b * x1 ** 2
-    return 0.5 * x1 ** 2 + 0.5 * r ** 2, torch.stack([x1 - 2 * b * x1 * r, r])
+# the correlated 3-D Gaussian and the banana of test_hmc.py, whose moments are known in closed form
+from test_hmc import MU, S, banana, gaussian  # noqa: E402
 
 
 def scaled_gaussian(sd):
