@@ -82,7 +82,8 @@ class SandboxLimits:
     Attributes
     ----------
     memory_bytes : address-space limit of the child (``RLIMIT_AS``). It counts mapped, not resident, memory:
-        the interpreter with numpy, scipy and h5py maps roughly 0.4 GB before reading anything.
+        the interpreter with numpy, scipy and h5py maps about 250 MiB before reading anything (a limit below
+        that is refused with the size); the memory plan budgets what is left.
     cpu_seconds : CPU time per task (``RLIMIT_CPU``, moved forward before each task of a batch).
     timeout_seconds : wall-clock time per task; the child's process group is killed when it passes.
     max_open_files : ``RLIMIT_NOFILE`` of the child.
@@ -591,10 +592,10 @@ def _run_task(task: SandboxTask) -> SandboxOutcome:
         # refused up front by the memory plan, before any prediction was read: the size needed and the limit
         import resource
 
-        limit = resource.getrlimit(resource.RLIMIT_AS)[0]
+        suggested = -(-(exc.limit_needed(resource.getrlimit(resource.RLIMIT_AS)[0]) + _MAPPED_SLACK) // 2**20)
         return _sandbox_outcome("memory-limit", "memory-limit", f"{exc}, under the sandbox's memory limit of "
-                                f"{_limit_text()}; a --memory-limit of {-(-(exc.limit_needed(limit) + _MAPPED_SLACK) // 2**20):,} MiB "
-                                "would score it in passes", time.monotonic() - t0)
+                                f"{_limit_text()}; a --memory-limit of {suggested:,} MiB would score it in passes",
+                                time.monotonic() - t0)
     except ValueError as exc:
         # A valid archive that cannot be scored under the protocol (a metric undefined on its data, a cost matrix
         # of the wrong size), as `ubench score` treats it.

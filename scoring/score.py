@@ -220,7 +220,8 @@ def score_split(reader, name: str, builder, labels: np.ndarray | None, limits: R
     if not plan.in_memory:
         builder.note(f"split {name!r}: its (N, C) mean ({plan.mean_bytes / 2**20:,.0f} MiB) did not fit the "
                      f"{plan.budget / 2**20:,.0f} MiB of memory left beside its per-sample arrays and working "
-                     f"memory, so its metrics read it again from the archive ({arrays.mean_probs.passes:.0f} more passes over the split)")
+                     f"memory, so its metrics read it again from the archive ({arrays.mean_probs.passes:.0f} more "
+                     "passes over the split)")
 
 
 def _method_scores(reader, name: str) -> dict:
