@@ -13,14 +13,17 @@ naming the size it would need.
 The budget: ``memory_bytes`` when the caller gives one, else what the process may still map under its
 address-space limit (``RLIMIT_AS``, as the sandbox sets it) or, without one, the memory the kernel reports
 available (``MemAvailable``); an eighth of it is kept back for what the interpreter maps as it runs
-(:data:`RESERVE_SHARE`).
+(:data:`RESERVE_SHARE`). Both are read from ``/proc``, which a sandboxed child can no longer open once Landlock
+closes the file system: it calls :func:`keep_proc_open` before, and the budget is read through those descriptors
+(without them the child saw no budget at all and planned every split in memory: a 4 GB split under a 1.6 GiB
+limit ended in a bare ``memory-limit`` instead of passes).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["MemoryBudgetError", "SplitPlan", "plan_split", "memory_budget", "VECTOR_BYTES_PER_SAMPLE",
+__all__ = ["MemoryBudgetError", "keep_proc_open", "SplitPlan", "plan_split", "memory_budget", "VECTOR_BYTES_PER_SAMPLE",
            "WORKING_BLOCKS", "RESERVE_SHARE"]
 
 #: Per-sample float64 vectors a split's sections keep at once (27 counted at the in-domain split's peak; twice that
@@ -33,19 +36,87 @@ RESERVE_SHARE = 1 / 8
 #: Working blocks alive at once besides the arrays, each ``block_bytes`` at most (the block being read with its
 #: float64 temporaries, a kernel's gathered entries); a split smaller than a block needs only its own size.
 WORKING_BLOCKS = 2
+#: Bytes per gathered entry of TACE's class groups (``metrics/calibration.py``: value, class, hit, their lists,
+#: the concatenation, the sort order and the sorted copies), a working set of fixed size beside the blocks:
+#: measured, a 20,000 x 500 split in passes mapped 205 MiB beyond the plan's start, 138 MiB of it planned without
+#: this term.
+TACE_BYTES_PER_ENTRY = 48
+#: Bootstrap intervals (``metrics/intervals.py``), computed after every split is scored: their replicate blocks
+#: and the two threads' kernel temporaries take a fixed share, measured as 30 float64 per cell of a block of
+#: ``BLOCK_CELLS`` (480 MiB of address space beyond the plan's start for 4 splits of 2,000 samples), and the
+#: statistics every split keeps for them about 3 KiB per sample of all splits (705 MiB for 4 x 20,000).
+INTERVAL_CELL_BYTES = 30 * 8
+#: What a report maps beside all of the above whatever the split's size (HDF5's chunk caches, the results kept
+#: for the report, small temporaries): measured, a 3,000 x 200 split in passes mapped 50 MiB beyond the plan's
+#: start, 29 MiB of it planned without this term.
+FIXED_BYTES = 32 * 2**20
+INTERVAL_BYTES_PER_SAMPLE = 3 * 2**10
+
+
+def working_bytes(splits: dict[str, int], n_classes: int, *, bootstrap: int | None) -> int:
+    """Bytes a report maps beside any one split's arrays and blocks, for splits of ``splits[name]`` samples:
+    TACE's class groups (at most a split's N x C entries) and, with ``bootstrap`` replicates (None: no
+    intervals), the bootstrap's replicate blocks (at most ``bootstrap`` x N cells) and the statistics every
+    split keeps for them; and :data:`FIXED_BYTES`."""
+    from ..metrics.bootstrap import BLOCK_CELLS
+    from ..metrics.calibration import _TACE_GROUP_ENTRIES
+
+    largest = max(splits.values(), default=0)
+    tace = TACE_BYTES_PER_ENTRY * min(_TACE_GROUP_ENTRIES, largest * n_classes)
+    if bootstrap is None:
+        return FIXED_BYTES + tace
+    cells = min(BLOCK_CELLS, bootstrap * largest)
+    return FIXED_BYTES + max(tace, INTERVAL_CELL_BYTES * cells) + INTERVAL_BYTES_PER_SAMPLE * sum(splits.values())
 
 
 class MemoryBudgetError(ValueError):
-    """A split cannot be scored within the memory it may use, not even in passes over its archive."""
+    """A split cannot be scored within the memory it may use, not even in passes over its archive.
+
+    ``needed`` is the bytes it needs in passes, ``left`` the bytes that were left for it (both after
+    :data:`RESERVE_SHARE`); :meth:`limit_needed` turns them into the address-space limit that would do."""
+
+    def __init__(self, message: str, *, needed: int = 0, left: int = 0):
+        super().__init__(message)
+        self.needed, self.left = needed, left
+
+    def limit_needed(self, limit: int) -> int:
+        """The address-space limit under which the split would be scored in passes, given the one it had."""
+        return limit + int(-(-(self.needed - self.left) // (1 - RESERVE_SHARE)))
 
 
 @dataclass(frozen=True)
 class SplitPlan:
-    """``in_memory``: hold the split's mean; ``mean_bytes`` its size; ``budget`` the bytes it could use."""
+    """``in_memory``: hold the split's mean; ``mean_bytes`` its size; ``budget`` the bytes left for it beside the
+    per-sample arrays and the working memory."""
 
     in_memory: bool
     mean_bytes: int
     budget: int | None
+
+
+#: ``/proc`` files kept open by :func:`keep_proc_open` (path -> binary file object).
+_KEPT: dict[str, object] = {}
+
+
+def keep_proc_open() -> None:
+    """Open ``/proc/self/statm`` and ``/proc/meminfo`` now and read the budget through them from then on: for a
+    process about to lose access to ``/proc`` (the sandbox child before Landlock). The files are re-read from
+    the start each time, so they give the values of the moment, not of the opening."""
+    for path in ("/proc/self/statm", "/proc/meminfo"):
+        if path not in _KEPT:
+            try:
+                _KEPT[path] = open(path, "rb")  # noqa: SIM115 - kept open for the process's lifetime
+            except OSError:
+                pass
+
+
+def _read_proc(path: str) -> str:
+    kept = _KEPT.get(path)
+    if kept is None:
+        with open(path, "rb") as f:
+            return f.read().decode()
+    kept.seek(0)
+    return kept.read().decode()
 
 
 def _address_space_left() -> int | None:
@@ -56,8 +127,7 @@ def _address_space_left() -> int | None:
         soft, _ = resource.getrlimit(resource.RLIMIT_AS)
         if soft == resource.RLIM_INFINITY:
             return None
-        with open("/proc/self/statm") as f:
-            mapped = int(f.read().split()[0]) * resource.getpagesize()
+        mapped = int(_read_proc("/proc/self/statm").split()[0]) * resource.getpagesize()
         return max(0, soft - mapped)
     except (ImportError, OSError, ValueError):
         return None
@@ -65,10 +135,9 @@ def _address_space_left() -> int | None:
 
 def _memory_available() -> int | None:
     try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
+        for line in _read_proc("/proc/meminfo").splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
     except (OSError, ValueError):
         return None
     return None
@@ -84,24 +153,25 @@ def memory_budget(memory_bytes: int | None = None) -> int | None:
 
 
 def plan_split(name: str, n_members: int, n_samples: int, n_classes: int, *, budget: int | None,
-               block_bytes: int) -> SplitPlan:
+               block_bytes: int, extra_bytes: int = 0) -> SplitPlan:
     """Hold split ``name``'s mean if the mean, its per-sample vectors and the working blocks fit ``budget`` (less
     :data:`RESERVE_SHARE`); else read it in passes if the vectors and blocks fit; else raise
-    :class:`MemoryBudgetError`. The plan's ``budget`` is what was left for the split."""
+    :class:`MemoryBudgetError`. ``extra_bytes`` is what the report needs beside the split
+    (:func:`working_bytes`). The plan's ``budget`` is what is left for the mean beside them."""
     mean = 8 * n_samples * n_classes
     block = min(block_bytes, 8 * n_members * n_samples * n_classes)
-    rest = VECTOR_BYTES_PER_SAMPLE * n_samples + WORKING_BLOCKS * block
+    rest = VECTOR_BYTES_PER_SAMPLE * n_samples + WORKING_BLOCKS * block + int(extra_bytes)
     if budget is None:
         return SplitPlan(True, mean, budget)
     budget = int(budget * (1 - RESERVE_SHARE))
     if mean + rest <= budget:
-        return SplitPlan(True, mean, budget)
+        return SplitPlan(True, mean, budget - rest)
     if rest <= budget:
-        return SplitPlan(False, mean, budget)
+        return SplitPlan(False, mean, budget - rest)
     raise MemoryBudgetError(
         f"split {name!r} ({n_samples:,} samples x {n_classes:,} classes) cannot be scored within the memory "
         f"limit: it needs at least {_mib(rest)} in passes over the archive ({_mib(mean + rest)} with its mean in "
-        f"memory) and {_mib(budget)} are left")
+        f"memory) and {_mib(budget)} are left", needed=rest, left=budget)
 
 
 def _mib(n: int) -> str:

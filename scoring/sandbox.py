@@ -6,7 +6,9 @@ The parent (:func:`run_sandboxed`, :func:`run_sandboxed_batch`) starts a fresh i
 new session (so a timeout kills the whole process group), and sends it one JSON request on stdin. The child
 (:func:`main`) limits itself before it reads any archive:
 
-- ``RLIMIT_AS`` (address space), ``RLIMIT_CPU`` (per task; the hard limit a little above), ``RLIMIT_FSIZE = 0``
+- ``RLIMIT_AS`` (address space; set once the modules it needs are imported, a limit below what they map
+  refused with that size, and what is left is what the memory plan budgets: ``scoring/memory_plan.py``),
+  ``RLIMIT_CPU (per task; the hard limit a little above), ``RLIMIT_FSIZE = 0``
   (it writes no file), ``RLIMIT_CORE = 0``, ``RLIMIT_NOFILE``; ``PR_SET_PDEATHSIG`` so it dies with its parent;
   ``PR_SET_NO_NEW_PRIVS``;
 - HDF5 filter plugins off (``HDF5_PLUGIN_PRELOAD="::"``, ``HDF5_PLUGIN_PATH`` pointing nowhere; ``safe_h5py``
@@ -80,7 +82,8 @@ class SandboxLimits:
     Attributes
     ----------
     memory_bytes : address-space limit of the child (``RLIMIT_AS``). It counts mapped, not resident, memory:
-        the interpreter with numpy, scipy and h5py maps roughly 0.4 GB before reading anything.
+        the interpreter with numpy, scipy and h5py maps about 250 MiB before reading anything (a limit below
+        that is refused with the size); the memory plan budgets what is left.
     cpu_seconds : CPU time per task (``RLIMIT_CPU``, moved forward before each task of a batch).
     timeout_seconds : wall-clock time per task; the child's process group is killed when it passes.
     max_open_files : ``RLIMIT_NOFILE`` of the child.
@@ -196,9 +199,11 @@ def _child_env(workdir: str) -> dict[str, str]:
         "OPENBLAS_NUM_THREADS": "1",
         "MKL_NUM_THREADS": "1",
         "NUMEXPR_NUM_THREADS": "1",
-        # glibc reserves 64 MiB of address space for each thread's malloc arena: under RLIMIT_AS the scoring
-        # kernels' threads would otherwise take a share of the memory limit that no data uses.
-        "MALLOC_ARENA_MAX": "2",
+        # glibc reserves 64 MiB of address space for each further malloc arena (128 MiB while it aligns it):
+        # under RLIMIT_AS the threads (the file's hash, the intervals' pool) would take a share of the memory
+        # limit that no data uses, and a share that depends on the limit (under a small one the reservation
+        # fails and the thread shares the main arena), so the memory plan could not predict it. One arena.
+        "MALLOC_ARENA_MAX": "1",
     }
     return env
 
@@ -360,8 +365,9 @@ def _prctl(option: int, arg: int) -> None:
     libc.prctl(option, arg, 0, 0, 0)
 
 
-def _limit_self(limits: dict[str, Any], parent: int) -> None:
-    """rlimits and process flags; runs before any archive is touched."""
+def _limit_self(limits: dict[str, Any], parent: int, *, address_space: bool = True) -> None:
+    """rlimits and process flags; runs before any archive is touched (``RLIMIT_AS`` only with
+    ``address_space``: the scoring child sets it after its imports, :func:`_limit_address_space`)."""
     import resource
 
     _prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG: die with the parent
@@ -369,12 +375,43 @@ def _limit_self(limits: dict[str, Any], parent: int) -> None:
         os._exit(70)
     _prctl(38, 1)  # PR_SET_NO_NEW_PRIVS
     os.umask(0o777)
-    mem = int(limits["memory_bytes"])
-    resource.setrlimit(resource.RLIMIT_AS, (mem, mem))
+    if address_space:
+        mem = int(limits["memory_bytes"])
+        resource.setrlimit(resource.RLIMIT_AS, (mem, mem))
     resource.setrlimit(resource.RLIMIT_FSIZE, (0, 0))
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
     nofile = int(limits["max_open_files"])
     resource.setrlimit(resource.RLIMIT_NOFILE, (nofile, nofile))
+
+
+#: Address space the child needs beyond its imports before the memory plan can answer (opening the archive and
+#: reading its header and labels); a limit closer than this to what the imports map is refused at start.
+START_BYTES = 32 * 2**20
+
+
+def _mapped_bytes() -> int | None:
+    """This process's mapped address space (``VmSize``), or None where ``/proc`` cannot tell."""
+    try:
+        with open("/proc/self/statm", "rb") as f:
+            import resource
+
+            return int(f.read().split()[0]) * resource.getpagesize()
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _limit_address_space(memory_bytes: int) -> str | None:
+    """Set ``RLIMIT_AS`` to ``memory_bytes`` once the modules are imported; a message instead (and no limit: the
+    child then answers without reading anything) when what they map leaves less than :data:`START_BYTES`."""
+    import resource
+
+    mapped = _mapped_bytes()
+    if mapped is not None and mapped + START_BYTES > memory_bytes:
+        return (f"the sandbox's memory limit of {memory_bytes / 2**20:,.0f} MiB is below what the scoring process "
+                f"needs before it reads any archive: {(mapped + START_BYTES) / 2**20:,.0f} MiB of address space "
+                "(Python, numpy, scipy and h5py mapped, and room to open the archive); raise --memory-limit")
+    resource.setrlimit(resource.RLIMIT_AS, (memory_bytes, memory_bytes))
+    return None
 
 
 def limit_process(limits: dict[str, Any], parent: int) -> None:
@@ -402,9 +439,13 @@ def _allow_cpu(seconds: int, n_tasks_left: int) -> None:
 
 
 def _preimport(kinds: set[str]) -> None:
-    """Import everything a task needs before Landlock closes the file system."""
-    import numpy  # noqa: F401
+    """Import everything a task needs before Landlock closes the file system, and have OpenBLAS map its buffer
+    (on its first product; under a limit it could no longer map it, and OpenBLAS then ends the process) so that
+    the address space measured before ``RLIMIT_AS`` counts it."""
+    import numpy
     import scipy.special  # noqa: F401
+
+    numpy.ones((256, 256)) @ numpy.ones((256, 256))  # a smaller product takes a path without the buffer
 
     from ..archive_schema import validate_archive  # noqa: F401
     from ..archive_schema.safe_h5py import h5py  # noqa: F401
@@ -527,6 +568,7 @@ def _run_task(task: SandboxTask) -> SandboxOutcome:
         return _findings_outcome(validate_archive(task.archive, limits), time.monotonic() - t0)
     if task.kind == "inspect":
         return _inspect(task.archive, limits, t0)
+    from .memory_plan import MemoryBudgetError
     from .reference import ReferenceError, ReferenceMismatchError
     from .score import score_archive
 
@@ -546,11 +588,32 @@ def _run_task(task: SandboxTask) -> SandboxOutcome:
                               time.monotonic() - t0)
     except ArchiveError as exc:
         return SandboxOutcome("rejected", 1, (_finding("rejected", str(exc)),), None, None, time.monotonic() - t0)
+    except MemoryBudgetError as exc:
+        # refused up front by the memory plan, before any prediction was read: the size needed and the limit
+        import resource
+
+        suggested = -(-(exc.limit_needed(resource.getrlimit(resource.RLIMIT_AS)[0]) + _MAPPED_SLACK) // 2**20)
+        return _sandbox_outcome("memory-limit", "memory-limit", f"{exc}, under the sandbox's memory limit of "
+                                f"{_limit_text()}; a --memory-limit of {suggested:,} MiB would score it in passes",
+                                time.monotonic() - t0)
     except ValueError as exc:
         # A valid archive that cannot be scored under the protocol (a metric undefined on its data, a cost matrix
         # of the wrong size), as `ubench score` treats it.
         return SandboxOutcome("rejected", 1, (_finding("unscorable", str(exc)),), None, None, time.monotonic() - t0)
     return SandboxOutcome("ok", 0, (), report, None, time.monotonic() - t0)
+
+
+#: Added to the limit a refusal suggests: what the child maps before its plan varies by a few hundred KiB from
+#: one limit to another (the heap as the archive is opened), and a suggestion 1 MiB short was refused again.
+_MAPPED_SLACK = 4 * 2**20
+
+
+def _limit_text() -> str:
+    """The child's address-space limit, for messages (``--memory-limit``)."""
+    import resource
+
+    soft, _ = resource.getrlimit(resource.RLIMIT_AS)
+    return "none" if soft == resource.RLIM_INFINITY else f"{soft / 2**20:,.0f} MiB"
 
 
 def _open_status():
@@ -596,20 +659,27 @@ def main() -> None:
     """The child: read the request, limit itself, run each task, write one JSON line per task."""
     request = json.loads(sys.stdin.read())
     limits = request["limits"]
-    _limit_self(limits, int(request["parent"]))
+    _limit_self(limits, int(request["parent"]), address_space=False)
     tasks = [SandboxTask(**t) for t in request["tasks"]]
-    _preimport({t.kind for t in tasks})
+    _preimport({t.kind for t in tasks})  # no archive is read before RLIMIT_AS is set: only the modules
+    too_small = _limit_address_space(int(limits["memory_bytes"]))
     status = _open_status()
+    from .memory_plan import keep_proc_open
+
+    keep_proc_open()  # the memory plan measures the address space left through /proc, which Landlock closes
     if limits.get("landlock", True):
         _landlock(sorted({p for t in tasks for p in (t.archive, t.reference) if p}))
     for i, task in enumerate(tasks):
+        if too_small is not None:
+            _emit(_sandbox_outcome("memory-limit", "memory-limit", too_small, 0.0), status)
+            continue
         _allow_cpu(int(limits["cpu_seconds"]), len(tasks) - i)
         t0 = time.monotonic()
         try:
             outcome = _run_task(task)
         except MemoryError:
             outcome = _sandbox_outcome("memory-limit", "memory-limit", "scoring needed more memory than the "
-                                       "sandbox's address-space limit", time.monotonic() - t0)
+                                       f"sandbox's address-space limit ({_limit_text()})", time.monotonic() - t0)
         except Exception as exc:  # noqa: BLE001 - the sandbox boundary: any escape is a ubench bug, reported as one
             outcome = _sandbox_outcome("internal-error", "internal-error", f"ubench failed on this archive "
                                        f"(a bug; please report it): {type(exc).__name__}: {exc}"[:2000],

@@ -219,8 +219,9 @@ def score_split(reader, name: str, builder, labels: np.ndarray | None, limits: R
         builder.add_shift(name, arrays, labels, kind=info.shift_kind, intensity=info.shift_intensity)
     if not plan.in_memory:
         builder.note(f"split {name!r}: its (N, C) mean ({plan.mean_bytes / 2**20:,.0f} MiB) did not fit the "
-                     f"{plan.budget / 2**20:,.0f} MiB of memory left beside its per-sample arrays, so its metrics "
-                     f"read it again from the archive ({arrays.mean_probs.passes:.0f} more passes over the split)")
+                     f"{plan.budget / 2**20:,.0f} MiB of memory left beside its per-sample arrays and working "
+                     f"memory, so its metrics read it again from the archive ({arrays.mean_probs.passes:.0f} more "
+                     "passes over the split)")
 
 
 def _method_scores(reader, name: str) -> dict:
@@ -298,7 +299,7 @@ def run_score(path: str | Path, *, reference: str | Path | None = None,
     from ..archive_schema import open_archive
     from ..archive_schema.scan import file_sha256
     from ..metrics.report import ReportBuilder, primary_split
-    from .memory_plan import memory_budget, plan_split
+    from .memory_plan import memory_budget, plan_split, working_bytes
     from .reference import read_reference
 
     protocol = _as_protocol(protocol)
@@ -322,8 +323,10 @@ def run_score(path: str | Path, *, reference: str | Path | None = None,
         builder.notes[:0] = notes
         builder.intervals.units = {name: _ids_digest(reader.sample_ids(name)) for name in h.splits}
         budget = memory_budget(memory_bytes)  # up front: a split that cannot be scored stops before any read
+        extra = working_bytes({name: h.splits[name].n_samples for name in h.splits}, h.n_classes,
+                              bootstrap=protocol.bootstrap if protocol.intervals else None)
         plans = {name: plan_split(name, h.n_members, h.splits[name].n_samples, h.n_classes, budget=budget,
-                                  block_bytes=limits.block_bytes) for name in _scoring_order(h)}
+                                  block_bytes=limits.block_bytes, extra_bytes=extra) for name in _scoring_order(h)}
         if scheduler is None and workers <= 1:
             for name in _scoring_order(h):
                 score_split(reader, name, builder, labels[name], limits, plans[name], progress)

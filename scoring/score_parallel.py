@@ -32,7 +32,7 @@ def score_split_task(path: str, name: str, labels: np.ndarray | None, *, protoco
     """On a worker: score split ``name`` of the archive at ``path`` alone; its ``split_result``."""
     from ..archive_schema import open_archive
     from ..metrics.report import ReportBuilder
-    from .memory_plan import memory_budget, plan_split
+    from .memory_plan import memory_budget, plan_split, working_bytes
     from .score import _ids_digest, score_split
 
     with open_archive(path, limits, check_values=False) as reader:
@@ -43,8 +43,9 @@ def score_split_task(path: str, name: str, labels: np.ndarray | None, *, protoco
         builder.intervals.units = {n: _ids_digest(reader.sample_ids(n)) for n in h.splits}
         if shift_ts is not None:
             builder.shift_temperature(shift_ts)
+        extra = working_bytes({name: h.splits[name].n_samples}, h.n_classes, bootstrap=None)  # intervals: client
         plan = plan_split(name, h.n_members, h.splits[name].n_samples, h.n_classes,
-                          budget=memory_budget(memory_bytes), block_bytes=limits.block_bytes)
+                          budget=memory_budget(memory_bytes), block_bytes=limits.block_bytes, extra_bytes=extra)
         score_split(reader, name, builder, labels, limits, plan)
         return builder.split_result(name)
 

@@ -8,10 +8,12 @@ import json
 
 import numpy as np
 import pytest
+from click.testing import CliRunner
 
 from ubench.archive_schema import ArchiveWriter, SplitSpec
 from ubench.archive_schema.spec import ReadLimits
-from ubench.scoring.memory_plan import MemoryBudgetError, plan_split
+from ubench.cli import cli
+from ubench.scoring.memory_plan import RESERVE_SHARE, MemoryBudgetError, plan_split, working_bytes
 from ubench.scoring.score import run_score
 
 LIMITS = ReadLimits(block_bytes=1 << 16)  # small blocks: several blocks per pass, and blocks straddle reads
@@ -47,6 +49,13 @@ def archive(tmp_path_factory):
     return _archive(tmp_path_factory.mktemp("beyond") / "run.h5")
 
 
+def _budget(memory_bytes):
+    """``memory_bytes`` for the split plus what the report's working memory takes beside it (TACE's class groups,
+    the bootstrap intervals' blocks and statistics: ``working_bytes``, with the plan's reserve)."""
+    extra = working_bytes(dict.fromkeys(("test", "far", "blur1", "blur2"), 700), 30, bootstrap=1000)
+    return int(memory_bytes + extra / (1 - RESERVE_SHARE)) + 1
+
+
 def _without_notes(report):
     return {k: v for k, v in json.loads(json.dumps(report)).items() if k != "notes"}
 
@@ -57,8 +66,10 @@ def test_passes_give_the_in_memory_numbers_bit_for_bit(archive):
     the same operations), and a note per split says so."""
     whole = run_score(archive, limits=LIMITS)
     n, c = 700, 30
-    budget = 650_000  # 7/8 of it above every split's per-sample arrays and blocks (489 kB), below them with a mean
-    assert not plan_split("test", 3, n, c, budget=budget, block_bytes=LIMITS.block_bytes).in_memory
+    # 7/8 of 650 kB above every split's per-sample arrays and blocks (489 kB), below them with a mean
+    budget = _budget(650_000)
+    extra = working_bytes(dict.fromkeys(("test", "far", "blur1", "blur2"), n), c, bootstrap=1000)
+    assert not plan_split("test", 3, n, c, budget=budget, block_bytes=LIMITS.block_bytes, extra_bytes=extra).in_memory
     passes = run_score(archive, limits=LIMITS, memory_bytes=budget)
     assert _without_notes(passes) == _without_notes(whole)
     read_again = [note for note in passes["notes"] if "read it again from the archive" in note]
@@ -71,7 +82,7 @@ def test_what_needs_the_whole_mean_is_left_out_with_a_note(archive):
     from ubench.scoring.protocols import Protocol
 
     protocol = Protocol.preset("pitfalls").replace(calibrators=("histogram",), shift_temperature=True)
-    report = run_score(archive, limits=LIMITS, protocol=protocol, memory_bytes=650_000)
+    report = run_score(archive, limits=LIMITS, protocol=protocol, memory_bytes=_budget(650_000))
     assert "calibrators" not in report["in_domain"]["test"]
     assert "temperature_scaled" not in report["shift"]["blur1"]
     assert any("the calibrators needs its mean in memory" in note for note in report["notes"])
@@ -88,10 +99,16 @@ def test_refused_up_front_with_the_size_it_needs(archive, monkeypatch):
 
     monkeypatch.setattr(ArchiveReader, "iter_checked_probs", no_reads)
     monkeypatch.setattr(ArchiveReader, "iter_checked_member_rows", no_reads)
+    from ubench.scoring.protocols import Protocol
+
+    # by hand, without intervals: 64 float64 per sample (358,400 B), two blocks of 65,536 B, TACE's class group of
+    # 48 B per entry above the threshold, at most N x C (1,008,000 B), 32 MiB whatever the size: 33.4 MiB; with
+    # the (700, 30) mean 33.6 MiB
     expected = (r"split 'test' \(700 samples x 30 classes\) cannot be scored within the memory limit: it needs at "
-                r"least 0.5 MiB in passes over the archive \(0.6 MiB with its mean in memory\) and 0.0 MiB are left")
+                r"least 33.4 MiB in passes over the archive \(33.6 MiB with its mean in memory\) and 0.0 MiB are left")
     with pytest.raises(MemoryBudgetError, match=expected):
-        run_score(archive, limits=LIMITS, memory_bytes=10_000)
+        run_score(archive, limits=LIMITS, memory_bytes=10_000,
+                  protocol=Protocol.preset("pitfalls").replace(intervals=False))
 
 
 def test_cli_refusal_is_one_line_and_exit_1(archive, monkeypatch):
@@ -108,6 +125,74 @@ def test_cli_refusal_is_one_line_and_exit_1(archive, monkeypatch):
     assert res.exit_code == 1, res.output
     assert res.exception is None or isinstance(res.exception, SystemExit)
     lines = [ln for ln in res.stderr.splitlines() if ln.startswith("error:")]
+    # by hand: 358,400 B of vectors, two 504,000 B blocks (the whole split), the intervals' 240 B per cell of
+    # 1,000 x 700 replicate weights (168,000,000 B), 3 KiB per sample of all four splits (8,601,600 B) and 32 MiB
     assert len(lines) == 1 and "cannot be scored: split 'test' (700 samples x 30 classes) cannot be scored " \
-        "within the memory limit: it needs at least 1.3 MiB" in lines[0]
+        "within the memory limit: it needs at least 201.7 MiB" in lines[0]
     assert res.stdout == ""
+
+
+def _sandboxed_score(path, memory_bytes):
+    from ubench.scoring.sandbox import SandboxLimits, SandboxTask, run_sandboxed
+
+    from ubench.scoring.protocols import Protocol
+
+    task = SandboxTask("score", str(path), protocol=Protocol.preset("pitfalls").replace(intervals=False).to_dict(),
+                       read_limits={"block_bytes": 1 << 18})
+    return run_sandboxed(task, SandboxLimits(memory_bytes=memory_bytes, cpu_seconds=60, timeout_seconds=120))
+
+
+def _mib_in(message, pattern):
+    import re
+
+    found = re.search(pattern, message)
+    assert found, message
+    return int(found.group(1).replace(",", "")) * 2**20
+
+
+def test_sandbox_budgets_the_address_space_its_imports_leave(tmp_path):
+    """Under the sandbox's RLIMIT_AS, which counts what the interpreter and its libraries map (about 200 MiB of
+    address space before any archive is read), the plan budgets only what is left: a limit below the imports is
+    refused at start with the size they need; a limit above them but below the split's working memory is refused
+    by the plan with the limit that would do; under that limit the split is scored in passes (its mean does not
+    fit) with the in-memory numbers. The child once read no budget at all (Landlock had closed /proc), planned
+    every split in memory and ended in a bare ``memory-limit``."""
+    from ubench.scoring.protocols import Protocol
+
+    path = _archive(tmp_path / "run.h5", m=3, n=3000, c=200)  # mean 4.6 MiB: wider than the rounding below
+    start = _sandboxed_score(path, 64 * 2**20)
+    assert (start.status, start.exit_code, [f["check"] for f in start.findings]) == ("memory-limit", 1,
+                                                                                      ["memory-limit"])
+    imports = _mib_in(start.findings[0]["message"], r"below what the scoring process needs before it reads any "
+                      r"archive: ([\d,]+) MiB of address space")
+    assert imports > 64 * 2**20
+
+    refused = _sandboxed_score(path, imports + 4 * 2**20)
+    assert (refused.status, refused.exit_code, len(refused.findings)) == ("memory-limit", 1, 1)
+    message = refused.findings[0]["message"]
+    assert message.startswith("split 'test' (3,000 samples x 200 classes) cannot be scored within the memory "
+                              "limit: it needs at least ") and "\n" not in message, message
+    assert f"under the sandbox's memory limit of {(imports + 4 * 2**20) // 2**20:,} MiB" in message
+    in_passes = _mib_in(message, r"a --memory-limit of ([\d,]+) MiB would score it in passes")
+
+    boxed = _sandboxed_score(path, in_passes)
+    assert (boxed.status, boxed.exit_code) == ("ok", 0), boxed.findings
+    read_again = [note for note in boxed.report["notes"] if "read it again from the archive" in note]
+    assert {note.split("'")[1] for note in read_again} == {"test", "far", "blur1", "blur2"}
+    whole = run_score(path, protocol=Protocol.preset("pitfalls").replace(intervals=False),
+                      limits=ReadLimits(block_bytes=1 << 18))
+    assert not any("read it again" in note for note in whole["notes"])
+    assert _without_notes(boxed.report) == _without_notes(whole)
+
+
+def test_sandboxed_cli_refusal_is_one_line(tmp_path):
+    """`ubench score --sandbox --memory-limit` below what scoring needs: exit 1, one error line naming the size
+    needed and the limit, and the status line; no traceback."""
+    path = _archive(tmp_path / "run.h5", m=2, n=300, c=10)
+    res = CliRunner().invoke(cli, ["score", str(path), "--sandbox", "--memory-limit", "64M", "--json"])
+    assert res.exit_code == 1 and res.stdout == "", res.output
+    errors = [ln for ln in res.stderr.splitlines() if ln.startswith("error:")]
+    assert len(errors) == 1 and "Traceback" not in res.stderr, res.stderr
+    assert errors[0].startswith(f"error: {path}: [memory-limit] the sandbox's memory limit of 64 MiB is below what "
+                                "the scoring process needs before it reads any archive: ")
+    assert res.stderr.splitlines()[-1] == f"{path}: rejected (memory-limit)"
