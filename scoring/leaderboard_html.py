@@ -15,7 +15,7 @@ from typing import Any
 
 from .text import html_text
 
-__all__ = ["render_html", "CELL_LIMIT", "BELOW_ONE", "dee_below_one", "finding_path"]
+__all__ = ["render_html", "CELL_LIMIT", "BELOW_ONE", "dee_below_one", "finding_path", "metric_cell"]
 
 #: Characters of one upload string (name, method, model, finding) shown in a cell.
 CELL_LIMIT = 200
@@ -58,6 +58,15 @@ def dee_below_one(row: dict[str, Any], key: str) -> bool:
     return key == "dee" and row["metrics"].get("dee") is None and bool(row.get("dee_below_one"))
 
 
+def metric_cell(row: dict[str, Any], key: str, text: str) -> str:
+    """A metric's ``<td>``: sortable by the value (``data-v``), showing ``text``; a DEE below one member reads
+    :data:`BELOW_ONE` and sorts below every DEE of at least 1."""
+    if dee_below_one(row, key):
+        return f'<td data-v="0">{_e(BELOW_ONE)}</td>'
+    v = row["metrics"].get(key)
+    return f'<td data-v="{"" if v is None else repr(float(v))}">{_e(text)}</td>'
+
+
 def finding_path(finding: dict[str, Any], upload: Any) -> Any:
     """Where a finding is, as a page shows it: the upload's name for a finding about the file as a whole (``<file>``
     in the JSON), else its HDF5 path."""
@@ -81,12 +90,7 @@ def _row(r: dict[str, Any], cols: list[dict[str, Any]]) -> str:
              f'<td class="l" data-v="{_e(r["method"])}">{_e(r["method"])}</td>',
              f'<td class="l" data-v="{_e(r["model"])}">{_e(r["model"])}</td>',
              f'<td data-v="{_e(r["n_members"])}">{_e(r["n_members"])}</td>']
-    for c in cols:
-        v = r["metrics"].get(c["key"])
-        if dee_below_one(r, c["key"]):
-            cells.append(f'<td data-v="0">{_e(BELOW_ONE)}</td>')
-        else:
-            cells.append(f'<td data-v="{_e("" if v is None else repr(float(v)))}">{_e(_fmt(v))}</td>')
+    cells += [metric_cell(r, c["key"], _fmt(r["metrics"].get(c["key"]))) for c in cols]
     if ok:
         status = "scored" + (" (cached)" if r["cached"] else "")
     else:

@@ -12,7 +12,7 @@ import json
 from typing import Any
 
 from .. import __version__
-from ..scoring.leaderboard_html import _CSS, _JS, _LABELS, BELOW_ONE, dee_below_one
+from ..scoring.leaderboard_html import _CSS, _JS, _LABELS, metric_cell
 from ..scoring.text import escape_text, html_text
 
 __all__ = ["board_csv", "board_html", "board_tr", "row_cells", "message_page", "rank_extras", "intervals_note",
@@ -70,6 +70,10 @@ def board_csv(columns: list[dict], rows: list[tuple[int | None, str | None, str]
     return out.getvalue()
 
 
+def _g4(v: Any) -> str:
+    return "" if v is None else f"{float(v):.4g}"
+
+
 def row_cells(row: dict[str, Any], columns: list[dict]) -> str:
     """A board row's cells after its rank (team, method, date, each column's value, the report link): rendered
     once when the row is stored (serve/board.py), so a page request only joins stored cells."""
@@ -77,13 +81,7 @@ def row_cells(row: dict[str, Any], columns: list[dict]) -> str:
              f'<td class="l" data-v="{_e(row.get("method_name") or row["method"])}">'
              f'{_e(row.get("method_name") or row["method"])}</td>',
              f'<td class="l" data-v="{_e(row["submitted"])}">{_e(row["submitted"][:19])}</td>']
-    for c in columns:
-        v = row["metrics"].get(c["key"])
-        if dee_below_one(row, c["key"]):
-            cells.append(f'<td data-v="0">{_e(BELOW_ONE)}</td>')
-            continue
-        cells.append(f'<td data-v="{"" if v is None else repr(float(v))}">'
-                     f'{"" if v is None else f"{float(v):.4g}"}</td>')
+    cells += [metric_cell(row, c["key"], _g4(row["metrics"].get(c["key"]))) for c in columns]
     cells.append(f'<td class="l"><a href="/submissions/{_e(row["submission"])}">report</a></td>')
     return "".join(cells)
 
