@@ -229,6 +229,17 @@ def _expected(route: str, who: str, public: bool) -> int:
     return 200 if public else 403
 
 
+def _sweep(srv, tokens, ids, *, public: bool) -> list[tuple[str, str]]:
+    """Every route with every caller's token: the status each must get (``_expected``), and the bodies."""
+    bodies = []
+    for route in ROUTES:
+        for who, token in tokens.items():
+            r = _call(srv, route, token, ids)
+            assert r.status_code == _expected(route, who, public=public), (route, who, r.text)
+            bodies.append((route, r.text))
+    return bodies
+
+
 def test_hidden_results_and_every_routes_authentication(new_host):
     """Items 1 and 16: before --hidden-until no route tells anyone (the submitting team included) a metric, a
     rank, a report or a timing, and a team's own status says the status and a rejection's findings only; after
@@ -246,12 +257,7 @@ def test_hidden_results_and_every_routes_authentication(new_host):
         if done and any((h.data / "reports").glob("*.html")):
             break
         time.sleep(0.2)
-    hidden_bodies = []
-    for route in ROUTES:
-        for who, token in tokens.items():
-            r = _call(srv, route, token, ids)
-            assert r.status_code == _expected(route, who, public=False), (route, who, r.text)
-            hidden_bodies.append((route, r.text))
+    hidden_bodies = _sweep(srv, tokens, ids, public=False)
     own = _call(srv, "status-scored", tokens["owner"], ids).json()
     assert own["status"] == "scored" and set(own) == {"id", "status", "sha256", "size", "method", "created",
                                                       "hidden_until"}
@@ -264,12 +270,7 @@ def test_hidden_results_and_every_routes_authentication(new_host):
     rows = wait_intervals(srv, 2)["rows"]
     assert [r["submission"] for r in rows][0] == ids["scored"] and [r["rank_interval"] for r in rows] == [[1, 1],
                                                                                                         [2, 2]]
-    public_bodies = []
-    for route in ROUTES:
-        for who, token in tokens.items():
-            r = _call(srv, route, token, ids)
-            assert r.status_code == _expected(route, who, public=True), (route, who, r.text)
-            public_bodies.append((route, r.text))
+    public_bodies = _sweep(srv, tokens, ids, public=True)
     own = _call(srv, "status-scored", tokens["owner"], ids).json()
     assert own["summary"]["accuracy"] > 0.9 and own["started"] and own["finished"] and own["report"]
     assert _call(srv, "status-rejected", tokens["owner"], ids).json()["outcome"] in ("rejected", "unreadable")
