@@ -11,11 +11,12 @@ row is rendered on its own: a row that cannot be rendered becomes a row that say
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from .text import html_text
 
-__all__ = ["render_html", "CELL_LIMIT", "BELOW_ONE", "dee_below_one", "finding_path", "metric_cell"]
+__all__ = ["render_html", "CELL_LIMIT", "BELOW_ONE", "csv_metric_keys", "dee_below_one", "finding_path", "metric_cell"]
 
 #: Characters of one upload string (name, method, model, finding) shown in a cell.
 CELL_LIMIT = 200
@@ -50,6 +51,15 @@ BELOW_ONE = "< 1"
 
 def _e(value: Any) -> str:
     return html_text(value, CELL_LIMIT)
+
+
+def csv_metric_keys(keys: Sequence[str]) -> list[str]:
+    """The metric columns of a board's CSV: the board's, with ``dee_below_one`` right after ``dee``: a DEE below
+    one deep-ensemble member is an empty ``dee`` cell (null, never 1) that this flag tells from "unavailable"."""
+    out = []
+    for k in keys:
+        out += [k, "dee_below_one"] if k == "dee" else [k]
+    return out
 
 
 def dee_below_one(row: dict[str, Any], key: str) -> bool:

@@ -23,7 +23,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..archive_schema.spec import LATENCY_ATTRIBUTES
-from .leaderboard_html import BELOW_ONE, dee_below_one
+from .leaderboard_html import BELOW_ONE, csv_metric_keys, dee_below_one
 from .text import escape_text, shorten
 
 __all__ = ["format_score", "with_interval", "format_compare", "format_groups", "format_dee", "format_notes", "format_leaderboard", "format_csv",
@@ -495,12 +495,14 @@ def format_csv(reports: Any, names: Sequence[str] | None = None) -> str:
 
 def leaderboard_csv(board: Mapping[str, Any]) -> str:
     """``ubench leaderboard --csv``: rank, rank_interval (``[best, worst]``), tied_with_leader, upload, status,
-    method, model, n_members, then every metric column of the board (as ``leaderboard.json`` orders them)."""
-    metric_keys = [c["key"] for c in board["columns"]]
+    method, model, n_members, then every metric column of the board (as ``leaderboard.json`` orders them; with
+    ``dee``, ``leaderboard_html.csv_metric_keys``'s ``dee_below_one`` after it)."""
+    metric_keys = csv_metric_keys([c["key"] for c in board["columns"]])
     rows = [{"rank": r["rank"], "rank_interval": None if not r.get("rank_interval") else
              f"[{r['rank_interval'][0]}, {r['rank_interval'][1]}]", "tied_with_leader": r.get("tied_with_leader"),
              "upload": r["archive"], "status": r["status"], "method": r.get("method"), "model": r.get("model"),
-             "n_members": r.get("n_members"), **r["metrics"]} for r in board["rows"]]
+             "n_members": r.get("n_members"), "dee_below_one": r.get("dee_below_one"), **r["metrics"]}
+            for r in board["rows"]]
     return _csv(["rank", "rank_interval", "tied_with_leader", "upload", "status", "method", "model", "n_members",
                  *metric_keys], rows)
 

@@ -12,7 +12,7 @@ import json
 from typing import Any
 
 from .. import __version__
-from ..scoring.leaderboard_html import _CSS, _JS, _LABELS, metric_cell
+from ..scoring.leaderboard_html import _CSS, _JS, _LABELS, csv_metric_keys, metric_cell
 from ..scoring.text import escape_text, html_text
 
 __all__ = ["board_csv", "board_html", "board_tr", "row_cells", "message_page", "rank_extras", "intervals_note",
@@ -56,17 +56,17 @@ def _interval_text(got: dict[str, Any]) -> str:
 def board_csv(columns: list[dict], rows: list[tuple[int | None, str | None, str]]) -> str:
     """One line per stored row (``(rank, extras JSON, row JSON)``): rank, rank interval (``[best, worst]``, as
     ``ubench leaderboard --csv`` writes it), tied with the leader, submission, team, method, submitted, every
-    metric."""
+    metric (with ``dee``, ``dee_below_one`` after it: ``csv_metric_keys``)."""
     out = io.StringIO()
     w = csv.writer(out)
-    keys = [c["key"] for c in columns]
+    keys = csv_metric_keys([c["key"] for c in columns])
     w.writerow(["rank", "rank_interval", "tied_with_leader", "submission", "team", "method", "submitted", *keys])
     for rank, extras, text in rows:
         r, got = json.loads(text), rank_extras(extras)
         iv = got["rank_interval"]
         w.writerow([rank, f"[{iv[0]}, {iv[1]}]" if iv else None, got["tied_with_leader"], r["submission"], _csv_text(r.get("team")),
                     _csv_text(r.get("method_name") or r["method"]), r["submitted"],
-                    *[r["metrics"].get(k) for k in keys]])
+                    *[r.get(k) if k == "dee_below_one" else r["metrics"].get(k) for k in keys]])
     return out.getvalue()
 
 

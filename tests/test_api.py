@@ -247,3 +247,20 @@ def test_calibration_api_names_are_the_report_keys():
         assert got == pytest.approx(expected, rel=1e-12), key
     assert (cv.temperature_mean, cv.nll_after, cv.ece_before) == (cv.temperature, cv.calibrated_nll,
                                                                   cv.cv_ece_before)
+
+
+def test_leaderboard_csv_flags_a_dee_below_one_member_beside_its_empty_cell():
+    """A DEE below one deep-ensemble member is null in ``leaderboard.json`` (never 1); in the CSV its cell is empty
+    like an unavailable DEE, so ``dee_below_one`` follows ``dee`` and tells the two apart (empty when unknown)."""
+    from ubench.scoring.tables import leaderboard_csv
+
+    board = {"columns": [{"key": "cll"}, {"key": "dee"}],
+             "rows": [{"rank": 1, "archive": "de.h5", "status": "ok", "metrics": {"cll": -0.2, "dee": 4.5},
+                       "dee_below_one": False},
+                      {"rank": 2, "archive": "sgd.h5", "status": "ok", "metrics": {"cll": -0.9, "dee": None},
+                       "dee_below_one": True},
+                      {"rank": 3, "archive": "x.h5", "status": "ok", "metrics": {"cll": -1.0, "dee": None},
+                       "dee_below_one": None}]}
+    rows = list(csv.DictReader(io.StringIO(leaderboard_csv(board))))
+    assert list(rows[0])[-3:] == ["cll", "dee", "dee_below_one"]
+    assert [(r["dee"], r["dee_below_one"]) for r in rows] == [("4.5", "False"), ("", "True"), ("", "")]

@@ -8,6 +8,8 @@ below one member (issue #28)."""
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 import re
 
@@ -185,7 +187,7 @@ def test_a_dee_below_one_member_reads_below_one_on_the_stored_board(board):
     joining of the same stored rows."""
     from ubench.scoring.dee import attach_dee
     from ubench.serve.board import refresh_board
-    from ubench.serve.pages import board_html, board_tr
+    from ubench.serve.pages import board_csv, board_html, board_tr
 
     db, config, add, _ = board
     ens = _report(1, 3.0)
@@ -209,3 +211,7 @@ def test_a_dee_below_one_member_reads_below_one_on_the_stored_board(board):
         cell = re.findall(r"<td[^>]*>(.*?)</td>", tr)
         cells[cell[3]] = cell[j]
     assert cells == {"m1": f"{ens['summary']['dee']:.4g}", "m7": "&lt; 1"}
+    # the CSV (``/api/leaderboard?format=csv``): the DEE cell is empty, and the flag beside it says why
+    table = list(csv.DictReader(io.StringIO(board_csv(data["columns"], data["rows"]))))
+    flags = {r["method"]: (r["dee"], r["dee_below_one"]) for r in table}
+    assert flags == {"m1": (repr(ens["summary"]["dee"]), "False"), "m7": ("", "True")}
