@@ -51,6 +51,7 @@ from .. import __version__
 from ..archive_schema.durable import atomic_path, fsync_dir
 from ..archive_schema.scan import file_sha256
 from .dee import DEE_REFERENCE_SETTINGS, DeeUnavailableError, dee_of_report, reference_curve
+from .leaderboard_html import finding_path
 from .sandbox import SandboxLimits, SandboxOutcome, SandboxTask, run_sandboxed
 
 __all__ = ["BoardConfig", "BoardError", "BoardBusyError", "archive_digest", "list_uploads", "score_one",
@@ -549,6 +550,18 @@ def _ensemble_report(record: dict[str, Any] | None) -> dict[str, Any] | None:
     return report
 
 
+def _ensemble_note(record: dict[str, Any]) -> str:
+    """Why the board has no DEE: the deep-ensemble archive was not scored (its status and first error), or its
+    report has no CLL-versus-members curve."""
+    outcome = record.get("outcome") or {}
+    if outcome.get("status") != "ok" or not outcome.get("report"):
+        errors = [f for f in outcome.get("findings", []) if f.get("severity") == "error"]
+        f = errors[0] if errors else None
+        why = f": [{f.get('check')}] {finding_path(f, record.get('archive'))}: {f.get('message')}" if f else ""
+        return f"the deep-ensemble archive was not scored ({outcome.get('status')}{why}), so DEE is not reported"
+    return "the deep-ensemble report has no CLL-versus-members curve, so DEE is not reported"
+
+
 def build_board(records: Sequence[dict[str, Any]], config: BoardConfig,
                 ensemble_record: dict[str, Any] | None = None) -> dict[str, Any]:
     """Rows (scored uploads ranked by CLL, then accuracy; rejected ones after them; each with its
@@ -623,8 +636,7 @@ def build_board(records: Sequence[dict[str, Any]], config: BoardConfig,
         "ensemble": None if ensemble_record is None else {
             "archive": ensemble_record.get("archive"), "sha256": ensemble_record.get("sha256"),
             "status": ensemble_record.get("outcome", {}).get("status"), "cll_curve": curve,
-            "note": None if curve is not None else "the deep-ensemble report has no CLL-versus-members curve, "
-                                                   "so DEE is not reported"},
+            "note": None if curve is not None else _ensemble_note(ensemble_record)},
         "columns": columns,
         "counts": {s: sum(r["status"] == s for r in rows) for s in sorted({r["status"] for r in rows})},
         "rank_intervals": rank_info,

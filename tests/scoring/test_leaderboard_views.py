@@ -90,3 +90,19 @@ def test_a_reference_that_is_no_file_is_named_without_the_placeholder(board, tmp
     assert res.output == (f"error: --reference: reference {link}: {link} is a symbolic link; archives must be "
                           "regular files (not-regular-file)\n")
     assert not (tmp_path / "b").exists()
+
+
+def test_an_unreadable_ensemble_is_named_as_unscored_in_the_json(board):
+    """``--ensemble`` naming a file that is not an archive: the board is built without DEE and
+    ``leaderboard.json``'s ``ensemble.note`` says the ensemble was not scored and why (the check and the file),
+    not that its report lacks a curve."""
+    d, _, _, _ = board
+    out = d / "board_bad_ensemble"
+    res = CliRunner().invoke(cli, ["leaderboard", str(d / "uploads"), "--reference", str(d / "ref.h5"),
+                                   "--out", str(out), "--ensemble", str(d / "uploads" / "junk.h5")])
+    assert res.exit_code == 0, res.output
+    board_json = json.loads((out / "leaderboard.json").read_text())
+    note = board_json["ensemble"]["note"]
+    assert board_json["ensemble"]["cll_curve"] is None and "dee" not in {c["key"] for c in board_json["columns"]}
+    assert note.startswith("the deep-ensemble archive was not scored (unreadable: [not-hdf5] junk.h5: ") and "junk.h5" in note
+    assert "CLL-versus-members" not in note and "<file>" not in note
