@@ -417,6 +417,13 @@ class Database:
                 .order_by(submissions.c.created)).mappings().all()
         return [{**dict(r), "record": json.loads(r["record"])} for r in rows]
 
+    def scored_result_keys(self) -> list[str]:
+        """The result keys of every scored submission, oldest first, without their records (pages to draw)."""
+        with self.engine.connect() as c:
+            rows = c.execute(select(submissions.c.result_key).where(submissions.c.status == "scored")
+                             .order_by(submissions.c.created)).all()
+        return list(dict.fromkeys(r[0] for r in rows))
+
     # --- the materialised board ------------------------------------------------------------------------------
     def _put_entries(self, c: Connection, entries: list[tuple[str, dict]]) -> None:
         # the counter first: like store_board, lock the one meta row before any board row (no deadlock)

@@ -1,9 +1,10 @@
 # SPDX-License-Identifier: MIT
 """The scoring loop: worker threads claim queued submissions from the database and score each stored archive in
 the sandboxed scorer (``scoring.leaderboard.score_one``: size check, content hash, private copy, limited child
-process, results cached by content and configuration), then store the outcome and, for a scored archive, its
-HTML report (figures drawn in the limited plotting child). A rejected archive's file is deleted; its findings
-stay in the database.
+process, results cached by content and configuration), then store the outcome and go on to the next claim; a
+thread of its own draws each scored archive's HTML report (figures drawn in the limited plotting child), and at
+start the pages that a stopped server left undrawn. A rejected archive's file is deleted; its findings stay in
+the database.
 
 With ``scheduler`` (``ubench serve --scheduler ADDRESS``) each thread hands its archive to a worker of that Dask
 cluster instead (``scoring.distributed.SchedulerClient``), which runs the same ``score_one``, sandbox included;
@@ -22,6 +23,7 @@ from __future__ import annotations
 
 import logging
 import os
+import queue
 import socket
 import threading
 import time
@@ -44,8 +46,9 @@ class Scorer:
     that renews this server's leases every quarter of ``lease`` seconds and requeues claims whose lease expired
     (a stopped server's), a thread that refreshes the materialised board after each scored submission (one
     refresh for several that finish together), and a thread that computes the rows' replicates and the rank
-    intervals when ``IntervalSchedule(interval_duty)`` allows: a scored row reaches the board without waiting
-    for either (at start, the replicates of a 10,000-row board take minutes)."""
+    intervals when ``IntervalSchedule(interval_duty)`` allows, and a thread that draws the scored submissions'
+    report pages: a scored row reaches the board without waiting for any of them (at start, the replicates of a
+    10,000-row board take minutes), and a scoring thread claims the next upload without drawing a page."""
 
     def __init__(self, db: Database, data_dir: Path, config: BoardConfig, *, workers: int = 1,
                  poll_seconds: float = 0.5, reports: bool = True, scheduler: str | None = None, lease: float = 60.0,
@@ -65,6 +68,7 @@ class Scorer:
         self._threads: list[threading.Thread] = []
         self._schedule = IntervalSchedule(interval_duty)
         self._replicates = ReplicateCache()
+        self._pages: queue.Queue[tuple[str, dict | None]] = queue.Queue()  # (result key, record or None: read it)
 
     def result_key(self, sha256: str) -> str:
         return f"{sha256}-{self.config.key()[:16]}"
@@ -81,6 +85,8 @@ class Scorer:
         targets = [(f"ubench-scorer-{i}", self._loop) for i in range(self.workers)]
         targets += [("ubench-heartbeat", self._heartbeat), ("ubench-board", self._refresher),
                     ("ubench-intervals", self._intervals)]
+        if self.reports:
+            targets.append(("ubench-pages", self._draw_pages))
         self._dirty.set()  # the board is brought up to date at start (entries of an older database included)
         self._stats.set()  # and every row's replicates, before the first rank intervals
         for name, target in targets:
@@ -209,8 +215,32 @@ class Scorer:
             upload_path(self.data_dir, sub["sha256"]).unlink(missing_ok=True)
             return
         self._dirty.set()  # the row appears with the next refresh, right away
-        if self.reports:  # then its page (figures drawn in the limited plotting child)
-            self._write_report(key, record)
+        if self.reports:  # its page is drawn by the pages thread, while this one claims the next upload
+            self._pages.put((key, record))
+
+    def _draw_pages(self) -> None:
+        """Draws report pages one at a time: at start, every scored submission's that has none (a stopped server's
+        queue, or pages of an older version's database), then each newly scored one as :meth:`score` hands it on."""
+        try:
+            for key in self.db.scored_result_keys():
+                if not (self.data_dir / "reports" / f"{key}.html").exists():
+                    self._pages.put((key, None))
+        except Exception:
+            log.exception("could not list the report pages to draw")
+        while not self._stop.is_set():
+            try:
+                key, record = self._pages.get(timeout=self.poll)
+            except queue.Empty:
+                continue
+            try:
+                if record is None:
+                    found = self.db.result(key)
+                    if found is None:
+                        continue
+                    record = found["record"]
+                self._write_report(key, record)
+            except Exception:  # the database went away for a moment: the page is drawn at the next start
+                log.exception("could not draw the report of %s", key)
 
     def _write_report(self, key: str, record: dict) -> None:
         from ..scoring.html import write_html

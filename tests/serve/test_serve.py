@@ -272,3 +272,39 @@ def test_scheduler_that_cannot_be_reached_is_a_usage_error(tmp_path):
     r = _ubench("serve", "--reference", ref, "--data-dir", tmp_path / "srv", "--scheduler",
                 f"tcp://127.0.0.1:{_free_port()}")
     assert r.returncode == 2 and "cannot reach a Dask scheduler" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_pages_a_stopped_server_left_undrawn_are_drawn_at_the_next_start(tmp_path):
+    """Report pages are drawn by a thread of their own after the row is stored (the scoring thread claims the next
+    upload meanwhile), so a server stopped in between leaves scored submissions without a page: the next start
+    draws every scored submission's missing page, without any new upload. SQLite only: the listing is one query
+    that the PostgreSQL tests above run too (they draw the pages of their own uploads)."""
+    ref = tmp_path / "ref.h5"
+    assert _ubench("reference", EXAMPLE, "--out", ref).returncode == 0
+    data = tmp_path / "srv"
+    token = _ubench("serve", "team", "add", "alpha", "--data-dir", data).stdout.strip()
+
+    def page_of(srv, sid, tries=600):
+        for _ in range(tries):
+            r = httpx.get(f"{srv.url}/submissions/{sid}")
+            if r.status_code == 200:
+                return r
+            time.sleep(0.2)
+        return r
+
+    srv = Server(data, ref).start()
+    try:
+        sid = srv.upload(token, EXAMPLE).json()["id"]
+        assert srv.wait_done(token, sid)["status"] == "scored"
+        assert page_of(srv, sid).status_code == 200
+    finally:
+        srv.stop()
+    (page,) = (data / "reports").glob("*.html")
+    page.unlink()  # as if the server had stopped before drawing it
+    srv = Server(data, ref).start()
+    try:
+        got = page_of(srv, sid)
+        assert got.status_code == 200 and "default-src 'none'" in got.headers["content-security-policy"]
+        assert [p.name for p in (data / "reports").glob("*.html")] == [page.name]
+    finally:
+        srv.stop()
