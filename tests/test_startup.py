@@ -44,6 +44,8 @@ def test_score_imports_only_what_the_report_uses(tmp_path):
     heavy = ("scipy.special", "scipy.signal", "scipy.stats", "scipy.optimize", "scipy.interpolate", "torch",
              "jax", "pandas", "sklearn", "distributed", "matplotlib",
              # ubench's own modules that scoring in process never runs: the sandbox (its size parser is
-             # ubench.sizes), and the commands cli.py imports only when named (cli._LAZY_COMMANDS)
-             "ubench.scoring.sandbox", "ubench.producers", "ubench.serve", "ubench.edge", "ubench.importers")
+             # ubench.sizes), the commands cli.py imports only when named (cli._LAZY_COMMANDS) and the archive
+             # writer (archive_schema.__getattr__)
+             "ubench.scoring.sandbox", "ubench.producers", "ubench.serve", "ubench.edge", "ubench.importers",
+             "ubench.archive_schema.writer")
     assert _imported(["score", str(EXAMPLE), "--json"], heavy, tmp_path) == []
