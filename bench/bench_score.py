@@ -15,9 +15,11 @@
    --json`` (median of ``--startup-repeats``; with and without ``--no-intervals``), wall and CPU (user + system),
    with the bytecode cached as an installed package has it (``PYTHONPYCACHEPREFIX``; ``PYTHONDONTWRITEBYTECODE``
    would recompile ubench's modules on every run), ``--baseline-src``'s version interleaved, and the modules
-   ``python -X importtime`` finds slowest. Targets: <= 0.3 s and <= 0.5 s on an idle machine.
+   ``python -X importtime`` finds slowest; with ``--instructions`` the instructions each executes (callgrind's
+   count: what a loaded machine does not disturb). Targets: <= 0.3 s and <= 0.5 s on an idle machine.
 
     python bench/bench_score.py [--keep DIR] [--repeats 3] [--baseline-src DIR] [--no-imagenet] [--startup-only]
+        [--instructions]
 
 Writes bench/results/bench_score.json. Archives go to ``--keep`` (default: a temporary directory).
 """
@@ -229,7 +231,23 @@ def _startup_env(pycache: Path, src: Path | None = None) -> dict:
     return env
 
 
-def bench_startup(repeats: int, baseline: Path | None = None) -> tuple[list[dict], list[dict]]:
+def _instructions(cmd: list[str], env: dict) -> int | None:
+    """Instructions the process executes (callgrind's ``I refs``): a count the other jobs of a loaded machine do
+    not change, unlike a time (valgrind runs it ~40x slower; numpy then takes its AVX2 code paths, the same for
+    both versions). None without valgrind."""
+    import re
+    import shutil
+
+    if shutil.which("valgrind") is None:
+        return None
+    res = subprocess.run(["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", *cmd],
+                         capture_output=True, text=True, cwd=tempfile.gettempdir(), env=env)
+    found = re.search(r"I\s+refs:\s+([\d,]+)", res.stderr)
+    return int(found.group(1).replace(",", "")) if found else None
+
+
+def bench_startup(repeats: int, baseline: Path | None = None, instructions: bool = False
+                  ) -> tuple[list[dict], list[dict]]:
     """Whole-process wall and CPU of the start-up commands, bytecode cached; with ``baseline`` the same runs of
     that ubench interleaved (the before column). ``score --no-intervals`` shows the share of the bootstrap
     intervals (issue #26's, on by default)."""
@@ -256,11 +274,18 @@ def bench_startup(repeats: int, baseline: Path | None = None) -> tuple[list[dict
             row.update({f"{key}wall_s": [round(t, 3) for t, _ in r],
                         f"{key}median_s": round(statistics.median(t for t, _ in r), 3),
                         f"{key}cpu_median_s": round(statistics.median(c for _, c in r), 3)})
+        if instructions:
+            for k, env in envs.items():
+                row[f"{'' if k == 'ubench' else 'baseline_'}instructions"] = _instructions(cmd, env)
         row["slowest_imports_us"] = _slowest_imports(cmd, env=envs["ubench"])
         rows.append(row)
         print(row)
         med = row["median_s"]
         before = f" (before: {row['baseline_median_s']:.2f} s)" if baseline is not None else ""
+        if row.get("instructions") and row.get("baseline_instructions"):
+            ratio = row["instructions"] / row["baseline_instructions"] - 1
+            before += (f"; {row['instructions'] / 1e9:.2f} G instructions, before "
+                       f"{row['baseline_instructions'] / 1e9:.2f} G ({ratio:+.1%})")
         summary.append({"what": f"start-up: `{what}`", "workload": f"whole process, median of {repeats}, bytecode "
                         "cached", "result": f"{med:.2f} s wall, {row['cpu_median_s']:.2f} s CPU{before}",
                         "target": "none (the intervals' share)" if target is None else f"<= {target} s (idle machine)",
@@ -280,11 +305,13 @@ def main() -> None:
     ap.add_argument("--startup-only", action="store_true",
                     help="only the start-up rows (3.), written to --out-dir (default: a temporary directory): a quick "
                          "check that leaves bench/results/bench_score.json as the full run wrote it")
+    ap.add_argument("--instructions", action="store_true",
+                    help="also count each start-up command's instructions under valgrind (load-independent; slow)")
     ap.add_argument("--out-dir", default=None)
     args = ap.parse_args()
     rec = Recorder(__file__, "h5py")
     if args.startup_only:
-        rows, summary = bench_startup(args.startup_repeats, args.baseline_src)
+        rows, summary = bench_startup(args.startup_repeats, args.baseline_src, args.instructions)
         rec.write(rows, summary, settings={"startup_only": True, "baseline_src": None if args.baseline_src is None
                                            else str(args.baseline_src)},
                   out_dir=args.out_dir or tempfile.mkdtemp(prefix="bench-score-"))
@@ -312,7 +339,7 @@ def main() -> None:
         r, s = bench_imagenet(tmp, args.repeats, args.baseline_src)
         rows += r
         summary += s
-    r, s = bench_startup(args.startup_repeats, args.baseline_src)
+    r, s = bench_startup(args.startup_repeats, args.baseline_src, args.instructions)
     rows += r
     summary += s
     rec.write(rows, summary, settings={"repeats": args.repeats, "protocol": args.protocol,
