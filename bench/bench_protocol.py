@@ -49,8 +49,14 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
-from scipy import special
+# One BLAS thread, set before numpy loads OpenBLAS: ubench and the peers are compared per core, and numpy's
+# OpenBLAS would otherwise spread the row sums (matrix-vector products) of ubench's kernels over every core for
+# blocks above 9,216 entries (2 threads on the bench machine: the same work cost 64 CPU ms instead of 58 at
+# load 8, and the "1 thread" of the rows would not hold).
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
+import numpy as np  # noqa: E402
+from scipy import special  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _results import Recorder  # noqa: E402
@@ -129,7 +135,8 @@ def _torch_fit(z, y, *, peer):
     return t, evals[0]
 
 
-UBENCH_THREADS = 1  # the temperature and CV kernels are single-threaded (threads measured slower on 2 cores)
+UBENCH_THREADS = 1  # the temperature and CV kernels are single-threaded (threads measured slower on 2 cores);
+# their BLAS too, by OPENBLAS_NUM_THREADS above
 
 
 def _floor(fn, repeat=5):
@@ -343,6 +350,7 @@ def main():
         print(row)
     rec.write(rows, _summary(rows), settings={"repeat": args.repeat, "dee_peer_prefixes": args.dee_peer_prefixes,
                                               "torch_threads": args.torch_threads,
+                                              "openblas_threads": os.environ.get("OPENBLAS_NUM_THREADS"),
                                               "pitfalls_repo_given": pm is not None},
               out_dir=args.out_dir)
 
