@@ -95,9 +95,33 @@ def _rejected_line(archive: Path, status: str, errors) -> str:
     return f"{archive}: rejected ({status})"
 
 
+#: Commands that live with their code, imported when named (or listed by ``--help``), not at every start-up:
+#: name -> (module, attribute). Their modules cost ~16 ms of a `ubench score` that never runs them (issue #29).
+_LAZY_COMMANDS = {
+    "produce": (".producers.command", "produce"),  # defined with the producers; imports torch only when it runs
+    "tune": (".producers.tune_command", "tune"),
+    "serve": (".serve.command", "serve"),  # the service's commands; FastAPI/uvicorn are imported when it runs
+    "latency": (".edge.command", "latency"),
+    "distill": (".edge.command", "distill"),
+    "import": (".importers.command", "import_cmd"),
+}
+
+
 class _Cli(click.Group):
     """The ``ubench`` group: a missing extra (``ubench/extras.py``), wherever a command meets it, is one line
-    with its ``pip install`` and exit code 1, the same for every command."""
+    with its ``pip install`` and exit code 1, the same for every command; the commands of
+    :data:`_LAZY_COMMANDS` are imported when asked for."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*self.commands, *_LAZY_COMMANDS})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name not in self.commands and cmd_name in _LAZY_COMMANDS:
+            import importlib
+
+            module, attr = _LAZY_COMMANDS[cmd_name]
+            self.add_command(getattr(importlib.import_module(module, __package__), attr), cmd_name)
+        return self.commands.get(cmd_name)
 
     def invoke(self, ctx: click.Context):
         from .extras import MissingExtraError
@@ -989,38 +1013,6 @@ def dee(method: Path, ensemble: Path, reference: Path | None, as_json: bool, plo
                    nl=False)
 
 
-def _register_produce() -> None:
-    # Defined with the producers (it needs their option lists); it imports torch only when it runs.
-    from .producers.command import produce
-    from .producers.tune_command import tune
-
-    cli.add_command(produce)
-    cli.add_command(tune)
-
-
-_register_produce()
-
-
-def _register_serve() -> None:
-    # The service's commands live with it (serve/command.py); FastAPI/uvicorn are imported only when it runs.
-    from .serve.command import serve
-
-    cli.add_command(serve)
-
-
-_register_serve()
-
-
-def _register_latency() -> None:
-    from .edge.command import distill, latency
-
-    cli.add_command(latency)
-    cli.add_command(distill)
-
-
-_register_latency()
-
-
 @cli.command(epilog=EPILOG)
 @click.argument("directory", type=click.Path(exists=True, file_okay=False, path_type=Path))
 @click.option("--reference", type=click.Path(exists=True, dir_okay=False, path_type=Path), required=True,
@@ -1097,11 +1089,6 @@ def leaderboard(directory: Path, reference: Path, out: Path, ensemble: Path | No
     else:
         _echo_table(format_leaderboard(board, styled=_styled()))
     _echo(f"wrote {out / 'leaderboard.json'} and {out / 'index.html'}", err=True)
-
-
-from .importers.command import import_cmd  # noqa: E402
-
-cli.add_command(import_cmd)
 
 
 def main() -> None:

@@ -13,12 +13,12 @@ __all__ = ["Size", "sandbox_limit_options", "sandbox_limits"]
 
 
 class Size(click.ParamType):
-    """A byte count written as ``512M``, ``2G`` or a plain integer (``scoring.sandbox.parse_size``)."""
+    """A byte count written as ``512M``, ``2G`` or a plain integer (``ubench.sizes.parse_size``)."""
 
     name = "SIZE"
 
     def convert(self, value, param, ctx):
-        from .scoring.sandbox import parse_size
+        from .sizes import parse_size
 
         try:
             return parse_size(value)

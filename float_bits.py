@@ -6,10 +6,20 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["in_unit_interval"]
+__all__ = ["in_unit_interval", "unit_interval_bits"]
 
 #: The unsigned integer type of each float type's bits.
 _BITS = {np.dtype(np.float32): np.uint32, np.dtype(np.float64): np.uint64}
+
+
+def unit_interval_bits(arr: np.ndarray) -> tuple[np.ndarray | None, int]:
+    """(bits, one): ``arr`` viewed as unsigned integers and the bits of 1.0, for a caller that tests many blocks
+    of one array as :func:`in_unit_interval` does (``int(bits[block].max()) <= one``); (None, 0) where that
+    function would answer False for every block (another dtype, non-native byte order)."""
+    kind = _BITS.get(arr.dtype)
+    if kind is None or not arr.dtype.isnative:
+        return None, 0
+    return arr.view(kind), int(arr.dtype.type(1.0).view(kind))
 
 
 def in_unit_interval(block: np.ndarray) -> bool:

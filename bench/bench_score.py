@@ -12,10 +12,14 @@
    ``--baseline-src DIR`` (a checkout of an earlier ubench, e.g. ``git archive main``), the same runs of that
    version give the before column and the largest difference of any number of the two reports.
 3. Start-up: whole-process wall of ``ubench --help`` and of ``ubench score examples/digits_deep_ensemble.h5
-   --json`` (median of ``--startup-repeats``), and the modules ``python -X importtime`` finds slowest for the
-   latter. Targets: <= 0.3 s and <= 0.5 s on an idle machine.
+   --json`` (median of ``--startup-repeats``; with and without ``--no-intervals``), wall and CPU (user + system),
+   with the bytecode cached as an installed package has it (``PYTHONPYCACHEPREFIX``; ``PYTHONDONTWRITEBYTECODE``
+   would recompile ubench's modules on every run), ``--baseline-src``'s version interleaved, and the modules
+   ``python -X importtime`` finds slowest; with ``--instructions`` the instructions each executes (callgrind's
+   count: what a loaded machine does not disturb). Targets: <= 0.3 s and <= 0.5 s on an idle machine.
 
-    python bench/bench_score.py [--keep DIR] [--repeats 3] [--baseline-src DIR] [--no-imagenet]
+    python bench/bench_score.py [--keep DIR] [--repeats 3] [--baseline-src DIR] [--no-imagenet] [--startup-only]
+        [--instructions]
 
 Writes bench/results/bench_score.json. Archives go to ``--keep`` (default: a temporary directory).
 """
@@ -183,19 +187,30 @@ def bench_imagenet(tmp: Path, repeats: int, baseline: Path | None) -> tuple[list
     return rows, summary
 
 
-def _wall(cmd: list[str], repeats: int) -> list[float]:
+def _wall(cmd: list[str], repeats: int, env: dict | None = None) -> list[float]:
+    return [t for t, _ in _timed_runs(cmd, repeats, env)]
+
+
+def _timed_runs(cmd: list[str], repeats: int, env: dict | None = None) -> list[tuple[float, float]]:
+    """(wall, CPU) seconds of ``repeats`` runs of ``cmd``; CPU is the child's user + system time (all its threads),
+    which the other jobs of a loaded machine disturb less than the wall."""
     out = []
     for _ in range(repeats):
+        before = os.times()
         t = time.perf_counter()
-        subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=tempfile.gettempdir())
-        out.append(time.perf_counter() - t)
+        subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=tempfile.gettempdir(),
+                       env=env)
+        wall = time.perf_counter() - t
+        after = os.times()
+        out.append((wall, after.children_user + after.children_system - before.children_user
+                     - before.children_system))
     return out
 
 
-def _slowest_imports(cmd: list[str], k: int = 5) -> list[list]:
+def _slowest_imports(cmd: list[str], k: int = 5, env: dict | None = None) -> list[list]:
     """The ``k`` modules with the largest cumulative import time (microseconds) under ``-X importtime``."""
     res = subprocess.run([cmd[0], "-X", "importtime", *cmd[1:]], capture_output=True, text=True,
-                         cwd=tempfile.gettempdir())
+                         cwd=tempfile.gettempdir(), env=env)
     rows = []
     for line in res.stderr.splitlines():
         if line.startswith("import time:") and "|" in line:
@@ -205,21 +220,76 @@ def _slowest_imports(cmd: list[str], k: int = 5) -> list[list]:
     return sorted(rows, key=lambda r: -r[1])[:k]
 
 
-def bench_startup(repeats: int) -> tuple[list[dict], list[dict]]:
-    cases = (("ubench --help", [sys.executable, "-m", "ubench.cli", "--help"], 0.3),
-             ("ubench score examples/digits_deep_ensemble.h5 --json",
-              [sys.executable, "-m", "ubench.cli", "score", str(EXAMPLE), "--json"], 0.5))
+def _startup_env(pycache: Path, src: Path | None = None) -> dict:
+    """The environment of the start-up runs: bytecode cached in ``pycache`` (as an installed package has it: pip
+    compiles at install), whatever ``PYTHONDONTWRITEBYTECODE`` says here (set, it recompiles ubench's ~60 modules
+    on every run: ~0.1 s); ``src``: a directory holding another ubench (the before column)."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    env["PYTHONPYCACHEPREFIX"] = str(pycache)
+    if src is not None:
+        env["PYTHONPATH"] = str(src)
+    return env
+
+
+def _instructions(cmd: list[str], env: dict) -> int | None:
+    """Instructions the process executes (callgrind's ``I refs``): a count the other jobs of a loaded machine do
+    not change, unlike a time (valgrind runs it ~40x slower; numpy then takes its AVX2 code paths, the same for
+    both versions). None without valgrind."""
+    import re
+    import shutil
+
+    if shutil.which("valgrind") is None:
+        return None
+    res = subprocess.run(["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", *cmd],
+                         capture_output=True, text=True, cwd=tempfile.gettempdir(), env=env)
+    found = re.search(r"I\s+refs:\s+([\d,]+)", res.stderr)
+    return int(found.group(1).replace(",", "")) if found else None
+
+
+def bench_startup(repeats: int, baseline: Path | None = None, instructions: bool = False
+                  ) -> tuple[list[dict], list[dict]]:
+    """Whole-process wall and CPU of the start-up commands, bytecode cached; with ``baseline`` the same runs of
+    that ubench interleaved (the before column). ``score --no-intervals`` shows the share of the bootstrap
+    intervals (issue #26's, on by default)."""
+    cases = (("ubench --help", ["--help"], 0.3),
+             ("ubench score examples/digits_deep_ensemble.h5 --json", ["score", str(EXAMPLE), "--json"], 0.5),
+             ("ubench score examples/digits_deep_ensemble.h5 --json --no-intervals",
+              ["score", str(EXAMPLE), "--json", "--no-intervals"], None))
+    pycache = Path(tempfile.mkdtemp(prefix="ubench-pycache-"))
+    envs = {"ubench": _startup_env(pycache / "new")}
+    if baseline is not None:
+        envs["baseline"] = _startup_env(pycache / "old", baseline)
     rows, summary = [], []
-    for what, cmd, target in cases:
-        _wall(cmd, 1)  # warm the file cache
-        times = _wall(cmd, repeats)
-        med = statistics.median(times)
-        rows.append({"what": "start-up", "command": what, "wall_s": [round(t, 3) for t in times],
-                     "median_s": round(med, 3), "slowest_imports_us": _slowest_imports(cmd)})
-        print(rows[-1])
-        summary.append({"what": f"start-up: `{what}`", "workload": "whole process, median of "
-                        f"{repeats}", "result": f"{med:.2f} s", "target": f"<= {target} s (idle machine)",
-                        "met": med <= target})
+    for what, args, target in cases:
+        cmd = [sys.executable, "-m", "ubench.cli", *args]
+        runs: dict[str, list[tuple[float, float]]] = {k: [] for k in envs}
+        for env in envs.values():
+            _wall(cmd, 1, env)  # compile the bytecode, warm the file cache
+        for _ in range(repeats):  # interleaved with the baseline's runs
+            for k, env in envs.items():
+                runs[k] += _timed_runs(cmd, 1, env)
+        row = {"what": "start-up", "command": what, "bytecode": "cached (PYTHONPYCACHEPREFIX)"}
+        for k, r in runs.items():
+            key = "" if k == "ubench" else "baseline_"
+            row.update({f"{key}wall_s": [round(t, 3) for t, _ in r],
+                        f"{key}median_s": round(statistics.median(t for t, _ in r), 3),
+                        f"{key}cpu_median_s": round(statistics.median(c for _, c in r), 3)})
+        if instructions:
+            for k, env in envs.items():
+                row[f"{'' if k == 'ubench' else 'baseline_'}instructions"] = _instructions(cmd, env)
+        row["slowest_imports_us"] = _slowest_imports(cmd, env=envs["ubench"])
+        rows.append(row)
+        print(row)
+        med = row["median_s"]
+        before = f" (before: {row['baseline_median_s']:.2f} s)" if baseline is not None else ""
+        if row.get("instructions") and row.get("baseline_instructions"):
+            ratio = row["instructions"] / row["baseline_instructions"] - 1
+            before += (f"; {row['instructions'] / 1e9:.2f} G instructions, before "
+                       f"{row['baseline_instructions'] / 1e9:.2f} G ({ratio:+.1%})")
+        summary.append({"what": f"start-up: `{what}`", "workload": f"whole process, median of {repeats}, bytecode "
+                        "cached", "result": f"{med:.2f} s wall, {row['cpu_median_s']:.2f} s CPU{before}",
+                        "target": "none (the intervals' share)" if target is None else f"<= {target} s (idle machine)",
+                        "met": None if target is None else med <= target})
     return rows, summary
 
 
@@ -232,9 +302,20 @@ def main() -> None:
     ap.add_argument("--baseline-src", type=Path, default=None,
                     help="directory holding an earlier ubench package (DIR/ubench) to measure the before column")
     ap.add_argument("--no-imagenet", action="store_true", help="skip the 1 GB ImageNet-shaped archive")
+    ap.add_argument("--startup-only", action="store_true",
+                    help="only the start-up rows (3.), written to --out-dir (default: a temporary directory): a quick "
+                         "check that leaves bench/results/bench_score.json as the full run wrote it")
+    ap.add_argument("--instructions", action="store_true",
+                    help="also count each start-up command's instructions under valgrind (load-independent; slow)")
     ap.add_argument("--out-dir", default=None)
     args = ap.parse_args()
     rec = Recorder(__file__, "h5py")
+    if args.startup_only:
+        rows, summary = bench_startup(args.startup_repeats, args.baseline_src, args.instructions)
+        rec.write(rows, summary, settings={"startup_only": True, "baseline_src": None if args.baseline_src is None
+                                           else str(args.baseline_src)},
+                  out_dir=args.out_dir or tempfile.mkdtemp(prefix="bench-score-"))
+        return
     tmp = args.keep or Path(tempfile.mkdtemp())
     tmp.mkdir(parents=True, exist_ok=True)
     path = tmp / "bench_score.h5"
@@ -258,7 +339,7 @@ def main() -> None:
         r, s = bench_imagenet(tmp, args.repeats, args.baseline_src)
         rows += r
         summary += s
-    r, s = bench_startup(args.startup_repeats)
+    r, s = bench_startup(args.startup_repeats, args.baseline_src, args.instructions)
     rows += r
     summary += s
     rec.write(rows, summary, settings={"repeats": args.repeats, "protocol": args.protocol,

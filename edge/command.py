@@ -73,7 +73,7 @@ def latency(models_dir, backend, precision, device, batch_sizes, warmup, iters, 
         click.echo(f"error: {exc}", err=True)
         sys.exit(2)
     if memory_budget is not None or latency_ms is not None:
-        from ..scoring.sandbox import parse_size
+        from ..sizes import parse_size
 
         try:
             budget = None if memory_budget is None else parse_size(memory_budget)

@@ -23,7 +23,7 @@ def _echo(line: str) -> None:
 
 
 def _size(ctx, param, value):
-    from ..scoring.sandbox import parse_size
+    from ..sizes import parse_size
 
     try:
         return parse_size(value)

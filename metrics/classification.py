@@ -75,13 +75,16 @@ def _row_sum_squares(probs: NDArray) -> NDArray[np.float64]:
     n, c = probs.shape
     out = np.empty(n, dtype=np.float64)
     step = _block_rows(c)
-    buf = np.empty((min(step, n), c), dtype=np.float64)
+    # C-contiguous float64 input is summed where it lies; anything else through a C-contiguous float64 buffer
+    in_place = probs.dtype == np.float64 and probs.flags.c_contiguous
+    buf = None if in_place else np.empty((min(step, n), c), dtype=np.float64)
     for start in range(0, n, step):
         block = probs[start : start + step]
-        b = buf[: block.shape[0]]
-        b[...] = block
+        if buf is not None:
+            block = buf[: block.shape[0]]
+            block[...] = probs[start : start + step]
         # Same summation loop for every row (a BLAS dot rounds rows differently by position).
-        np.einsum("ij,ij->i", b, b, out=out[start : start + block.shape[0]])
+        np.einsum("ij,ij->i", block, block, out=out[start : start + block.shape[0]])
     return out
 
 

@@ -31,13 +31,15 @@ def _fft_size(a_len: int, k_len: int) -> int:
     return 1 << (a_len + k_len - 2).bit_length()
 
 
-def _convolve_valid(a_spectrum: NDArray[np.complex128], a_len: int, k: NDArray[np.float64], n: int
+def _convolve_valid(a_spectra: NDArray[np.complex128], a_len: int, k: NDArray[np.float64], n: int
                     ) -> NDArray[np.float64]:
-    """``scipy.signal.fftconvolve(a, k, mode="valid")`` for 1-D real ``a`` (of length ``a_len`` >= len(k)) given
-    ``a_spectrum = np.fft.rfft(a, n)``: numpy's real FFT, the same pocketfft algorithm (importing scipy.signal cost
-    ubench 0.6 s of start-up, issue #29); the signal's spectrum is computed once for every bandwidth tried."""
-    out = np.fft.irfft(a_spectrum * np.fft.rfft(k, n), n)
-    return out[k.shape[0] - 1 : a_len]
+    """``scipy.signal.fftconvolve(a, k, mode="valid")`` for each row ``a`` of a stack of 1-D real signals (of
+    length ``a_len`` >= len(k)) given their spectra ``np.fft.rfft(a, n)`` (shape (..., n // 2 + 1)): numpy's real
+    FFT, the same pocketfft algorithm (importing scipy.signal cost ubench 0.6 s of start-up, issue #29). The
+    signals' spectra are computed once for every bandwidth tried, the kernel's once per bandwidth for the whole
+    stack, and the inverse transforms run as one call (row by row, the numbers of separate calls)."""
+    out = np.fft.irfft(a_spectra * np.fft.rfft(k, n), n)
+    return out[..., k.shape[0] - 1 : a_len]
 
 
 def _to_grid(f: NDArray[np.float64], w: NDArray[np.float64], points: int) -> NDArray[np.float64]:
@@ -59,18 +61,24 @@ class _Smoother:
 
     def __init__(self, f: NDArray[np.float64], y: NDArray[np.float64]):
         self.f, self.r = f, f - y
-        self._spectra: dict[int, tuple[int, int, list[NDArray]]] = {}
+        self._spectra: dict[int, tuple[int, int, NDArray]] = {}
+        self._ece: dict[float, float] = {}  # by σ: the search ends on a σ it has evaluated already
 
-    def _grid_spectra(self, points: int) -> tuple[int, int, list[NDArray]]:
+    def _grid_spectra(self, points: int) -> tuple[int, int, NDArray]:
         """(FFT size, length, spectra) of the residual and unit-weight grids, reflected at both ends."""
         if points not in self._spectra:
             grids = (_to_grid(self.f, self.r, points), _to_grid(self.f, np.ones_like(self.f), points))
             extended = [np.concatenate([g[::-1][:-1], g, g[::-1][1:]]) for g in grids]
             n = _fft_size(extended[0].shape[0], points)
-            self._spectra[points] = (n, extended[0].shape[0], [np.fft.rfft(e, n) for e in extended])
+            self._spectra[points] = (n, extended[0].shape[0], np.fft.rfft(np.stack(extended), n))
         return self._spectra[points]
 
     def ece_at(self, sigma: float) -> float:
+        if sigma not in self._ece:
+            self._ece[sigma] = self._ece_at(sigma)
+        return self._ece[sigma]
+
+    def _ece_at(self, sigma: float) -> float:
         at = np.linspace(0.0, 1.0, max(round(10 / sigma), _MESH_POINTS))
         points = max(2000, round(20 / sigma)) // 2 + 1
         t = np.linspace(0.0, 1.0, points)
@@ -79,13 +87,11 @@ class _Smoother:
         step = 1.0 / (points - 1)
         resid = (at - idx * step) / step
         half = points // 2
-        out = []
         n, length, spectra = self._grid_spectra(points)
-        for spectrum in spectra:
-            smoothed = _convolve_valid(spectrum, length, kernel, n)[half : half + points]
-            # Linear interpolation of node i/(points-1) -> smoothed[i] at ``at`` (relplot's ``interpolate``).
-            out.append(smoothed[idx] * (1.0 - resid) + smoothed[idx + 1] * resid)
-        residual, density = out[0], out[1] + _DENSITY_EPS
+        smoothed = _convolve_valid(spectra, length, kernel, n)[:, half : half + points]
+        # Linear interpolation of node i/(points-1) -> smoothed[:, i] at ``at`` (relplot's ``interpolate``).
+        residual, density = smoothed[:, idx] * (1.0 - resid) + smoothed[:, idx + 1] * resid
+        density = density + _DENSITY_EPS
         return float(np.sum(np.abs(residual / density) * density) / np.sum(density))
 
 

@@ -96,7 +96,7 @@ class ShiftedLogs:
         self.probs, self.eps = probs, eps
         self.shape, self.ndim = tuple(probs.shape), 2
         small = isinstance(probs, np.ndarray) and 8 * probs.shape[0] * probs.shape[1] <= cache_bytes
-        self._whole = _prep_probs(probs, eps)[0] if small else None
+        self._whole = _prep_probs(probs, eps, with_lse=False)[0] if small else None
 
     def __getitem__(self, rows) -> NDArray[np.float64]:
         if self._whole is not None:

@@ -38,6 +38,8 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from ..sizes import parse_size  # re-exported: the sandbox's limits are written in these sizes
+
 __all__ = [
     "SandboxLimits",
     "SandboxTask",
@@ -57,22 +59,6 @@ SANDBOX_CHECKS = frozenset({"hdf5-crash", "memory-limit", "cpu-limit", "timeout"
 TASK_KINDS = ("validate", "score", "inspect")
 _NOWHERE = "/nonexistent/ubench-sandbox-no-plugins"
 _STDERR_TAIL = 8192
-
-
-def parse_size(text: str | int) -> int:
-    """Bytes from ``"4G"``, ``"512M"``, ``"800k"`` or a plain integer (powers of 1024)."""
-    if isinstance(text, int):
-        return text
-    s = str(text).strip().upper().removesuffix("IB").removesuffix("B")
-    scale = {"K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}.get(s[-1:], 1)
-    number = s[:-1] if s[-1:] in "KMGT" and s[-1:] else s
-    try:
-        value = float(number)
-    except ValueError:
-        raise ValueError(f"size must look like 4G, 512M or 1048576; found {text!r}") from None
-    if value <= 0:
-        raise ValueError(f"size must be positive; found {text!r}")
-    return int(value * scale)
 
 
 @dataclass(frozen=True)

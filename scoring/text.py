@@ -14,7 +14,6 @@ is written with ``ensure_ascii``, so controls and surrogates appear as ``\\uXXXX
 
 from __future__ import annotations
 
-import html
 import re
 from typing import Any
 
@@ -78,4 +77,6 @@ def html_text(value: Any, limit: int | None = None) -> str:
     ``html.escape`` with quotes; ``None`` becomes the empty string."""
     if value is None:
         return ""
+    import html  # at use: its entity tables are a few ms of every CLI start-up (issue #29)
+
     return html.escape(escape_text(value) if limit is None else shorten(value, limit), quote=True)

@@ -25,9 +25,10 @@ REFERENCE = ROOT / "examples" / "digits_reference.h5"
 
 def _commands(cmd: click.Command, path: tuple[str, ...] = ()):
     yield path, cmd
-    if isinstance(cmd, click.Group):
-        for name, sub in sorted(cmd.commands.items()):
-            yield from _commands(sub, (*path, name))
+    if isinstance(cmd, click.Group):  # list/get_command: the lazily imported commands included (cli._Cli)
+        ctx = click.Context(cmd)
+        for name in cmd.list_commands(ctx):
+            yield from _commands(cmd.get_command(ctx, name), (*path, name))
 
 
 def test_every_command_help_lists_its_exit_codes():

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from scipy import optimize, special
 from strategies import softmax64
 
-from ubench.metrics import protocol
+from ubench.metrics import _validation, protocol
 from ubench.metrics._validation import check_member_probs, check_member_probs_mean
 from ubench.metrics.protocol import cross_validated_calibration
 from ubench.metrics.temperature_solver import _root_from_cumulants, _row_cumulants
@@ -161,13 +161,17 @@ def test_row_cumulants_against_scipy_moments():
         np.testing.assert_allclose(got[k], expected[k], rtol=1e-9, atol=1e-9)
 
 
-def test_one_read_mean_equals_numpy_and_checks_like_the_reference():
+@pytest.mark.parametrize("block_elems", [None, 64])  # one block; blocks of 12 rows (the error in a later block)
+def test_one_read_mean_equals_numpy_and_checks_like_the_reference(monkeypatch, block_elems):
+    if block_elems is not None:
+        monkeypatch.setattr(_validation, "_MEAN_BLOCK_ELEMS", block_elems)
     mp, _ = _ensemble(2, 4, 700, 5)
     mp32 = mp.astype(np.float32)
     arr, mean = check_member_probs_mean(mp32)
     assert arr is mp32
     np.testing.assert_array_equal(mean, np.add.reduce(mp32, axis=0, dtype=np.float64) / 4)
-    for bad, value in (((2, 650, 1), -0.1), ((3, 5, 0), np.nan), ((1, 300, 2), 0.9)):
+    out_of_range = np.array([1.25, -0.25, 0.0, 0.0, 0.0], np.float32)  # sums to 1: only the range check sees it
+    for bad, value in (((2, 650, 1), -0.1), ((3, 5, 0), np.nan), ((1, 300, 2), 0.9), ((2, 650), out_of_range)):
         broken = mp32.copy()
         broken[bad] = value
         with pytest.raises(ValueError) as ref_err:
