@@ -62,21 +62,23 @@ def interval_rng(seed: int, key: int) -> np.random.Generator:
     return np.random.default_rng([int(seed), STREAM, int(key)])
 
 
-def bootstrap_counts(n: int, n_replicates: int, rng: np.random.Generator) -> NDArray[np.float64]:
+def bootstrap_counts(n: int, n_replicates: int, rng: np.random.Generator) -> NDArray[np.integer]:
     """(n_replicates, n) counts of n draws with replacement from n samples, one replicate after another.
 
     The draws are ``rng.integers(0, n, (n_replicates, n))``, which consumes the generator exactly as one
     ``integers(0, n, n)`` per replicate does, so the counts of replicate b do not depend on how the replicates
-    are cut into blocks (tested).
+    are cut into blocks (tested). Integer counts, int16 below 2**15 samples (a count is at most n) else int32:
+    the sorted kernels gather and add them as integers, exact and several times faster than floats.
     """
     idx = rng.integers(0, n, (n_replicates, n))
+    dtype = np.int16 if n < 1 << 15 else np.int32
     if n >= 4096:  # one bincount per replicate: its per-call cost is small against n
-        out = np.empty((n_replicates, n), dtype=np.float64)
+        out = np.empty((n_replicates, n), dtype=dtype)
         for b in range(n_replicates):
             out[b] = np.bincount(idx[b], minlength=n)
         return out
     idx += (np.arange(n_replicates) * n)[:, None]
-    return np.bincount(idx.ravel(), minlength=n_replicates * n).reshape(n_replicates, n).astype(np.float64)
+    return np.bincount(idx.ravel(), minlength=n_replicates * n).reshape(n_replicates, n).astype(dtype)
 
 
 def count_blocks(n_replicates: int, n: int) -> Iterator[tuple[int, int]]:
@@ -183,7 +185,7 @@ class Partition:
         x = w if values is None else w * values[self.order]
         out = np.zeros((w.shape[0], self.n_cells))
         if self.starts.size:
-            out[:, self.cells] = np.add.reduceat(x, self.starts, axis=1)
+            out[:, self.cells] = np.add.reduceat(x, self.starts, axis=1, dtype=np.float64)
         return out
 
 

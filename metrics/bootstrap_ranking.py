@@ -42,20 +42,33 @@ class _Sorted:
 
 
 def _exclusive_cumsum(w: NDArray) -> NDArray:
-    out = np.zeros((w.shape[0], w.shape[1] + 1), dtype=w.dtype)
+    """(B, n + 1) cumulative sums of integer counts (B, n), starting at 0: int32 (numpy adds integers along a row
+    several times faster than floats, whose adds form one dependent chain), int64 when a row could pass 2**31."""
+    dtype = np.int32 if _row_bound(w) < 1 << 31 else np.int64
+    out = np.empty((w.shape[0], w.shape[1] + 1), dtype=dtype)
+    out[:, 0] = 0
     np.cumsum(w, axis=1, out=out[:, 1:])
     return out
 
 
-def _counts32(w: NDArray) -> NDArray:
-    """Counts as float32 when every cumulative sum of them is an exact float32 integer (below 2**24), halving the
-    memory the sorted kernels stream; float64 otherwise."""
-    return w.astype(np.float32) if w.shape[1] * 16 < 1 << 24 and w.dtype != np.float32 else w
+def _row_bound(w: NDArray) -> int:
+    """An upper bound of the row sums of the counts ``w`` (B, n): n times the largest count."""
+    return w.shape[1] * int(w.max()) if w.size else 0
 
 
-def _dot(a: NDArray, b: NDArray) -> NDArray[np.float64]:
-    """Row-wise dot products summed in float64 (the products of counts are exact in either precision)."""
-    return np.multiply(a, b).sum(axis=1, dtype=np.float64)
+def _as_counts(w: NDArray) -> NDArray:
+    """Counts as integers: integer arrays as they are (``bootstrap_counts`` draws int16 or int32), others (float
+    counts, e.g. all ones) converted to int64. The weights must be non-negative integers (the kernels' contract)."""
+    w = np.asarray(w)
+    return w if w.dtype.kind in "iu" else w.astype(np.int64)
+
+
+def _row_dot(a: NDArray, b: NDArray, bound: float) -> NDArray[np.float64]:
+    """Row-wise dot products of non-negative integer arrays, exact: summed as int32 when every row's sum is at most
+    ``bound`` < 2**31 (then no product or partial sum overflows), else in float64 (exact below 2**53)."""
+    if bound < 1 << 31 and a.dtype.itemsize <= 4 and b.dtype.itemsize <= 4:
+        return np.einsum("bj,bj->b", a, b, dtype=np.int32).astype(np.float64)
+    return np.einsum("bj,bj->b", a, b, dtype=np.float64)
 
 
 def _smallest_count(total: NDArray, tpr: float) -> NDArray:
@@ -95,27 +108,29 @@ def weighted_detection(pos_scores: NDArray, neg_scores: NDArray, pos_weights: ND
     conventions of :mod:`ubench.metrics.ranking`, which all-ones weights reproduce exactly).
     """
     o = order if order is not None else _Sorted.of(pos_scores, neg_scores)
-    wp = np.take(_counts32(pos_weights), o.pos_order, axis=1)
-    wn = np.take(_counts32(neg_weights), o.neg_order, axis=1)
-    cp, cn = _exclusive_cumsum(wp), _exclusive_cumsum(wn)
-    tot_p, tot_n = cp[:, -1].astype(np.float64), cn[:, -1].astype(np.float64)
+    wp = np.take(_as_counts(pos_weights), o.pos_order, axis=1)
+    wn = np.take(_as_counts(neg_weights), o.neg_order, axis=1)
+    cp, cn = _exclusive_cumsum(wp), _exclusive_cumsum(wn)  # integers: every sum below is exact
+    int_p, int_n = cp[:, -1], cn[:, -1]
+    tot_p, tot_n = int_p.astype(np.float64), int_n.astype(np.float64)
     below = np.take(cn, o.neg_below, axis=1)  # negatives' weight strictly below each positive
+    bound = float(int_p.max(initial=0)) * float(int_n.max(initial=0))  # sum_j wp_j below_j <= tot_p tot_n
     with np.errstate(invalid="ignore", divide="ignore"):
         if o.neg_ties:
-            auroc = _dot(wp, below + np.take(cn, o.neg_upto, axis=1)) / (2.0 * tot_p * tot_n)
+            auroc = _row_dot(wp, below + np.take(cn, o.neg_upto, axis=1), 2.0 * bound) / (2.0 * tot_p * tot_n)
         else:
-            auroc = _dot(wp, below) / (tot_p * tot_n)
-        # positives and negatives scoring >= s_j (counts: tp + fp >= 1 wherever tp > 0, so no 0/0 where it counts)
-        tp = tot_p[:, None] - (np.take(cp, o.pos_first, axis=1) if o.pos_ties else cp[:, :-1])
-        tp = tp.astype(np.float64)
-        fp = tot_n[:, None] - below.astype(np.float64)
-        fp += tp
-        np.maximum(fp, 1.0, out=fp)
-        np.divide(tp, fp, out=tp)
-        aupr = np.einsum("bj,bj->b", wp, tp) / tot_p
+            auroc = _row_dot(wp, below, bound) / (tot_p * tot_n)
+        # positives (tp) and all samples (tp + fp) scoring >= each positive: tp + fp >= 1 wherever tp > 0
+        lower = np.take(cp, o.pos_first, axis=1) if o.pos_ties else cp[:, :-1]
+        tp = int_p[:, None] - lower
+        both = (int_p + int_n)[:, None] - lower
+        both -= below
+        np.maximum(both, 1, out=both)
+        aupr = np.einsum("bj,bj->b", wp, np.divide(tp, both)) / tot_p
         k = _smallest_count(tot_p, tpr)
         # the k-th largest positive of the multiset: the last sorted index j with cp[j] <= total - k
-        j = np.array([np.searchsorted(cp[b, :-1], tot_p[b] - k[b], side="right") - 1 for b in range(cp.shape[0])])
+        reach = (tot_p - k).astype(cp.dtype)
+        j = np.array([np.searchsorted(cp[b, :-1], reach[b], side="right") - 1 for b in range(cp.shape[0])])
         threshold = o.pos[np.clip(j, 0, o.pos.size - 1)]
         rank = np.searchsorted(o.neg, threshold, side="left")
         fpr = (tot_n - cn[np.arange(cn.shape[0]), rank]) / tot_n
@@ -187,10 +202,10 @@ def weighted_selective(errors: NDArray, weights: NDArray, ranked: _Ranked, *, co
     :math:`E(k)` is linear inside each group, which gives the two points exactly.
     """
     r = ranked
-    w = np.take(_counts32(weights), r.order, axis=1)
+    w = np.take(_as_counts(weights), r.order, axis=1)
     e = np.asarray(errors, dtype=np.float64)[r.order]
     if r.tied:
-        w = np.add.reduceat(w, r.group_starts, axis=1)
+        w = np.add.reduceat(w, r.group_starts, axis=1, dtype=np.int32 if _row_bound(w) < 1 << 31 else np.int64)
         group = np.repeat(np.arange(r.group_starts.size), np.diff(np.r_[r.group_starts, e.size]))
         err_groups = np.unique(group[e > 0])
         e_members = np.flatnonzero(e > 0)

@@ -168,14 +168,13 @@ class LabelledStatistics:
         if "decision_cost_mean" in out:
             out["decision_cost_sum"] = out["decision_cost_mean"] * total
             out["decision_cost"] = out["decision_cost" + ("_sum" if self.cost_reduction == "sum" else "_mean")]
-        w32 = weights.get(f"{self.unit}|f32", w)
         for name, ranked in self.ranked.items():
             detect = name in self.detection and not ranked.tied  # then detection shares the selective sort
-            sel = weighted_selective(self.errors, w32, ranked, tables=self.tables,
+            sel = weighted_selective(self.errors, w, ranked, tables=self.tables,
                                      detection_tpr=self.tpr if detect else None)
             if name in self.detection:
                 pos, neg, order = self.detection[name]
-                d = sel if detect else weighted_detection(order.pos, order.neg, w32[:, pos], w32[:, neg],
+                d = sel if detect else weighted_detection(order.pos, order.neg, w[:, pos], w[:, neg],
                                                           tpr=self.tpr, order=order)
                 for key in ("auroc", "aupr", "fpr"):
                     out[f"misclassification_{'fpr95' if key == 'fpr' else key}_{name}"] = d[key]
@@ -196,8 +195,7 @@ class OODStatistics:
         self.order = {name: _Sorted.of(ood_arrays.score(name), in_arrays.score(name)) for name in scores}
 
     def replicates(self, weights: Mapping[str, NDArray]) -> dict[str, NDArray]:
-        wp, wn = weights.get(f"{self.unit}|f32", weights[self.unit]), weights.get(f"{self.against}|f32",
-                                                                                   weights[self.against])
+        wp, wn = weights[self.unit], weights[self.against]
         out = {}
         for name, o in self.order.items():
             d = weighted_detection(o.pos, o.neg, wp, wn, tpr=self.tpr, order=o)
@@ -224,8 +222,6 @@ def resample(statistics: Mapping[str, Any], units: Mapping[str, int], *, n_repli
     with ThreadPoolExecutor(max_workers=workers) as pool:
         for start, stop in count_blocks(n_replicates, max(units.values(), default=1)):
             weights = {u: bootstrap_counts(n, stop - start, rngs[u]) for u, n in units.items()}
-            # the sorted kernels stream float32 counts (exact below 2**24): converted once per unit and block
-            weights.update({f"{u}|f32": w.astype(np.float32) for u, w in weights.items() if w.shape[1] < 1 << 20})
             done = pool.map(lambda item: (item[0], item[1].replicates(weights)), list(statistics.items()))
             for name, values in done:
                 for key, v in values.items():
