@@ -41,6 +41,20 @@ class _Sorted:
                    not np.array_equal(first, np.arange(pos.size)))
 
 
+#: Cells (replicates x samples) the sorted kernels work on at once: row chunks whose temporaries stay in cache.
+CHUNK_CELLS = 1 << 18
+
+
+def _in_chunks(kernel, n: int, *blocks: NDArray, **kwargs) -> dict[str, NDArray] | None:
+    """``kernel(*blocks, **kwargs)`` over row chunks of :data:`CHUNK_CELLS` cells (``n`` samples per row),
+    concatenated; None when the blocks are one chunk already (every row is computed on its own: the same values)."""
+    rows = max(1, CHUNK_CELLS // max(n, 1))
+    if blocks[0].shape[0] <= rows:
+        return None
+    parts = [kernel(*(b[a:a + rows] for b in blocks), **kwargs) for a in range(0, blocks[0].shape[0], rows)]
+    return {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
+
+
 def _exclusive_cumsum(w: NDArray) -> NDArray:
     """(B, n + 1) cumulative sums of integer counts (B, n), starting at 0: int32 (numpy adds integers along a row
     several times faster than floats, whose adds form one dependent chain), int64 when a row could pass 2**31."""
@@ -108,6 +122,10 @@ def weighted_detection(pos_scores: NDArray, neg_scores: NDArray, pos_weights: ND
     conventions of :mod:`ubench.metrics.ranking`, which all-ones weights reproduce exactly).
     """
     o = order if order is not None else _Sorted.of(pos_scores, neg_scores)
+    chunked = _in_chunks(lambda p, q: weighted_detection(pos_scores, neg_scores, p, q, tpr=tpr, order=o),
+                         o.pos.size + o.neg.size, pos_weights, neg_weights)
+    if chunked is not None:
+        return chunked
     wp = np.take(_as_counts(pos_weights), o.pos_order, axis=1)
     wn = np.take(_as_counts(neg_weights), o.neg_order, axis=1)
     cp, cn = _exclusive_cumsum(wp), _exclusive_cumsum(wn)  # integers: every sum below is exact
@@ -180,7 +198,6 @@ def weighted_selective(errors: NDArray, weights: NDArray, ranked: _Ranked, *, co
     tables : ``_harmonic_table(n)`` for the largest replicate size n, when the caller reuses it
     detection_tpr : also return misclassification detection by the same uncertainty (positive = error):
         ``auroc``, ``aupr``, ``fpr`` as :func:`weighted_detection` computes them, from the same cumulative sum
-        (only without tied uncertainties; otherwise use :func:`weighted_detection`)
 
     Returns
     -------
@@ -202,24 +219,27 @@ def weighted_selective(errors: NDArray, weights: NDArray, ranked: _Ranked, *, co
     :math:`E(k)` is linear inside each group, which gives the two points exactly.
     """
     r = ranked
+    chunked = _in_chunks(lambda x: weighted_selective(errors, x, r, coverage=coverage, risk=risk, tables=tables,
+                                                      detection_tpr=detection_tpr), r.order.size, weights)
+    if chunked is not None:
+        return chunked
     w = np.take(_as_counts(weights), r.order, axis=1)
-    e = np.asarray(errors, dtype=np.float64)[r.order]
+    e_pos = np.flatnonzero(np.asarray(errors)[r.order] > 0)  # the errors' sorted positions
+    w_err = w[:, e_pos]  # the errors' weights, in sorted order
     if r.tied:
         w = np.add.reduceat(w, r.group_starts, axis=1, dtype=np.int32 if _row_bound(w) < 1 << 31 else np.int64)
-        group = np.repeat(np.arange(r.group_starts.size), np.diff(np.r_[r.group_starts, e.size]))
-        err_groups = np.unique(group[e > 0])
-        e_members = np.flatnonzero(e > 0)
-        we = np.zeros((w.shape[0], err_groups.size))
-        pos = np.searchsorted(err_groups, group[e_members])
-        np.add.at(we.T, pos, weights[:, r.order[e_members]].T)
+        group = np.repeat(np.arange(r.group_starts.size), np.diff(np.r_[r.group_starts, r.order.size]))
+        # the groups holding an error, the index of each one's first error, and each error's group among them
+        err_groups, err_first, of_error = np.unique(group[e_pos], return_index=True, return_inverse=True)
+        we = np.add.reduceat(w_err, err_first, axis=1) if e_pos.size else np.zeros((w.shape[0], 0), w.dtype)
     else:
-        err_groups = np.flatnonzero(e > 0)
+        err_groups, err_first, of_error = e_pos, None, None
         we = None
     c = _exclusive_cumsum(w)
     total = c[:, -1].astype(np.float64)
     lo, hi = c[:, err_groups].astype(np.float64), c[:, err_groups + 1].astype(np.float64)
     w_g = hi - lo
-    share = np.ones_like(w_g) if we is None else np.divide(we, w_g, out=np.zeros_like(we), where=w_g > 0)
+    share = np.ones_like(w_g) if we is None else np.divide(we, w_g, out=np.zeros(we.shape), where=w_g > 0)
     h, g = tables if tables is not None else _harmonic_table(int(total.max()))
     tot_i = total.astype(np.intp)[:, None]
     aurc = np.einsum("bj,bj->b", share, w_g * h[tot_i] - (g[hi.astype(np.intp)] - g[lo.astype(np.intp)])) / total
@@ -244,32 +264,46 @@ def weighted_selective(errors: NDArray, weights: NDArray, ranked: _Ranked, *, co
     best = np.maximum(np.max(cand, axis=1, initial=0.0), first)
     cov_at = np.where(best >= 1, best / total, np.nan)
     out = {"aurc": aurc, "augrc": augrc, "risk_at_cov": risk_at, "cov_at_risk": cov_at}
-    if detection_tpr is not None and not r.tied:
-        out.update(_errors_detected(c, w[:, err_groups], err_groups, ranked, detection_tpr))
+    if detection_tpr is not None:
+        out.update(_errors_detected(total, lo, hi, w_err, err_first, of_error, detection_tpr))
     return out
 
 
-def _errors_detected(c: NDArray, w_err: NDArray, err_pos: NDArray, ranked: _Ranked, tpr: float
-                     ) -> dict[str, NDArray]:
-    """Misclassification AUROC, AP and FPR@TPR (positive = error, higher uncertainty = more positive) from the
-    cumulative weights ``c`` of all samples in increasing uncertainty (no ties), the errors' weights ``w_err``
-    and their sorted positions ``err_pos``: every quantity of :func:`weighted_detection` read at the errors."""
-    ce = _exclusive_cumsum(w_err).astype(np.float64)
-    tot_p = ce[:, -1]
-    tot_n = c[:, -1].astype(np.float64) - tot_p
-    below = c[:, err_pos].astype(np.float64) - ce[:, :-1]  # correct samples less uncertain than each error
+def _errors_detected(total: NDArray, lo: NDArray, hi: NDArray, w_err: NDArray, first: NDArray | None,
+                     of_error: NDArray | None, tpr: float) -> dict[str, NDArray]:
+    """Misclassification AUROC, AP and FPR@TPR (positive = error, higher uncertainty = more positive) read off the
+    selective kernel's cumulative weights: ``total`` (B,) and ``lo``, ``hi`` (B, groups) the weight of all samples
+    below / up to each tie group holding an error, ``w_err`` (B, errors) the errors' weights in sorted order;
+    with ties, ``first`` the index of each such group's first error and ``of_error`` each error's group (None:
+    no ties, one group per error). Every term is the one :func:`weighted_detection` computes for that positive
+    (negatives tied with it counted half for AUROC, its whole tie group as one threshold), summed in its order."""
+    ce = _exclusive_cumsum(w_err)
+    n_err = w_err.shape[1]
+    if first is None:  # no ties: errors strictly below each error, and up to it
+        e_below, e_upto, lo_e, hi_e = ce[:, :-1], ce[:, 1:], lo, hi
+    else:
+        ends = np.r_[first[1:], n_err]
+        e_below, e_upto = ce[:, first[of_error]], ce[:, ends[of_error]]
+        lo_e, hi_e = lo[:, of_error], hi[:, of_error]
+    tot_p = ce[:, -1].astype(np.float64)
+    tot_n = total - tot_p
+    below = lo_e - e_below  # correct samples strictly less uncertain than each error
+    upto = hi_e - e_upto  # ... and at most as uncertain
     wf = w_err.astype(np.float64)
     with np.errstate(invalid="ignore", divide="ignore"):
-        auroc = np.einsum("bj,bj->b", wf, below) / (tot_p * tot_n)
-        tp = tot_p[:, None] - ce[:, :-1]
-        fp = tot_n[:, None] - below + tp
-        np.maximum(fp, 1.0, out=fp)
-        aupr = np.einsum("bj,bj->b", wf, tp / fp) / tot_p
+        # sum_j w_j (below_j + upto_j) is an integer below 2**53: exact in float64, as 2 x the tie-free sum
+        auroc = np.einsum("bj,bj->b", wf, below + upto) / (2.0 * tot_p * tot_n)
+        tp = tot_p[:, None] - e_below
+        both = tot_n[:, None] - below
+        both += tp
+        np.maximum(both, 1.0, out=both)
+        aupr = np.einsum("bj,bj->b", wf, np.divide(tp, both, out=tp)) / tot_p
         k = _smallest_count(tot_p, tpr)
-        j = np.array([np.searchsorted(ce[b, :-1], tot_p[b] - k[b], side="right") - 1 for b in range(ce.shape[0])])
-        j = np.clip(j, 0, max(err_pos.size - 1, 0))
+        reach = (tot_p - k).astype(ce.dtype)
+        j = np.array([np.searchsorted(ce[b, :-1], reach[b], side="right") - 1 for b in range(ce.shape[0])])
+        j = np.clip(j, 0, max(n_err - 1, 0))
         rows = np.arange(ce.shape[0])
-        fpr = (tot_n - below[rows, j]) / tot_n if err_pos.size else np.full(ce.shape[0], np.nan)
+        fpr = (tot_n - below[rows, j]) / tot_n if n_err else np.full(ce.shape[0], np.nan)
     bad = (tot_p == 0) | (tot_n == 0)
     for a in (auroc, aupr, fpr):
         a[bad] = np.nan

@@ -121,7 +121,8 @@ class LabelledStatistics:
                 cols.add(key, psi)
             cols.add_block("_folds", protocol.fold_columns)
             cols.add_block("_cells", protocol.cell_columns())
-        self.detection, self.ranked = {}, {}
+        self.detection: set[str] = set()
+        self.ranked: dict[str, _Ranked] = {}
         if not full:
             return
         if c >= 2:
@@ -140,11 +141,8 @@ class LabelledStatistics:
         if cost is not None:
             cols.add("decision_cost_mean", cost[labels, _bayes_decisions(probs, cost, smoothing)].astype(np.float64))
             self.cost_reduction = cost_reduction
-        err = self.errors.astype(bool)
-        if 0 < int(err.sum()) < n:
-            for name in scores:
-                sc = getattr(arrays, SCORE_NAMES[name])
-                self.detection[name] = (np.flatnonzero(err), np.flatnonzero(~err), _Sorted.of(sc[err], sc[~err]))
+        # misclassification detection by each score (positive = error), read off its selective kernel
+        self.detection = set(scores) if 0 < int(self.errors.sum()) < n else set()
         self.ranked = {name: _Ranked.of(getattr(arrays, SCORE_NAMES[name])) for name in scores}
         if "confidence" not in self.ranked:
             self.ranked["confidence"] = _Ranked.of(arrays.neg_confidence)
@@ -169,15 +167,12 @@ class LabelledStatistics:
             out["decision_cost_sum"] = out["decision_cost_mean"] * total
             out["decision_cost"] = out["decision_cost" + ("_sum" if self.cost_reduction == "sum" else "_mean")]
         for name, ranked in self.ranked.items():
-            detect = name in self.detection and not ranked.tied  # then detection shares the selective sort
+            detect = name in self.detection
             sel = weighted_selective(self.errors, w, ranked, tables=self.tables,
                                      detection_tpr=self.tpr if detect else None)
-            if name in self.detection:
-                pos, neg, order = self.detection[name]
-                d = sel if detect else weighted_detection(order.pos, order.neg, w[:, pos], w[:, neg],
-                                                          tpr=self.tpr, order=order)
+            if detect:
                 for key in ("auroc", "aupr", "fpr"):
-                    out[f"misclassification_{'fpr95' if key == 'fpr' else key}_{name}"] = d[key]
+                    out[f"misclassification_{'fpr95' if key == 'fpr' else key}_{name}"] = sel[key]
             if name in self.scores:
                 out[f"aurc_{name}"] = sel["aurc"]
             if name == "confidence":

@@ -151,17 +151,28 @@ def test_debiased_squared_error_of_weighted_bin_sums_equals_the_resampled_set_wi
         assert got[b] == pytest.approx(want, abs=1e-14)
 
 
-@pytest.mark.parametrize("seed", [5, 6])
-def test_misclassification_detection_from_the_selective_sort_equals_weighted_detection(seed):
-    """Without ties, the errors' detection read off the selective kernel's one cumulative sum equals
-    weighted_detection on the errors (positives) and the correct samples (negatives)."""
+@pytest.mark.parametrize("seed,discrete", [(5, False), (6, False), (7, True), (8, True)])
+def test_misclassification_detection_from_the_selective_sort_equals_weighted_detection(seed, discrete):
+    """The errors' detection read off the selective kernel's one cumulative sum equals weighted_detection on the
+    errors (positives) and the correct samples (negatives), and the ranking metrics on the multiset; with tied
+    uncertainties (discrete: ties among errors, among correct samples and between the two) too."""
     rng = np.random.default_rng(seed)
     n = 300
     u = rng.normal(size=n)
     err = (rng.random(n) < 0.1 + 0.2 * (u > 0.5)).astype(float)
+    if discrete:
+        u = np.round(u * 3) / 3
     w = _counts(n, 6, seed)
-    got = weighted_selective(err, w, _Ranked.of(u), detection_tpr=0.95)
+    ranked = _Ranked.of(u)
+    assert ranked.tied == discrete
+    got = weighted_selective(err, w, ranked, detection_tpr=0.95)
     pos, neg = err > 0, err == 0
     want = weighted_detection(u[pos], u[neg], w[:, pos], w[:, neg], tpr=0.95)
     for key in ("auroc", "aupr", "fpr"):
         assert got[key] == pytest.approx(want[key], abs=1e-12), key
+    for b in range(w.shape[0]):
+        idx = np.repeat(np.arange(n), w[b].astype(int))
+        s, y = u[idx], err[idx].astype(int)
+        assert got["auroc"][b] == pytest.approx(auroc_score(s, y), abs=1e-12)
+        assert got["aupr"][b] == pytest.approx(average_precision_score(s, y), abs=1e-12)
+        assert got["fpr"][b] == pytest.approx(fpr_at_tpr(s, y, tpr=0.95), abs=1e-12)
