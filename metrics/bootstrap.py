@@ -102,24 +102,24 @@ class LinearColumns:
     """Per-sample columns whose weighted means are statistics; every mean of a block in one matrix product.
 
     ``add(name, x)`` registers the column ``x`` (N,); ``add_block(name, X)`` a raw (N, k) block whose weighted
-    sums a caller post-processes. ``apply(W)`` returns ``{name: values}`` for a (rows, N) block.
+    sums a caller post-processes. ``apply(W)`` returns ``{name: values}`` for a (rows, N) block; ``apply(W, sums)``
+    the same from ``sums = W @ matrix()`` computed by the caller (``resample`` stacks the columns of every split
+    of a resampling unit into one product).
     """
 
     def __init__(self, n: int):
         self.n = int(n)
         self._cols: list[NDArray] = []
-        self._slices: dict[str, tuple[str, slice, int]] = {}
-        self._width = 0
-        self._matrix: NDArray | None = None
+        self._slices: dict[str, tuple[str, slice]] = {}
+        self.width = 0
 
-    def _push(self, name: str, kind: str, block: NDArray, extra: int = 0) -> None:
+    def _push(self, name: str, kind: str, block: NDArray) -> None:
         if name in self._slices:
             raise ValueError(f"column {name!r} registered twice")
         block = np.asarray(block, dtype=np.float64).reshape(self.n, -1)
-        self._slices[name] = (kind, slice(self._width, self._width + block.shape[1]), extra)
+        self._slices[name] = (kind, slice(self.width, self.width + block.shape[1]))
         self._cols.append(block)
-        self._width += block.shape[1]
-        self._matrix = None
+        self.width += block.shape[1]
 
     def add(self, name: str, x: NDArray) -> None:
         self._push(name, "mean", x)
@@ -144,20 +144,22 @@ class LinearColumns:
         """The per-sample values registered as ``name`` (a mean's column)."""
         return self._cols[list(self._slices).index(name)][:, 0]
 
-    def apply(self, weights: NDArray) -> dict[str, NDArray]:
+    def blocks(self) -> list[NDArray[np.float64]]:
+        """The registered (N, k) blocks in column order: ``np.hstack`` of them is the product's matrix."""
+        return list(self._cols)
+
+    def apply(self, weights: NDArray, sums: NDArray | None = None) -> dict[str, NDArray]:
+        """``{name: values}`` of the (rows, N) block ``weights``; ``sums`` = ``weights @ hstack(blocks())`` when
+        the caller has it (not kept between calls: the matrix would double the columns' memory)."""
         if not self._slices:
             return {}
-        if self._matrix is None:
-            self._matrix = np.ascontiguousarray(np.hstack(self._cols))
-        sums = weights @ self._matrix
+        if sums is None:
+            sums = weights @ np.hstack(self._cols)
         total = weights.sum(axis=1)
         out = {}
-        for name, (kind, sl, _) in self._slices.items():
+        for name, (kind, sl) in self._slices.items():
             part = sums[:, sl]
-            if kind == "mean":
-                out[name] = part[:, 0] / total
-            else:
-                out[name] = part
+            out[name] = part[:, 0] / total if kind == "mean" else part
         return out
 
 

@@ -45,20 +45,21 @@ class _Sorted:
 CHUNK_CELLS = 1 << 18
 
 
-def _in_chunks(kernel, n: int, *blocks: NDArray, **kwargs) -> dict[str, NDArray] | None:
+def _in_chunks(kernel, n: int, *blocks: NDArray, **kwargs) -> dict[str, NDArray]:
     """``kernel(*blocks, **kwargs)`` over row chunks of :data:`CHUNK_CELLS` cells (``n`` samples per row),
-    concatenated; None when the blocks are one chunk already (every row is computed on its own: the same values)."""
+    concatenated (every row is computed on its own: the same values as in one call)."""
     rows = max(1, CHUNK_CELLS // max(n, 1))
     if blocks[0].shape[0] <= rows:
-        return None
+        return kernel(*blocks, **kwargs)
     parts = [kernel(*(b[a:a + rows] for b in blocks), **kwargs) for a in range(0, blocks[0].shape[0], rows)]
     return {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
 
 
 def _exclusive_cumsum(w: NDArray) -> NDArray:
     """(B, n + 1) cumulative sums of integer counts (B, n), starting at 0: int32 (numpy adds integers along a row
-    several times faster than floats, whose adds form one dependent chain), int64 when a row could pass 2**31."""
-    dtype = np.int32 if _row_bound(w) < 1 << 31 else np.int64
+    several times faster than floats, whose adds form one dependent chain), int64 when a row could pass 2**30
+    (the kernels add two such sums)."""
+    dtype = np.int32 if _row_bound(w) < 1 << 30 else np.int64
     out = np.empty((w.shape[0], w.shape[1] + 1), dtype=dtype)
     out[:, 0] = 0
     np.cumsum(w, axis=1, out=out[:, 1:])
@@ -122,10 +123,10 @@ def weighted_detection(pos_scores: NDArray, neg_scores: NDArray, pos_weights: ND
     conventions of :mod:`ubench.metrics.ranking`, which all-ones weights reproduce exactly).
     """
     o = order if order is not None else _Sorted.of(pos_scores, neg_scores)
-    chunked = _in_chunks(lambda p, q: weighted_detection(pos_scores, neg_scores, p, q, tpr=tpr, order=o),
-                         o.pos.size + o.neg.size, pos_weights, neg_weights)
-    if chunked is not None:
-        return chunked
+    return _in_chunks(_detection, o.pos.size + o.neg.size, pos_weights, neg_weights, o=o, tpr=tpr)
+
+
+def _detection(pos_weights: NDArray, neg_weights: NDArray, *, o: _Sorted, tpr: float) -> dict[str, NDArray]:
     wp = np.take(_as_counts(pos_weights), o.pos_order, axis=1)
     wn = np.take(_as_counts(neg_weights), o.neg_order, axis=1)
     cp, cn = _exclusive_cumsum(wp), _exclusive_cumsum(wn)  # integers: every sum below is exact
@@ -218,26 +219,44 @@ def weighted_selective(errors: NDArray, weights: NDArray, ranked: _Ranked, *, co
     error contribute, so after one cumulative sum of the weights the work is over the errors alone;
     :math:`E(k)` is linear inside each group, which gives the two points exactly.
     """
-    r = ranked
-    chunked = _in_chunks(lambda x: weighted_selective(errors, x, r, coverage=coverage, risk=risk, tables=tables,
-                                                      detection_tpr=detection_tpr), r.order.size, weights)
-    if chunked is not None:
-        return chunked
-    w = np.take(_as_counts(weights), r.order, axis=1)
-    e_pos = np.flatnonzero(np.asarray(errors)[r.order] > 0)  # the errors' sorted positions
-    w_err = w[:, e_pos]  # the errors' weights, in sorted order
-    if r.tied:
-        w = np.add.reduceat(w, r.group_starts, axis=1, dtype=np.int32 if _row_bound(w) < 1 << 31 else np.int64)
+    return _in_chunks(_selective, ranked.order.size, weights, at=_ErrorGroups.of(errors, ranked), ranked=ranked,
+                      coverage=coverage, risk=risk, tables=tables, detection_tpr=detection_tpr)
+
+
+@dataclass(frozen=True)
+class _ErrorGroups:
+    """Where the errors sit in a ranking: their sorted positions ``pos``; the bounds ``lo_at``, ``hi_at`` (in
+    sorted positions) of each tie group holding an error; with ties, each such group's first error (``first``,
+    an index into ``pos``) and each error's group (``of_error``); without, None (one group per error)."""
+
+    pos: NDArray[np.intp]
+    lo_at: NDArray[np.intp]
+    hi_at: NDArray[np.intp]
+    first: NDArray[np.intp] | None
+    of_error: NDArray[np.intp] | None
+
+    @classmethod
+    def of(cls, errors: NDArray, ranked: _Ranked) -> _ErrorGroups:
+        r = ranked
+        pos = np.flatnonzero(np.asarray(errors)[r.order] > 0)
+        if not r.tied:
+            return cls(pos, pos, pos + 1, None, None)
         group = np.repeat(np.arange(r.group_starts.size), np.diff(np.r_[r.group_starts, r.order.size]))
-        # the groups holding an error, the index of each one's first error, and each error's group among them
-        err_groups, err_first, of_error = np.unique(group[e_pos], return_index=True, return_inverse=True)
-        we = np.add.reduceat(w_err, err_first, axis=1) if e_pos.size else np.zeros((w.shape[0], 0), w.dtype)
-    else:
-        err_groups, err_first, of_error = e_pos, None, None
-        we = None
-    c = _exclusive_cumsum(w)
+        err_groups, first, of_error = np.unique(group[pos], return_index=True, return_inverse=True)
+        bounds = np.r_[r.group_starts, r.order.size]
+        return cls(pos, bounds[err_groups], bounds[err_groups + 1], first, of_error)
+
+
+def _selective(weights: NDArray, *, at: _ErrorGroups, ranked: _Ranked, coverage: float, risk: float,
+               tables: tuple[NDArray, NDArray] | None, detection_tpr: float | None) -> dict[str, NDArray]:
+    w = np.take(_as_counts(weights), ranked.order, axis=1)
+    w_err = w[:, at.pos]  # the errors' weights, in sorted order
+    c = _exclusive_cumsum(w)  # weight of the samples before each sorted position
     total = c[:, -1].astype(np.float64)
-    lo, hi = c[:, err_groups].astype(np.float64), c[:, err_groups + 1].astype(np.float64)
+    ce = _exclusive_cumsum(w_err)  # ... and of the errors before each error
+    # a tie group's weights are read at its bounds in c (no pass over the samples by group)
+    lo, hi = c[:, at.lo_at].astype(np.float64), c[:, at.hi_at].astype(np.float64)
+    we = None if at.first is None else ce[:, np.r_[at.first[1:], at.pos.size]] - ce[:, at.first]
     w_g = hi - lo
     share = np.ones_like(w_g) if we is None else np.divide(we, w_g, out=np.zeros(we.shape), where=w_g > 0)
     h, g = tables if tables is not None else _harmonic_table(int(total.max()))
@@ -265,19 +284,19 @@ def weighted_selective(errors: NDArray, weights: NDArray, ranked: _Ranked, *, co
     cov_at = np.where(best >= 1, best / total, np.nan)
     out = {"aurc": aurc, "augrc": augrc, "risk_at_cov": risk_at, "cov_at_risk": cov_at}
     if detection_tpr is not None:
-        out.update(_errors_detected(total, lo, hi, w_err, err_first, of_error, detection_tpr))
+        out.update(_errors_detected(total, lo, hi, w_err, ce, at.first, at.of_error, detection_tpr))
     return out
 
 
-def _errors_detected(total: NDArray, lo: NDArray, hi: NDArray, w_err: NDArray, first: NDArray | None,
+def _errors_detected(total: NDArray, lo: NDArray, hi: NDArray, w_err: NDArray, ce: NDArray, first: NDArray | None,
                      of_error: NDArray | None, tpr: float) -> dict[str, NDArray]:
     """Misclassification AUROC, AP and FPR@TPR (positive = error, higher uncertainty = more positive) read off the
     selective kernel's cumulative weights: ``total`` (B,) and ``lo``, ``hi`` (B, groups) the weight of all samples
-    below / up to each tie group holding an error, ``w_err`` (B, errors) the errors' weights in sorted order;
+    below / up to each tie group holding an error, ``w_err`` (B, errors) the errors' weights in sorted order and
+    ``ce`` their exclusive cumulative sum;
     with ties, ``first`` the index of each such group's first error and ``of_error`` each error's group (None:
     no ties, one group per error). Every term is the one :func:`weighted_detection` computes for that positive
     (negatives tied with it counted half for AUROC, its whole tie group as one threshold), summed in its order."""
-    ce = _exclusive_cumsum(w_err)
     n_err = w_err.shape[1]
     if first is None:  # no ties: errors strictly below each error, and up to it
         e_below, e_upto, lo_e, hi_e = ce[:, :-1], ce[:, 1:], lo, hi

@@ -43,7 +43,7 @@ from __future__ import annotations
 
 import base64
 import zlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -149,9 +149,21 @@ class LabelledStatistics:
         self.scores = tuple(scores)
         self.tables = _harmonic_table(n)
 
-    def replicates(self, weights: Mapping[str, NDArray]) -> dict[str, NDArray]:
+    def jobs(self, weights: Mapping[str, NDArray], sums: NDArray | None = None) -> list[Callable[[], dict]]:
+        """Independent pieces of a block's replicate values, to run in any order or thread: the values of the
+        linear columns (``sums`` = the block's ``weights @ hstack(cols.blocks())``, computed here when None) and
+        one selective kernel per score."""
         w = weights[self.unit]
-        out = self.cols.apply(w)
+        jobs = [lambda: self._linear(w, sums)]
+        if self.full:
+            jobs += [lambda name=name: self._selective(w, name) for name in self.ranked]
+        return jobs
+
+    def replicates(self, weights: Mapping[str, NDArray]) -> dict[str, NDArray]:
+        return {k: v for job in self.jobs(weights) for k, v in job().items()}
+
+    def _linear(self, w: NDArray, sums: NDArray | None) -> dict[str, NDArray]:
+        out = self.cols.apply(w, sums)
         total = w.sum(axis=1)
         for key in self.binned:
             out[key] = np.abs(out[key]).sum(axis=1) / total
@@ -159,24 +171,27 @@ class LabelledStatistics:
             out["calibrated_ece"] = self.protocol.calibrated_ece(w, out.pop("_folds"), out.pop("_cells"))
         if not self.full:
             return out
-        sums = out.pop("_l2")
-        k = sums.shape[1] // 3
-        sq = debiased_squared_error(sums[:, :k], sums[:, k:2 * k], sums[:, 2 * k:])
+        l2 = out.pop("_l2")
+        k = l2.shape[1] // 3
+        sq = debiased_squared_error(l2[:, :k], l2[:, k:2 * k], l2[:, 2 * k:])
         out["l2_ce_debiased"] = np.sqrt(np.maximum(sq, 0.0))
         if "decision_cost_mean" in out:
             out["decision_cost_sum"] = out["decision_cost_mean"] * total
             out["decision_cost"] = out["decision_cost" + ("_sum" if self.cost_reduction == "sum" else "_mean")]
-        for name, ranked in self.ranked.items():
-            detect = name in self.detection
-            sel = weighted_selective(self.errors, w, ranked, tables=self.tables,
-                                     detection_tpr=self.tpr if detect else None)
-            if detect:
-                for key in ("auroc", "aupr", "fpr"):
-                    out[f"misclassification_{'fpr95' if key == 'fpr' else key}_{name}"] = sel[key]
-            if name in self.scores:
-                out[f"aurc_{name}"] = sel["aurc"]
-            if name == "confidence":
-                out.update(augrc=sel["augrc"], risk_at_80_cov=sel["risk_at_cov"], cov_at_5_risk=sel["cov_at_risk"])
+        return out
+
+    def _selective(self, w: NDArray, name: str) -> dict[str, NDArray]:
+        detect = name in self.detection
+        sel = weighted_selective(self.errors, w, self.ranked[name], tables=self.tables,
+                                 detection_tpr=self.tpr if detect else None)
+        out = {}
+        if detect:
+            for key in ("auroc", "aupr", "fpr"):
+                out[f"misclassification_{'fpr95' if key == 'fpr' else key}_{name}"] = sel[key]
+        if name in self.scores:
+            out[f"aurc_{name}"] = sel["aurc"]
+        if name == "confidence":
+            out.update(augrc=sel["augrc"], risk_at_80_cov=sel["risk_at_cov"], cov_at_5_risk=sel["cov_at_risk"])
         return out
 
 
@@ -189,14 +204,18 @@ class OODStatistics:
         self.n = ood_arrays.n_samples
         self.order = {name: _Sorted.of(ood_arrays.score(name), in_arrays.score(name)) for name in scores}
 
-    def replicates(self, weights: Mapping[str, NDArray]) -> dict[str, NDArray]:
+    def jobs(self, weights: Mapping[str, NDArray], sums: NDArray | None = None) -> list[Callable[[], dict]]:
+        """One detection kernel per score (:meth:`LabelledStatistics.jobs`); no linear columns."""
         wp, wn = weights[self.unit], weights[self.against]
-        out = {}
-        for name, o in self.order.items():
-            d = weighted_detection(o.pos, o.neg, wp, wn, tpr=self.tpr, order=o)
-            for key, v in d.items():
-                out[f"ood_{'fpr95' if key == 'fpr' else key}_{name}"] = v
-        return out
+        return [lambda name=name: self._detection(wp, wn, name) for name in self.order]
+
+    def replicates(self, weights: Mapping[str, NDArray]) -> dict[str, NDArray]:
+        return {k: v for job in self.jobs(weights) for k, v in job().items()}
+
+    def _detection(self, wp: NDArray, wn: NDArray, name: str) -> dict[str, NDArray]:
+        o = self.order[name]
+        d = weighted_detection(o.pos, o.neg, wp, wn, tpr=self.tpr, order=o)
+        return {f"ood_{'fpr95' if key == 'fpr' else key}_{name}": v for key, v in d.items()}
 
 
 def resample(statistics: Mapping[str, Any], units: Mapping[str, int], *, n_replicates: int, seed: int,
@@ -204,24 +223,55 @@ def resample(statistics: Mapping[str, Any], units: Mapping[str, int], *, n_repli
     """Replicate values of every split's statistics: ``{split: {key: (n_replicates,)}}``.
 
     ``units`` maps each resampling unit to its sample count; each unit's counts come from its own generator
-    (:func:`resampling_unit`), drawn in blocks of replicates; every statistic sees the counts of its units. The
-    splits of a block are evaluated on ``threads`` threads (default: up to 2, as many as there are CPUs; numpy
-    releases the GIL in the kernels), which changes no number: each split's values come from the same counts.
+    (:func:`resampling_unit`), drawn in blocks of replicates; every statistic sees the counts of its units.
+    Per block: the linear columns of all splits of a unit in one matrix product (in this thread, while nothing
+    else runs: BLAS may use its own threads), then every statistic's jobs (:meth:`LabelledStatistics.jobs`: the
+    sorted kernels, one per score) on ``threads`` threads (default: up to 2, as many as there are CPUs; numpy
+    releases the GIL in the kernels) while this thread draws the next block's counts. Threads change no number:
+    each value comes from the same counts by the same kernel.
     """
     import os
     from concurrent.futures import ThreadPoolExecutor
 
     rngs = {u: interval_rng(seed, _unit_key(u)) for u in units}
     parts: dict[str, dict[str, list]] = {name: {} for name in statistics}
-    workers = threads if threads is not None else max(1, min(2, os.cpu_count() or 1, len(statistics)))
+    stacked = _stacked_columns(statistics)
+    workers = threads if threads is not None else max(1, min(2, os.cpu_count() or 1))
+    blocks = list(count_blocks(n_replicates, max(units.values(), default=1)))
+
+    def draw(start: int, stop: int) -> dict[str, NDArray]:
+        return {u: bootstrap_counts(n, stop - start, rngs[u]) for u, n in units.items()}
+
     with ThreadPoolExecutor(max_workers=workers) as pool:
-        for start, stop in count_blocks(n_replicates, max(units.values(), default=1)):
-            weights = {u: bootstrap_counts(n, stop - start, rngs[u]) for u, n in units.items()}
-            done = pool.map(lambda item: (item[0], item[1].replicates(weights)), list(statistics.items()))
-            for name, values in done:
-                for key, v in values.items():
+        weights = draw(*blocks[0]) if blocks else {}
+        for i in range(len(blocks)):
+            sums = {}
+            for unit, (matrix, where) in stacked.items():
+                product = weights[unit] @ matrix
+                sums.update({name: product[:, sl] for name, sl in where.items()})
+            futures = [(name, pool.submit(job)) for name, stat in statistics.items()
+                       for job in stat.jobs(weights, sums.get(name))]
+            if i + 1 < len(blocks):
+                weights = draw(*blocks[i + 1])
+            for name, future in futures:
+                for key, v in future.result().items():
                     parts[name].setdefault(key, []).append(v)
     return {name: {k: np.concatenate(v) for k, v in d.items()} for name, d in parts.items()}
+
+
+def _stacked_columns(statistics: Mapping[str, Any]) -> dict[str, tuple[NDArray, dict[str, slice]]]:
+    """Per resampling unit: the linear columns of all its statistics side by side (one matrix product per block
+    instead of one per split) and each statistic's columns in it."""
+    blocks: dict[str, list[NDArray]] = {}
+    where: dict[str, dict[str, slice]] = {}
+    for name, stat in statistics.items():
+        cols = getattr(stat, "cols", None)
+        if cols is None or not cols.width:
+            continue
+        start = sum(b.shape[1] for b in blocks.get(stat.unit, ()))
+        blocks.setdefault(stat.unit, []).extend(cols.blocks())
+        where.setdefault(stat.unit, {})[name] = slice(start, start + cols.width)
+    return {u: (np.hstack(b), where[u]) for u, b in blocks.items()}
 
 
 def _is_number(v: Any) -> bool:
