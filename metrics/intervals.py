@@ -149,20 +149,21 @@ class LabelledStatistics:
         self.scores = tuple(scores)
         self.tables = _harmonic_table(n)
 
-    def jobs(self, weights: Mapping[str, NDArray], sums: NDArray | None = None) -> list[Callable[[], dict]]:
-        """Independent pieces of a block's replicate values, to run in any order or thread: the values of the
-        linear columns (``sums`` = the block's ``weights @ hstack(cols.blocks())``, computed here when None) and
-        one selective kernel per score."""
+    def jobs(self, weights: Mapping[str, NDArray]) -> list[Callable[[], dict]]:
+        """The sorted kernels of a block, one job per score, to run in any order or thread (the linear columns'
+        values come from :meth:`linear`)."""
         w = weights[self.unit]
-        jobs = [lambda: self._linear(w, sums)]
-        if self.full:
-            jobs += [lambda name=name: self._selective(w, name) for name in self.ranked]
-        return jobs
+        return [lambda name=name: self._selective(w, name) for name in self.ranked] if self.full else []
 
     def replicates(self, weights: Mapping[str, NDArray]) -> dict[str, NDArray]:
-        return {k: v for job in self.jobs(weights) for k, v in job().items()}
+        out = self.linear(weights[self.unit])
+        for job in self.jobs(weights):
+            out.update(job())
+        return out
 
-    def _linear(self, w: NDArray, sums: NDArray | None) -> dict[str, NDArray]:
+    def linear(self, w: NDArray, sums: NDArray | None = None) -> dict[str, NDArray]:
+        """The values that come from the linear columns, for the counts ``w`` of this split's unit; ``sums`` =
+        ``w @ hstack(cols.blocks())`` when the caller has it."""
         out = self.cols.apply(w, sums)
         total = w.sum(axis=1)
         for key in self.binned:
@@ -204,8 +205,10 @@ class OODStatistics:
         self.n = ood_arrays.n_samples
         self.order = {name: _Sorted.of(ood_arrays.score(name), in_arrays.score(name)) for name in scores}
 
-    def jobs(self, weights: Mapping[str, NDArray], sums: NDArray | None = None) -> list[Callable[[], dict]]:
-        """One detection kernel per score (:meth:`LabelledStatistics.jobs`); no linear columns."""
+    cols = None  # no linear columns
+
+    def jobs(self, weights: Mapping[str, NDArray]) -> list[Callable[[], dict]]:
+        """One detection kernel per score (:meth:`LabelledStatistics.jobs`)."""
         wp, wn = weights[self.unit], weights[self.against]
         return [lambda name=name: self._detection(wp, wn, name) for name in self.order]
 
@@ -224,11 +227,13 @@ def resample(statistics: Mapping[str, Any], units: Mapping[str, int], *, n_repli
 
     ``units`` maps each resampling unit to its sample count; each unit's counts come from its own generator
     (:func:`resampling_unit`), drawn in blocks of replicates; every statistic sees the counts of its units.
-    Per block: the linear columns of all splits of a unit in one matrix product (in this thread, while nothing
-    else runs: BLAS may use its own threads), then every statistic's jobs (:meth:`LabelledStatistics.jobs`: the
-    sorted kernels, one per score) on ``threads`` threads (default: up to 2, as many as there are CPUs; numpy
-    releases the GIL in the kernels) while this thread draws the next block's counts. Threads change no number:
-    each value comes from the same counts by the same kernel.
+    Per block, every statistic's sorted kernels (:meth:`LabelledStatistics.jobs`, one job per score) run on
+    ``threads`` threads (default: up to 2, as many as there are CPUs; numpy releases the GIL in the kernels)
+    while this thread draws the next block's counts. The linear columns of all splits of a unit are then summed
+    in one matrix product per block, after the pool is done, from the counts kept meanwhile (one byte per
+    sample and replicate where every count is below 256): BLAS may use threads of its own, and those keep
+    spinning after each product, which slowed the kernels running beside them. Threads change no number: each
+    value comes from the same counts by the same kernel.
     """
     import os
     from concurrent.futures import ThreadPoolExecutor
@@ -236,27 +241,41 @@ def resample(statistics: Mapping[str, Any], units: Mapping[str, int], *, n_repli
     rngs = {u: interval_rng(seed, _unit_key(u)) for u in units}
     parts: dict[str, dict[str, list]] = {name: {} for name in statistics}
     stacked = _stacked_columns(statistics)
+    kept: dict[str, list[NDArray]] = {u: [] for u in stacked}
     workers = threads if threads is not None else max(1, min(2, os.cpu_count() or 1))
     blocks = list(count_blocks(n_replicates, max(units.values(), default=1)))
 
     def draw(start: int, stop: int) -> dict[str, NDArray]:
         return {u: bootstrap_counts(n, stop - start, rngs[u]) for u, n in units.items()}
 
+    def add(name: str, values: Mapping[str, NDArray]) -> None:
+        for key, v in values.items():
+            parts[name].setdefault(key, []).append(v)
+
     with ThreadPoolExecutor(max_workers=workers) as pool:
         weights = draw(*blocks[0]) if blocks else {}
         for i in range(len(blocks)):
-            sums = {}
-            for unit, (matrix, where) in stacked.items():
-                product = weights[unit] @ matrix
-                sums.update({name: product[:, sl] for name, sl in where.items()})
-            futures = [(name, pool.submit(job)) for name, stat in statistics.items()
-                       for job in stat.jobs(weights, sums.get(name))]
+            futures = [(name, pool.submit(job)) for name, stat in statistics.items() for job in _jobs(stat, weights)]
+            for u, kept_u in kept.items():
+                w = weights[u]
+                kept_u.append(w.astype(np.uint8) if w.size and int(w.max()) < 256 else w)
             if i + 1 < len(blocks):
                 weights = draw(*blocks[i + 1])
             for name, future in futures:
-                for key, v in future.result().items():
-                    parts[name].setdefault(key, []).append(v)
+                add(name, future.result())
+    for u, (matrix, where) in stacked.items():
+        for w in kept.pop(u):
+            product = w @ matrix
+            for name, sl in where.items():
+                add(name, statistics[name].linear(w, product[:, sl]))
     return {name: {k: np.concatenate(v) for k, v in d.items()} for name, d in parts.items()}
+
+
+def _jobs(stat: Any, weights: Mapping[str, NDArray]) -> list[Callable[[], dict]]:
+    """A statistic's jobs for a block: its ``jobs`` (the sorted kernels; its linear columns come apart), or, for
+    one that only has ``replicates`` (and no ``cols``), that as one job."""
+    jobs = getattr(stat, "jobs", None)
+    return jobs(weights) if jobs is not None else [lambda: stat.replicates(weights)]
 
 
 def _stacked_columns(statistics: Mapping[str, Any]) -> dict[str, tuple[NDArray, dict[str, slice]]]:
