@@ -160,8 +160,7 @@ def _peer(n: int, c: int, scipy_resamples: int) -> list[dict]:
 
     def auroc_stat():
         order = _Sorted.of(s_ood, s_in)
-        return _One("u", n, lambda w: weighted_detection(order.pos, order.neg, w["o|f32"], w["u|f32"],
-                                                          order=order))
+        return _One("u", n, lambda w: weighted_detection(order.pos, order.neg, w["o"], w["u"], order=order))
 
     ours = ubench_time(auroc_stat, {"u": n, "o": n})
     floor = floor_time({"u": n, "o": n})

@@ -52,6 +52,8 @@ DEFAULT_REPLICATES = 1000
 #: Weights per replicate block (rows x N): 16 MiB of float64 (about 200 replicates at N = 10,000), large enough
 #: for efficient matrix products, small enough to bound the memory whatever N.
 BLOCK_CELLS = 1 << 21
+#: Draws (int64) per call of the generator when counting: 1 MiB, reused from cache instead of a fresh (B, N) block.
+DRAW_CELLS = 1 << 17
 #: Stream of ``np.random.default_rng([seed, STREAM, key])`` the intervals draw from (CV halvings use ``seed``
 #: itself and member orders ``[seed, 1]``).
 STREAM = 2
@@ -70,13 +72,16 @@ def bootstrap_counts(n: int, n_replicates: int, rng: np.random.Generator) -> NDA
     are cut into blocks (tested). Integer counts, int16 below 2**15 samples (a count is at most n) else int32:
     the sorted kernels gather and add them as integers, exact and several times faster than floats.
     """
-    idx = rng.integers(0, n, (n_replicates, n))
     dtype = np.int16 if n < 1 << 15 else np.int32
-    if n >= 4096:  # one bincount per replicate: its per-call cost is small against n
+    if n >= 4096:  # one bincount per replicate, a few replicates' draws at a time (a buffer that stays in cache)
         out = np.empty((n_replicates, n), dtype=dtype)
-        for b in range(n_replicates):
-            out[b] = np.bincount(idx[b], minlength=n)
+        step = max(1, DRAW_CELLS // n)
+        for start in range(0, n_replicates, step):
+            idx = rng.integers(0, n, (min(step, n_replicates - start), n))
+            for b in range(idx.shape[0]):
+                out[start + b] = np.bincount(idx[b], minlength=n)
         return out
+    idx = rng.integers(0, n, (n_replicates, n))
     idx += (np.arange(n_replicates) * n)[:, None]
     return np.bincount(idx.ravel(), minlength=n_replicates * n).reshape(n_replicates, n).astype(dtype)
 
