@@ -65,6 +65,9 @@ __all__ = ["LabelledStatistics", "OODStatistics", "resample", "resampling_unit",
 SCORE_NAMES = {"total": "total", "knowledge": "knowledge", "confidence": "neg_confidence"}
 #: How ``samples`` columns are stored in JSON: little-endian float64, base64 (exact, a third larger than binary).
 SAMPLE_ENCODING = "base64-float64-le"
+#: Counts (cells of replicates x samples, a byte each) :func:`resample` keeps for the linear columns' products
+#: after the sorted kernels; more are drawn again instead (the same counts, from a fresh generator).
+KEEP_CELLS = 1 << 26
 #: Shift keys whose medians and quartiles over shift splits are summary keys.
 SHIFT_SUMMARY_KEYS = ("accuracy", "nll", "brier", "ece")
 
@@ -230,10 +233,10 @@ def resample(statistics: Mapping[str, Any], units: Mapping[str, int], *, n_repli
     Per block, every statistic's sorted kernels (:meth:`LabelledStatistics.jobs`, one job per score) run on
     ``threads`` threads (default: up to 2, as many as there are CPUs; numpy releases the GIL in the kernels)
     while this thread draws the next block's counts. The linear columns of all splits of a unit are then summed
-    in one matrix product per block, after the pool is done, from the counts kept meanwhile (one byte per
-    sample and replicate where every count is below 256): BLAS may use threads of its own, and those keep
-    spinning after each product, which slowed the kernels running beside them. Threads change no number: each
-    value comes from the same counts by the same kernel.
+    in one matrix product per block, after the pool is done, from the counts kept meanwhile (a byte per sample
+    and replicate, up to :data:`KEEP_CELLS`; beyond, drawn again): BLAS may use threads of its own, and those
+    keep spinning after each product, which slowed the kernels running beside them. Threads change no number:
+    each value comes from the same counts by the same kernel.
     """
     import os
     from concurrent.futures import ThreadPoolExecutor
@@ -241,33 +244,38 @@ def resample(statistics: Mapping[str, Any], units: Mapping[str, int], *, n_repli
     rngs = {u: interval_rng(seed, _unit_key(u)) for u in units}
     parts: dict[str, dict[str, list]] = {name: {} for name in statistics}
     stacked = _stacked_columns(statistics)
-    kept: dict[str, list[NDArray]] = {u: [] for u in stacked}
+    # the counts of the units with linear columns are kept for the products when they fit in KEEP_CELLS bytes,
+    # else drawn again afterwards from a fresh generator (the same counts)
+    keep = sum(n_replicates * units[u] for u in stacked) <= KEEP_CELLS
+    kept: dict[str, list[NDArray]] = {u: [] for u in stacked} if keep else {}
     workers = threads if threads is not None else max(1, min(2, os.cpu_count() or 1))
     blocks = list(count_blocks(n_replicates, max(units.values(), default=1)))
 
-    def draw(start: int, stop: int) -> dict[str, NDArray]:
-        return {u: bootstrap_counts(n, stop - start, rngs[u]) for u, n in units.items()}
+    def draw(start: int, stop: int, gens: Mapping[str, np.random.Generator]) -> dict[str, NDArray]:
+        return {u: bootstrap_counts(units[u], stop - start, g) for u, g in gens.items()}
 
     def add(name: str, values: Mapping[str, NDArray]) -> None:
         for key, v in values.items():
             parts[name].setdefault(key, []).append(v)
 
     with ThreadPoolExecutor(max_workers=workers) as pool:
-        weights = draw(*blocks[0]) if blocks else {}
+        weights = draw(*blocks[0], rngs) if blocks else {}
         for i in range(len(blocks)):
             futures = [(name, pool.submit(job)) for name, stat in statistics.items() for job in _jobs(stat, weights)]
             for u, kept_u in kept.items():
                 w = weights[u]
                 kept_u.append(w.astype(np.uint8) if w.size and int(w.max()) < 256 else w)
             if i + 1 < len(blocks):
-                weights = draw(*blocks[i + 1])
+                weights = draw(*blocks[i + 1], rngs)
             for name, future in futures:
                 add(name, future.result())
-    for u, (matrix, where) in stacked.items():
-        for w in kept.pop(u):
-            product = w @ matrix
+    again = {u: interval_rng(seed, _unit_key(u)) for u in stacked if u not in kept}
+    for start, stop in blocks:
+        weights = {u: kept[u].pop(0) for u in kept} | draw(start, stop, again)
+        for u, (matrix, where) in stacked.items():
+            product = weights[u] @ matrix
             for name, sl in where.items():
-                add(name, statistics[name].linear(w, product[:, sl]))
+                add(name, statistics[name].linear(weights[u], product[:, sl]))
     return {name: {k: np.concatenate(v) for k, v in d.items()} for name, d in parts.items()}
 
 
