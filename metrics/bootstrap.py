@@ -5,8 +5,10 @@ turn per-sample statistics into replicate values without a Python loop over repl
 A bootstrap replicate of a test set of N samples is N draws with replacement; it is represented by its count
 vector ``w`` (how often each sample was drawn, summing to N). ``bootstrap_counts`` draws a (B, N) block of them
 from a seeded ``numpy.random.Generator`` (one ``integers(0, N, N)`` per replicate, counted with ``bincount``: the
-same counts whatever the block size). Every statistic is then a function of ``w`` evaluated for a whole block at
-once: a mean is ``W @ x / W.sum(1)`` (:class:`LinearColumns` stacks every mean of a split into one matrix product),
+same counts whatever the block size), as integers: the sorted kernels gather and cumulatively sum them exactly,
+and numpy adds integers along a row several times faster than floats. Every statistic is then a function of
+``w`` evaluated for a whole block at once: a mean is ``W @ x / W.sum(1)`` (:class:`LinearColumns` stacks every
+mean of a split into one matrix product),
 a binned calibration error ``sum_k |W @ g_k| / W.sum(1)`` with the bins fixed by the per-sample values, AUROC, AP
 and FPR@TPR a few cumulative sums over ONE sort of the scores, AURC and AUGRC the same over one sort
 (``metrics/bootstrap_ranking.py``). A replicate with all counts 1 gives the point estimate exactly;

@@ -2,7 +2,12 @@
 """Weighted rank statistics of bootstrap replicates: detection (AUROC, AP, FPR@TPR) and selective classification
 (AURC, AUGRC, risk at a coverage, coverage at a risk), each replicate a count vector over the samples, every
 replicate of a block from one sort of the scores and one cumulative sum of the counts (``metrics/bootstrap.py``
-holds the counts and the means; this module the statistics that need an order)."""
+holds the counts and the means; this module the statistics that need an order).
+
+The counts are gathered and summed as integers (exact, and several times faster than float cumulative sums);
+products and ratios are formed in float64 from those exact integers. The kernels work on row chunks of
+:data:`CHUNK_CELLS` counts so that their temporaries stay in cache; each replicate's value is computed from its
+own row alone."""
 
 from __future__ import annotations
 
