@@ -119,6 +119,7 @@ class LinearColumns:
         self._cols: list[NDArray] = []
         self._slices: dict[str, tuple[str, slice]] = {}
         self.width = 0
+        self._matrix: NDArray | None = None
 
     def _push(self, name: str, kind: str, block: NDArray) -> None:
         if name in self._slices:
@@ -157,11 +158,14 @@ class LinearColumns:
 
     def apply(self, weights: NDArray, sums: NDArray | None = None) -> dict[str, NDArray]:
         """``{name: values}`` of the (rows, N) block ``weights``; ``sums`` = ``weights @ hstack(blocks())`` when
-        the caller has it (not kept between calls: the matrix would double the columns' memory)."""
+        the caller has it (``resample`` stacks several splits' blocks), else computed here (the stacked matrix
+        kept for the next block)."""
         if not self._slices:
             return {}
         if sums is None:
-            sums = weights @ np.hstack(self._cols)
+            if self._matrix is None or self._matrix.shape[1] != self.width:
+                self._matrix = np.hstack(self._cols)
+            sums = weights @ self._matrix
         total = weights.sum(axis=1)
         out = {}
         for name, (kind, sl) in self._slices.items():
