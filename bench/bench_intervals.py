@@ -3,7 +3,8 @@
 
 1. ``ubench score ARCHIVE --json`` (1,000 replicates, the default) against ``--no-intervals`` on an archive of
    M = 5 members, test, OOD and 5 shift splits of N = 10,000 x C = 100 (``bench_score.build``), real
-   subprocesses, calls alternating; target: ratio <= 1.5.
+   subprocesses, calls alternating; target: ratio <= 1.5. Beside it, the CPU seconds of the resampling alone on
+   one thread (and one BLAS thread), in fresh processes: the work, whatever the load.
 2. Rank intervals of a 100-row board at N = 10,000 (CLL columns as the reports' ``samples`` carry them, decoded,
    resampled, ranked: ``scoring.leaderboard.add_rank_intervals``); target: <= 2 s.
 3. The peer, ``scipy.stats.bootstrap`` (percentile, 1,000 resamples where it is fast enough, else fewer and the
@@ -14,7 +15,11 @@
    unit); ``speedup_bound`` = peer / floor is the most any implementation could gain over the peer. Where the peer
    is vectorised (the mean) or cheap per resample (one sort for AUROC), that bound is below 20x.
 
-    python bench/bench_intervals.py [--repeats 3] [--n 10000] [--keep DIR]
+    python bench/bench_intervals.py [--repeats 3] [--n 10000] [--keep DIR] [--baseline-src DIR]
+
+``--baseline-src DIR`` (DIR/ubench an earlier ubench, e.g. ``git archive main``) also times that version's
+``score`` pair in the same rounds (its ratio beside ours) and compares the two reports' interval bounds.
+``resample`` runs its sorted kernels on up to 2 threads (as many as there are CPUs; in the JSON's settings).
 
 Writes bench/results/bench_intervals.json.
 """
@@ -22,6 +27,8 @@ Writes bench/results/bench_intervals.json.
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import statistics
 import subprocess
 import sys
@@ -33,21 +40,84 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _results import Recorder  # noqa: E402
-from bench_score import build  # noqa: E402
+from bench_score import _numbers, build  # noqa: E402
 
 
-def _score_ratio(path: Path, repeats: int) -> dict:
+def _score_ratio(path: Path, repeats: int, baseline: Path | None = None) -> dict:
+    """Median wall of ``ubench score --json`` with and without intervals (subprocesses, calls alternating); with
+    ``baseline`` (a directory holding an earlier ``ubench`` package), the same pair of that version in the same
+    rounds, and the largest difference of any interval bound between the two versions' reports."""
     base = [sys.executable, "-m", "ubench.cli", "score", str(path), "--json"]
-    times = {"intervals": [], "no_intervals": []}
+    versions = {"": None} if baseline is None else {"": None, "baseline_": baseline}
+    times: dict[str, list[float]] = {}
+    out = Path(tempfile.mkdtemp())
     for _ in range(repeats):
-        for key, extra in (("no_intervals", ["--no-intervals"]), ("intervals", [])):
-            t = time.perf_counter()
-            subprocess.run(base + extra, check=True, stdout=subprocess.DEVNULL)
-            times[key].append(time.perf_counter() - t)
+        for prefix, src in versions.items():
+            env = dict(os.environ)
+            if src is not None:  # its package directory's parent on the path, before the installed one
+                env["PYTHONPATH"] = str(src)
+            for key, extra in (("no_intervals", ["--no-intervals"]), ("intervals", [])):
+                t = time.perf_counter()
+                with open(out / f"{prefix}{key}.json", "w") as f:
+                    subprocess.run(base + extra, check=True, stdout=f, env=env, cwd=tempfile.gettempdir())
+                times.setdefault(prefix + key, []).append(time.perf_counter() - t)
     med = {k: statistics.median(v) for k, v in times.items()}
-    return {"what": "score", "intervals_s": [round(x, 2) for x in times["intervals"]],
-            "no_intervals_s": [round(x, 2) for x in times["no_intervals"]],
-            "ratio": round(med["intervals"] / med["no_intervals"], 2)}
+    row = {"what": "score", "intervals_s": [round(x, 2) for x in times["intervals"]],
+           "no_intervals_s": [round(x, 2) for x in times["no_intervals"]],
+           "ratio": round(med["intervals"] / med["no_intervals"], 2)}
+    if baseline is not None:
+        bounds = [dict(_numbers(json.loads((out / f"{p}intervals.json").read_text())["intervals"]))
+                  for p in versions]
+        shared = [k for k in bounds[0] if k in bounds[1]]
+        row.update(baseline_intervals_s=[round(x, 2) for x in times["baseline_intervals"]],
+                   baseline_no_intervals_s=[round(x, 2) for x in times["baseline_no_intervals"]],
+                   baseline_ratio=round(med["baseline_intervals"] / med["baseline_no_intervals"], 2),
+                   baseline_src=str(baseline), interval_numbers_compared=len(shared),
+                   max_abs_diff_vs_baseline=max((abs(bounds[0][k] - bounds[1][k]) for k in shared), default=0.0))
+    return row
+
+
+#: A fresh process scores the archive ``repeats`` times with intervals and prints the CPU seconds of the
+#: resampling alone (``resample`` on one thread, BLAS on one thread by the environment): the work, apart from how
+#: the machine's load shares the cores out.
+_RESAMPLE_CHILD = """
+import json, sys, time
+import ubench.metrics.report_intervals as rim
+from ubench.scoring.score import run_score
+cpu = []
+resample = rim.resample
+def timed(*args, **kwargs):
+    kwargs["threads"] = 1
+    t = time.process_time()
+    try:
+        return resample(*args, **kwargs)
+    finally:
+        cpu.append(time.process_time() - t)
+rim.resample = timed
+for _ in range(int(sys.argv[2])):
+    run_score(sys.argv[1], protocol="pitfalls")
+print(json.dumps(cpu))
+"""
+
+
+def _resample_cpu(path: Path, repeats: int, baseline: Path | None) -> dict:
+    """CPU seconds of ``resample`` alone on one thread (min over ``repeats`` scorings), ours and the baseline's
+    in alternating fresh processes."""
+    versions = {"": None} if baseline is None else {"": None, "baseline_": baseline}
+    cpu: dict[str, list[float]] = {}
+    for _ in range(2):
+        for prefix, src in versions.items():
+            env = dict(os.environ, OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1")
+            if src is not None:
+                env["PYTHONPATH"] = str(src)
+            res = subprocess.run([sys.executable, "-c", _RESAMPLE_CHILD, str(path), str(repeats)], env=env,
+                                 capture_output=True, text=True, check=True, cwd=tempfile.gettempdir())
+            cpu.setdefault(prefix, []).extend(json.loads(res.stdout.strip().splitlines()[-1]))
+    row = {"what": "resample CPU, one thread", "cpu_s": round(min(cpu[""]), 3)}
+    if baseline is not None:
+        row.update(baseline_cpu_s=round(min(cpu["baseline_"]), 3),
+                   ratio_to_baseline=round(min(cpu[""]) / min(cpu["baseline_"]), 2))
+    return row
 
 
 def _board_samples(rows: int, n: int, seed: int = 0) -> dict:
@@ -160,8 +230,7 @@ def _peer(n: int, c: int, scipy_resamples: int) -> list[dict]:
 
     def auroc_stat():
         order = _Sorted.of(s_ood, s_in)
-        return _One("u", n, lambda w: weighted_detection(order.pos, order.neg, w["o|f32"], w["u|f32"],
-                                                          order=order))
+        return _One("u", n, lambda w: weighted_detection(order.pos, order.neg, w["o"], w["u"], order=order))
 
     ours = ubench_time(auroc_stat, {"u": n, "o": n})
     floor = floor_time({"u": n, "o": n})
@@ -199,6 +268,8 @@ def main() -> None:
     ap.add_argument("--rows", type=int, default=100)
     ap.add_argument("--scipy-resamples", type=int, default=200)
     ap.add_argument("--keep", type=Path, default=None)
+    ap.add_argument("--baseline-src", type=Path, default=None,
+                    help="directory holding an earlier ubench package (DIR/ubench): its score ratio in the same rounds")
     ap.add_argument("--out-dir", default=None)
     args = ap.parse_args()
     rec = Recorder(__file__, "scipy")
@@ -206,18 +277,25 @@ def main() -> None:
     path = tmp / f"bench_intervals_m5_n{args.n}.h5"
     if not path.exists():
         build(path, m=5, n=args.n)
-    score = _score_ratio(path, args.repeats)
+    score = _score_ratio(path, args.repeats, args.baseline_src)
     print(score)
+    cpu = _resample_cpu(path, args.repeats, args.baseline_src)
+    print(cpu)
     ranks = _rank_intervals(args.rows, args.n, args.repeats)
     print(ranks)
     peers = _peer(args.n, 100, args.scipy_resamples)
     for p in peers:
         print(p)
-    rows = [score, ranks, *[{"what": "vs scipy.stats.bootstrap", **p} for p in peers]]
+    rows = [score, cpu, ranks, *[{"what": "vs scipy.stats.bootstrap", **p} for p in peers]]
     summary = [
         {"what": "`score` with 1,000 bootstrap replicates against `--no-intervals`",
          "workload": f"M = 5, 7 splits of {args.n:,} x 100, subprocess, medians of {args.repeats}",
-         "result": f"{score['ratio']}x", "target": "<= 1.5x", "met": score["ratio"] <= 1.5},
+         "result": f"{score['ratio']}x" + (f" (before, same rounds: {score['baseline_ratio']}x; interval bounds "
+                                           f"differ by <= {score['max_abs_diff_vs_baseline']:.1e})"
+                                           if "baseline_ratio" in score else "")
+                   + f"; resampling CPU on one thread {cpu['cpu_s']} s"
+                   + (f" (before: {cpu['baseline_cpu_s']} s)" if "baseline_cpu_s" in cpu else ""),
+         "target": "<= 1.5x", "met": score["ratio"] <= 1.5},
         {"what": "rank intervals of a board", "workload": f"{args.rows} rows, N = {args.n:,}, 1,000 replicates",
          "result": f"{ranks['best_s']} s", "target": "<= 2 s", "met": ranks["best_s"] <= 2.0},
         {"what": "bootstrap against scipy.stats.bootstrap (time per replicate)",
@@ -227,7 +305,10 @@ def main() -> None:
          "target": ">= 20x", "met": all(p["speedup"] >= 20 for p in peers)},
     ]
     rec.write(rows, summary, settings={"repeats": args.repeats, "n": args.n, "rows": args.rows,
-                                       "scipy_resamples": args.scipy_resamples}, out_dir=args.out_dir)
+                                       "scipy_resamples": args.scipy_resamples, "cpus": os.cpu_count(),
+                                       "resample_threads": max(1, min(2, os.cpu_count() or 1)),
+                                       "baseline_src": None if args.baseline_src is None else str(args.baseline_src)},
+              out_dir=args.out_dir)
 
 
 if __name__ == "__main__":

@@ -44,9 +44,11 @@ SCRIPTS = {
                     "process against the physical limit measured in the same run (one read of the split along "
                     "whole chunks plus one float32 pass), with peak RSS, and an earlier ubench (`--baseline-src`) "
                     "as the before column; start-up of `ubench --help` and of scoring the bundled example."),
-    "bench_intervals": ("python bench/bench_intervals.py --repeats 3",
+    "bench_intervals": ("python bench/bench_intervals.py --repeats 3 --baseline-src DIR",
                         "Bootstrap intervals (issue #26): `ubench score --json` (1,000 replicates) against "
-                        "`--no-intervals` as real subprocesses, calls alternating, medians; the rank intervals of a "
+                        "`--no-intervals` as real subprocesses, calls alternating, medians, with an earlier ubench "
+                        "(`--baseline-src`) in the same rounds, and the CPU seconds of the resampling alone on one "
+                        "thread (fresh processes, one BLAS thread); the rank intervals of a "
                         "100-row board from its rows' per-sample CLL columns; and `scipy.stats.bootstrap` "
                         "(percentile) on the same statistics, compared per replicate (scipy runs fewer resamples "
                         "where each costs a protocol refit)."),

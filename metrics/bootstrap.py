@@ -5,8 +5,10 @@ turn per-sample statistics into replicate values without a Python loop over repl
 A bootstrap replicate of a test set of N samples is N draws with replacement; it is represented by its count
 vector ``w`` (how often each sample was drawn, summing to N). ``bootstrap_counts`` draws a (B, N) block of them
 from a seeded ``numpy.random.Generator`` (one ``integers(0, N, N)`` per replicate, counted with ``bincount``: the
-same counts whatever the block size). Every statistic is then a function of ``w`` evaluated for a whole block at
-once: a mean is ``W @ x / W.sum(1)`` (:class:`LinearColumns` stacks every mean of a split into one matrix product),
+same counts whatever the block size), as integers: the sorted kernels gather and cumulatively sum them exactly,
+and numpy adds integers along a row several times faster than floats. Every statistic is then a function of
+``w`` evaluated for a whole block at once: a mean is ``W @ x / W.sum(1)`` (:class:`LinearColumns` stacks every
+mean of a split into one matrix product),
 a binned calibration error ``sum_k |W @ g_k| / W.sum(1)`` with the bins fixed by the per-sample values, AUROC, AP
 and FPR@TPR a few cumulative sums over ONE sort of the scores, AURC and AUGRC the same over one sort
 (``metrics/bootstrap_ranking.py``). A replicate with all counts 1 gives the point estimate exactly;
@@ -52,6 +54,8 @@ DEFAULT_REPLICATES = 1000
 #: Weights per replicate block (rows x N): 16 MiB of float64 (about 200 replicates at N = 10,000), large enough
 #: for efficient matrix products, small enough to bound the memory whatever N.
 BLOCK_CELLS = 1 << 21
+#: Draws (int64) per call of the generator when counting: 1 MiB, reused from cache instead of a fresh (B, N) block.
+DRAW_CELLS = 1 << 17
 #: Stream of ``np.random.default_rng([seed, STREAM, key])`` the intervals draw from (CV halvings use ``seed``
 #: itself and member orders ``[seed, 1]``).
 STREAM = 2
@@ -62,21 +66,26 @@ def interval_rng(seed: int, key: int) -> np.random.Generator:
     return np.random.default_rng([int(seed), STREAM, int(key)])
 
 
-def bootstrap_counts(n: int, n_replicates: int, rng: np.random.Generator) -> NDArray[np.float64]:
+def bootstrap_counts(n: int, n_replicates: int, rng: np.random.Generator) -> NDArray[np.integer]:
     """(n_replicates, n) counts of n draws with replacement from n samples, one replicate after another.
 
     The draws are ``rng.integers(0, n, (n_replicates, n))``, which consumes the generator exactly as one
     ``integers(0, n, n)`` per replicate does, so the counts of replicate b do not depend on how the replicates
-    are cut into blocks (tested).
+    are cut into blocks (tested). Integer counts, int16 below 2**15 samples (a count is at most n) else int32:
+    the sorted kernels gather and add them as integers, exact and several times faster than floats.
     """
-    idx = rng.integers(0, n, (n_replicates, n))
-    if n >= 4096:  # one bincount per replicate: its per-call cost is small against n
-        out = np.empty((n_replicates, n), dtype=np.float64)
-        for b in range(n_replicates):
-            out[b] = np.bincount(idx[b], minlength=n)
+    dtype = np.int16 if n < 1 << 15 else np.int32
+    if n >= 4096:  # one bincount per replicate, a few replicates' draws at a time (a buffer that stays in cache)
+        out = np.empty((n_replicates, n), dtype=dtype)
+        step = max(1, DRAW_CELLS // n)
+        for start in range(0, n_replicates, step):
+            idx = rng.integers(0, n, (min(step, n_replicates - start), n))
+            for b in range(idx.shape[0]):
+                out[start + b] = np.bincount(idx[b], minlength=n)
         return out
+    idx = rng.integers(0, n, (n_replicates, n))
     idx += (np.arange(n_replicates) * n)[:, None]
-    return np.bincount(idx.ravel(), minlength=n_replicates * n).reshape(n_replicates, n).astype(np.float64)
+    return np.bincount(idx.ravel(), minlength=n_replicates * n).reshape(n_replicates, n).astype(dtype)
 
 
 def count_blocks(n_replicates: int, n: int) -> Iterator[tuple[int, int]]:
@@ -100,24 +109,25 @@ class LinearColumns:
     """Per-sample columns whose weighted means are statistics; every mean of a block in one matrix product.
 
     ``add(name, x)`` registers the column ``x`` (N,); ``add_block(name, X)`` a raw (N, k) block whose weighted
-    sums a caller post-processes. ``apply(W)`` returns ``{name: values}`` for a (rows, N) block.
+    sums a caller post-processes. ``apply(W)`` returns ``{name: values}`` for a (rows, N) block; ``apply(W, sums)``
+    the same from ``sums = W @ matrix()`` computed by the caller (``resample`` stacks the columns of every split
+    of a resampling unit into one product).
     """
 
     def __init__(self, n: int):
         self.n = int(n)
         self._cols: list[NDArray] = []
-        self._slices: dict[str, tuple[str, slice, int]] = {}
-        self._width = 0
+        self._slices: dict[str, tuple[str, slice]] = {}
+        self.width = 0
         self._matrix: NDArray | None = None
 
-    def _push(self, name: str, kind: str, block: NDArray, extra: int = 0) -> None:
+    def _push(self, name: str, kind: str, block: NDArray) -> None:
         if name in self._slices:
             raise ValueError(f"column {name!r} registered twice")
         block = np.asarray(block, dtype=np.float64).reshape(self.n, -1)
-        self._slices[name] = (kind, slice(self._width, self._width + block.shape[1]), extra)
+        self._slices[name] = (kind, slice(self.width, self.width + block.shape[1]))
         self._cols.append(block)
-        self._width += block.shape[1]
-        self._matrix = None
+        self.width += block.shape[1]
 
     def add(self, name: str, x: NDArray) -> None:
         self._push(name, "mean", x)
@@ -142,20 +152,25 @@ class LinearColumns:
         """The per-sample values registered as ``name`` (a mean's column)."""
         return self._cols[list(self._slices).index(name)][:, 0]
 
-    def apply(self, weights: NDArray) -> dict[str, NDArray]:
+    def blocks(self) -> list[NDArray[np.float64]]:
+        """The registered (N, k) blocks in column order: ``np.hstack`` of them is the product's matrix."""
+        return list(self._cols)
+
+    def apply(self, weights: NDArray, sums: NDArray | None = None) -> dict[str, NDArray]:
+        """``{name: values}`` of the (rows, N) block ``weights``; ``sums`` = ``weights @ hstack(blocks())`` when
+        the caller has it (``resample`` stacks several splits' blocks), else computed here (the stacked matrix
+        kept for the next block)."""
         if not self._slices:
             return {}
-        if self._matrix is None:
-            self._matrix = np.ascontiguousarray(np.hstack(self._cols))
-        sums = weights @ self._matrix
+        if sums is None:
+            if self._matrix is None or self._matrix.shape[1] != self.width:
+                self._matrix = np.hstack(self._cols)
+            sums = weights @ self._matrix
         total = weights.sum(axis=1)
         out = {}
-        for name, (kind, sl, _) in self._slices.items():
+        for name, (kind, sl) in self._slices.items():
             part = sums[:, sl]
-            if kind == "mean":
-                out[name] = part[:, 0] / total
-            else:
-                out[name] = part
+            out[name] = part[:, 0] / total if kind == "mean" else part
         return out
 
 
@@ -183,7 +198,7 @@ class Partition:
         x = w if values is None else w * values[self.order]
         out = np.zeros((w.shape[0], self.n_cells))
         if self.starts.size:
-            out[:, self.cells] = np.add.reduceat(x, self.starts, axis=1)
+            out[:, self.cells] = np.add.reduceat(x, self.starts, axis=1, dtype=np.float64)
         return out
 
 

@@ -2,7 +2,12 @@
 """Weighted rank statistics of bootstrap replicates: detection (AUROC, AP, FPR@TPR) and selective classification
 (AURC, AUGRC, risk at a coverage, coverage at a risk), each replicate a count vector over the samples, every
 replicate of a block from one sort of the scores and one cumulative sum of the counts (``metrics/bootstrap.py``
-holds the counts and the means; this module the statistics that need an order)."""
+holds the counts and the means; this module the statistics that need an order).
+
+The counts are gathered and summed as integers (exact, and several times faster than float cumulative sums);
+products and ratios are formed in float64 from those exact integers. The kernels work on row chunks of
+:data:`CHUNK_CELLS` counts so that their temporaries stay in cache; each replicate's value is computed from its
+own row alone."""
 
 from __future__ import annotations
 
@@ -41,21 +46,49 @@ class _Sorted:
                    not np.array_equal(first, np.arange(pos.size)))
 
 
+#: Cells (replicates x samples) the sorted kernels work on at once: row chunks whose temporaries stay in cache.
+CHUNK_CELLS = 1 << 18
+
+
+def _in_chunks(kernel, n: int, *blocks: NDArray, **kwargs) -> dict[str, NDArray]:
+    """``kernel(*blocks, **kwargs)`` over row chunks of :data:`CHUNK_CELLS` cells (``n`` samples per row),
+    concatenated (every row is computed on its own: the same values as in one call)."""
+    rows = max(1, CHUNK_CELLS // max(n, 1))
+    if blocks[0].shape[0] <= rows:
+        return kernel(*blocks, **kwargs)
+    parts = [kernel(*(b[a:a + rows] for b in blocks), **kwargs) for a in range(0, blocks[0].shape[0], rows)]
+    return {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
+
+
 def _exclusive_cumsum(w: NDArray) -> NDArray:
-    out = np.zeros((w.shape[0], w.shape[1] + 1), dtype=w.dtype)
+    """(B, n + 1) cumulative sums of integer counts (B, n), starting at 0: int32 (numpy adds integers along a row
+    several times faster than floats, whose adds form one dependent chain), int64 when a row could pass 2**30
+    (the kernels add two such sums)."""
+    dtype = np.int32 if _row_bound(w) < 1 << 30 else np.int64
+    out = np.empty((w.shape[0], w.shape[1] + 1), dtype=dtype)
+    out[:, 0] = 0
     np.cumsum(w, axis=1, out=out[:, 1:])
     return out
 
 
-def _counts32(w: NDArray) -> NDArray:
-    """Counts as float32 when every cumulative sum of them is an exact float32 integer (below 2**24), halving the
-    memory the sorted kernels stream; float64 otherwise."""
-    return w.astype(np.float32) if w.shape[1] * 16 < 1 << 24 and w.dtype != np.float32 else w
+def _row_bound(w: NDArray) -> int:
+    """An upper bound of the row sums of the counts ``w`` (B, n): n times the largest count."""
+    return w.shape[1] * int(w.max()) if w.size else 0
 
 
-def _dot(a: NDArray, b: NDArray) -> NDArray[np.float64]:
-    """Row-wise dot products summed in float64 (the products of counts are exact in either precision)."""
-    return np.multiply(a, b).sum(axis=1, dtype=np.float64)
+def _as_counts(w: NDArray) -> NDArray:
+    """Counts as integers: integer arrays as they are (``bootstrap_counts`` draws int16 or int32), others (float
+    counts, e.g. all ones) converted to int64. The weights must be non-negative integers (the kernels' contract)."""
+    w = np.asarray(w)
+    return w if w.dtype.kind in "iu" else w.astype(np.int64)
+
+
+def _row_dot(a: NDArray, b: NDArray, bound: float) -> NDArray[np.float64]:
+    """Row-wise dot products of non-negative integer arrays, exact: summed as int32 when every row's sum is at most
+    ``bound`` < 2**31 (then no product or partial sum overflows), else in float64 (exact below 2**53)."""
+    if bound < 1 << 31 and a.dtype.itemsize <= 4 and b.dtype.itemsize <= 4:
+        return np.einsum("bj,bj->b", a, b, dtype=np.int32).astype(np.float64)
+    return np.einsum("bj,bj->b", a, b, dtype=np.float64)
 
 
 def _smallest_count(total: NDArray, tpr: float) -> NDArray:
@@ -95,27 +128,33 @@ def weighted_detection(pos_scores: NDArray, neg_scores: NDArray, pos_weights: ND
     conventions of :mod:`ubench.metrics.ranking`, which all-ones weights reproduce exactly).
     """
     o = order if order is not None else _Sorted.of(pos_scores, neg_scores)
-    wp = np.take(_counts32(pos_weights), o.pos_order, axis=1)
-    wn = np.take(_counts32(neg_weights), o.neg_order, axis=1)
-    cp, cn = _exclusive_cumsum(wp), _exclusive_cumsum(wn)
-    tot_p, tot_n = cp[:, -1].astype(np.float64), cn[:, -1].astype(np.float64)
+    return _in_chunks(_detection, o.pos.size + o.neg.size, pos_weights, neg_weights, o=o, tpr=tpr)
+
+
+def _detection(pos_weights: NDArray, neg_weights: NDArray, *, o: _Sorted, tpr: float) -> dict[str, NDArray]:
+    wp = np.take(_as_counts(pos_weights), o.pos_order, axis=1)
+    wn = np.take(_as_counts(neg_weights), o.neg_order, axis=1)
+    cp, cn = _exclusive_cumsum(wp), _exclusive_cumsum(wn)  # integers: every sum below is exact
+    int_p, int_n = cp[:, -1], cn[:, -1]
+    tot_p, tot_n = int_p.astype(np.float64), int_n.astype(np.float64)
     below = np.take(cn, o.neg_below, axis=1)  # negatives' weight strictly below each positive
+    bound = float(int_p.max(initial=0)) * float(int_n.max(initial=0))  # sum_j wp_j below_j <= tot_p tot_n
     with np.errstate(invalid="ignore", divide="ignore"):
         if o.neg_ties:
-            auroc = _dot(wp, below + np.take(cn, o.neg_upto, axis=1)) / (2.0 * tot_p * tot_n)
+            auroc = _row_dot(wp, below + np.take(cn, o.neg_upto, axis=1), 2.0 * bound) / (2.0 * tot_p * tot_n)
         else:
-            auroc = _dot(wp, below) / (tot_p * tot_n)
-        # positives and negatives scoring >= s_j (counts: tp + fp >= 1 wherever tp > 0, so no 0/0 where it counts)
-        tp = tot_p[:, None] - (np.take(cp, o.pos_first, axis=1) if o.pos_ties else cp[:, :-1])
-        tp = tp.astype(np.float64)
-        fp = tot_n[:, None] - below.astype(np.float64)
-        fp += tp
-        np.maximum(fp, 1.0, out=fp)
-        np.divide(tp, fp, out=tp)
-        aupr = np.einsum("bj,bj->b", wp, tp) / tot_p
+            auroc = _row_dot(wp, below, bound) / (tot_p * tot_n)
+        # positives (tp) and all samples (tp + fp) scoring >= each positive: tp + fp >= 1 wherever tp > 0
+        lower = np.take(cp, o.pos_first, axis=1) if o.pos_ties else cp[:, :-1]
+        tp = int_p[:, None] - lower
+        both = (int_p + int_n)[:, None] - lower
+        both -= below
+        np.maximum(both, 1, out=both)
+        aupr = np.einsum("bj,bj->b", wp, np.divide(tp, both)) / tot_p
         k = _smallest_count(tot_p, tpr)
         # the k-th largest positive of the multiset: the last sorted index j with cp[j] <= total - k
-        j = np.array([np.searchsorted(cp[b, :-1], tot_p[b] - k[b], side="right") - 1 for b in range(cp.shape[0])])
+        reach = (tot_p - k).astype(cp.dtype)
+        j = np.array([np.searchsorted(cp[b, :-1], reach[b], side="right") - 1 for b in range(cp.shape[0])])
         threshold = o.pos[np.clip(j, 0, o.pos.size - 1)]
         rank = np.searchsorted(o.neg, threshold, side="left")
         fpr = (tot_n - cn[np.arange(cn.shape[0]), rank]) / tot_n
@@ -165,7 +204,6 @@ def weighted_selective(errors: NDArray, weights: NDArray, ranked: _Ranked, *, co
     tables : ``_harmonic_table(n)`` for the largest replicate size n, when the caller reuses it
     detection_tpr : also return misclassification detection by the same uncertainty (positive = error):
         ``auroc``, ``aupr``, ``fpr`` as :func:`weighted_detection` computes them, from the same cumulative sum
-        (only without tied uncertainties; otherwise use :func:`weighted_detection`)
 
     Returns
     -------
@@ -186,25 +224,46 @@ def weighted_selective(errors: NDArray, weights: NDArray, ranked: _Ranked, *, co
     error contribute, so after one cumulative sum of the weights the work is over the errors alone;
     :math:`E(k)` is linear inside each group, which gives the two points exactly.
     """
-    r = ranked
-    w = np.take(_counts32(weights), r.order, axis=1)
-    e = np.asarray(errors, dtype=np.float64)[r.order]
-    if r.tied:
-        w = np.add.reduceat(w, r.group_starts, axis=1)
-        group = np.repeat(np.arange(r.group_starts.size), np.diff(np.r_[r.group_starts, e.size]))
-        err_groups = np.unique(group[e > 0])
-        e_members = np.flatnonzero(e > 0)
-        we = np.zeros((w.shape[0], err_groups.size))
-        pos = np.searchsorted(err_groups, group[e_members])
-        np.add.at(we.T, pos, weights[:, r.order[e_members]].T)
-    else:
-        err_groups = np.flatnonzero(e > 0)
-        we = None
-    c = _exclusive_cumsum(w)
+    return _in_chunks(_selective, ranked.order.size, weights, at=_ErrorGroups.of(errors, ranked), ranked=ranked,
+                      coverage=coverage, risk=risk, tables=tables, detection_tpr=detection_tpr)
+
+
+@dataclass(frozen=True)
+class _ErrorGroups:
+    """Where the errors sit in a ranking: their sorted positions ``pos``; the bounds ``lo_at``, ``hi_at`` (in
+    sorted positions) of each tie group holding an error; with ties, each such group's first error (``first``,
+    an index into ``pos``) and each error's group (``of_error``); without, None (one group per error)."""
+
+    pos: NDArray[np.intp]
+    lo_at: NDArray[np.intp]
+    hi_at: NDArray[np.intp]
+    first: NDArray[np.intp] | None
+    of_error: NDArray[np.intp] | None
+
+    @classmethod
+    def of(cls, errors: NDArray, ranked: _Ranked) -> _ErrorGroups:
+        r = ranked
+        pos = np.flatnonzero(np.asarray(errors)[r.order] > 0)
+        if not r.tied:
+            return cls(pos, pos, pos + 1, None, None)
+        group = np.repeat(np.arange(r.group_starts.size), np.diff(np.r_[r.group_starts, r.order.size]))
+        err_groups, first, of_error = np.unique(group[pos], return_index=True, return_inverse=True)
+        bounds = np.r_[r.group_starts, r.order.size]
+        return cls(pos, bounds[err_groups], bounds[err_groups + 1], first, of_error)
+
+
+def _selective(weights: NDArray, *, at: _ErrorGroups, ranked: _Ranked, coverage: float, risk: float,
+               tables: tuple[NDArray, NDArray] | None, detection_tpr: float | None) -> dict[str, NDArray]:
+    w = np.take(_as_counts(weights), ranked.order, axis=1)
+    w_err = w[:, at.pos]  # the errors' weights, in sorted order
+    c = _exclusive_cumsum(w)  # weight of the samples before each sorted position
     total = c[:, -1].astype(np.float64)
-    lo, hi = c[:, err_groups].astype(np.float64), c[:, err_groups + 1].astype(np.float64)
+    ce = _exclusive_cumsum(w_err)  # ... and of the errors before each error
+    # a tie group's weights are read at its bounds in c (no pass over the samples by group)
+    lo, hi = c[:, at.lo_at].astype(np.float64), c[:, at.hi_at].astype(np.float64)
+    we = None if at.first is None else ce[:, np.r_[at.first[1:], at.pos.size]] - ce[:, at.first]
     w_g = hi - lo
-    share = np.ones_like(w_g) if we is None else np.divide(we, w_g, out=np.zeros_like(we), where=w_g > 0)
+    share = np.ones_like(w_g) if we is None else np.divide(we, w_g, out=np.zeros(we.shape), where=w_g > 0)
     h, g = tables if tables is not None else _harmonic_table(int(total.max()))
     tot_i = total.astype(np.intp)[:, None]
     aurc = np.einsum("bj,bj->b", share, w_g * h[tot_i] - (g[hi.astype(np.intp)] - g[lo.astype(np.intp)])) / total
@@ -229,32 +288,46 @@ def weighted_selective(errors: NDArray, weights: NDArray, ranked: _Ranked, *, co
     best = np.maximum(np.max(cand, axis=1, initial=0.0), first)
     cov_at = np.where(best >= 1, best / total, np.nan)
     out = {"aurc": aurc, "augrc": augrc, "risk_at_cov": risk_at, "cov_at_risk": cov_at}
-    if detection_tpr is not None and not r.tied:
-        out.update(_errors_detected(c, w[:, err_groups], err_groups, ranked, detection_tpr))
+    if detection_tpr is not None:
+        out.update(_errors_detected(total, lo, hi, w_err, ce, at.first, at.of_error, detection_tpr))
     return out
 
 
-def _errors_detected(c: NDArray, w_err: NDArray, err_pos: NDArray, ranked: _Ranked, tpr: float
-                     ) -> dict[str, NDArray]:
-    """Misclassification AUROC, AP and FPR@TPR (positive = error, higher uncertainty = more positive) from the
-    cumulative weights ``c`` of all samples in increasing uncertainty (no ties), the errors' weights ``w_err``
-    and their sorted positions ``err_pos``: every quantity of :func:`weighted_detection` read at the errors."""
-    ce = _exclusive_cumsum(w_err).astype(np.float64)
-    tot_p = ce[:, -1]
-    tot_n = c[:, -1].astype(np.float64) - tot_p
-    below = c[:, err_pos].astype(np.float64) - ce[:, :-1]  # correct samples less uncertain than each error
+def _errors_detected(total: NDArray, lo: NDArray, hi: NDArray, w_err: NDArray, ce: NDArray, first: NDArray | None,
+                     of_error: NDArray | None, tpr: float) -> dict[str, NDArray]:
+    """Misclassification AUROC, AP and FPR@TPR (positive = error, higher uncertainty = more positive) read off the
+    selective kernel's cumulative weights: ``total`` (B,) and ``lo``, ``hi`` (B, groups) the weight of all samples
+    below / up to each tie group holding an error, ``w_err`` (B, errors) the errors' weights in sorted order and
+    ``ce`` their exclusive cumulative sum;
+    with ties, ``first`` the index of each such group's first error and ``of_error`` each error's group (None:
+    no ties, one group per error). Every term is the one :func:`weighted_detection` computes for that positive
+    (negatives tied with it counted half for AUROC, its whole tie group as one threshold), summed in its order."""
+    n_err = w_err.shape[1]
+    if first is None:  # no ties: errors strictly below each error, and up to it
+        e_below, e_upto, lo_e, hi_e = ce[:, :-1], ce[:, 1:], lo, hi
+    else:
+        ends = np.r_[first[1:], n_err]
+        e_below, e_upto = ce[:, first[of_error]], ce[:, ends[of_error]]
+        lo_e, hi_e = lo[:, of_error], hi[:, of_error]
+    tot_p = ce[:, -1].astype(np.float64)
+    tot_n = total - tot_p
+    below = lo_e - e_below  # correct samples strictly less uncertain than each error
+    upto = hi_e - e_upto  # ... and at most as uncertain
     wf = w_err.astype(np.float64)
     with np.errstate(invalid="ignore", divide="ignore"):
-        auroc = np.einsum("bj,bj->b", wf, below) / (tot_p * tot_n)
-        tp = tot_p[:, None] - ce[:, :-1]
-        fp = tot_n[:, None] - below + tp
-        np.maximum(fp, 1.0, out=fp)
-        aupr = np.einsum("bj,bj->b", wf, tp / fp) / tot_p
+        # sum_j w_j (below_j + upto_j) is an integer below 2**53: exact in float64, as 2 x the tie-free sum
+        auroc = np.einsum("bj,bj->b", wf, below + upto) / (2.0 * tot_p * tot_n)
+        tp = tot_p[:, None] - e_below
+        both = tot_n[:, None] - below
+        both += tp
+        np.maximum(both, 1.0, out=both)
+        aupr = np.einsum("bj,bj->b", wf, np.divide(tp, both, out=tp)) / tot_p
         k = _smallest_count(tot_p, tpr)
-        j = np.array([np.searchsorted(ce[b, :-1], tot_p[b] - k[b], side="right") - 1 for b in range(ce.shape[0])])
-        j = np.clip(j, 0, max(err_pos.size - 1, 0))
+        reach = (tot_p - k).astype(ce.dtype)
+        j = np.array([np.searchsorted(ce[b, :-1], reach[b], side="right") - 1 for b in range(ce.shape[0])])
+        j = np.clip(j, 0, max(n_err - 1, 0))
         rows = np.arange(ce.shape[0])
-        fpr = (tot_n - below[rows, j]) / tot_n if err_pos.size else np.full(ce.shape[0], np.nan)
+        fpr = (tot_n - below[rows, j]) / tot_n if n_err else np.full(ce.shape[0], np.nan)
     bad = (tot_p == 0) | (tot_n == 0)
     for a in (auroc, aupr, fpr):
         a[bad] = np.nan

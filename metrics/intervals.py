@@ -4,7 +4,9 @@ r"""Confidence intervals over the test samples for the numbers of a report: per-
 
 Every split's per-sample statistics are computed once (:class:`LabelledStatistics` for in-domain and shift
 splits, :class:`OODStatistics` for OOD splits); :func:`resample` then draws B bootstrap replicates as count
-matrices (:mod:`ubench.metrics.bootstrap`) in blocks and evaluates every statistic of every split on each block.
+matrices (:mod:`ubench.metrics.bootstrap`) in blocks and evaluates every statistic of every split on each block:
+the sorted kernels (one job per score, on up to two threads) as the blocks are drawn, the linear columns of all
+splits of a resampling unit in one matrix product per block afterwards.
 Resampling units: an in-domain split is one unit, and so is every shift split with the same sample ids (the
 corrupted copies of the same test images are resampled together, so a replicate's shift median is over the same
 images); each OOD split is a unit of its own, resampled independently of the in-domain samples it is detected
@@ -43,7 +45,7 @@ from __future__ import annotations
 
 import base64
 import zlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -65,6 +67,9 @@ __all__ = ["LabelledStatistics", "OODStatistics", "resample", "resampling_unit",
 SCORE_NAMES = {"total": "total", "knowledge": "knowledge", "confidence": "neg_confidence"}
 #: How ``samples`` columns are stored in JSON: little-endian float64, base64 (exact, a third larger than binary).
 SAMPLE_ENCODING = "base64-float64-le"
+#: Counts (cells of replicates x samples, a byte each) :func:`resample` keeps for the linear columns' products
+#: after the sorted kernels; more are drawn again instead (the same counts, from a fresh generator).
+KEEP_CELLS = 1 << 26
 #: Shift keys whose medians and quartiles over shift splits are summary keys.
 SHIFT_SUMMARY_KEYS = ("accuracy", "nll", "brier", "ece")
 
@@ -121,7 +126,8 @@ class LabelledStatistics:
                 cols.add(key, psi)
             cols.add_block("_folds", protocol.fold_columns)
             cols.add_block("_cells", protocol.cell_columns())
-        self.detection, self.ranked = {}, {}
+        self.detection: set[str] = set()
+        self.ranked: dict[str, _Ranked] = {}
         if not full:
             return
         if c >= 2:
@@ -140,20 +146,30 @@ class LabelledStatistics:
         if cost is not None:
             cols.add("decision_cost_mean", cost[labels, _bayes_decisions(probs, cost, smoothing)].astype(np.float64))
             self.cost_reduction = cost_reduction
-        err = self.errors.astype(bool)
-        if 0 < int(err.sum()) < n:
-            for name in scores:
-                sc = getattr(arrays, SCORE_NAMES[name])
-                self.detection[name] = (np.flatnonzero(err), np.flatnonzero(~err), _Sorted.of(sc[err], sc[~err]))
+        # misclassification detection by each score (positive = error), read off its selective kernel
+        self.detection = set(scores) if 0 < int(self.errors.sum()) < n else set()
         self.ranked = {name: _Ranked.of(getattr(arrays, SCORE_NAMES[name])) for name in scores}
         if "confidence" not in self.ranked:
             self.ranked["confidence"] = _Ranked.of(arrays.neg_confidence)
         self.scores = tuple(scores)
         self.tables = _harmonic_table(n)
 
-    def replicates(self, weights: Mapping[str, NDArray]) -> dict[str, NDArray]:
+    def jobs(self, weights: Mapping[str, NDArray]) -> list[Callable[[], dict]]:
+        """The sorted kernels of a block, one job per score, to run in any order or thread (the linear columns'
+        values come from :meth:`linear`)."""
         w = weights[self.unit]
-        out = self.cols.apply(w)
+        return [lambda name=name: self._selective(w, name) for name in self.ranked] if self.full else []
+
+    def replicates(self, weights: Mapping[str, NDArray]) -> dict[str, NDArray]:
+        out = self.linear(weights[self.unit])
+        for job in self.jobs(weights):
+            out.update(job())
+        return out
+
+    def linear(self, w: NDArray, sums: NDArray | None = None) -> dict[str, NDArray]:
+        """The values that come from the linear columns, for the counts ``w`` of this split's unit; ``sums`` =
+        ``w @ hstack(cols.blocks())`` when the caller has it."""
+        out = self.cols.apply(w, sums)
         total = w.sum(axis=1)
         for key in self.binned:
             out[key] = np.abs(out[key]).sum(axis=1) / total
@@ -161,28 +177,27 @@ class LabelledStatistics:
             out["calibrated_ece"] = self.protocol.calibrated_ece(w, out.pop("_folds"), out.pop("_cells"))
         if not self.full:
             return out
-        sums = out.pop("_l2")
-        k = sums.shape[1] // 3
-        sq = debiased_squared_error(sums[:, :k], sums[:, k:2 * k], sums[:, 2 * k:])
+        l2 = out.pop("_l2")
+        k = l2.shape[1] // 3
+        sq = debiased_squared_error(l2[:, :k], l2[:, k:2 * k], l2[:, 2 * k:])
         out["l2_ce_debiased"] = np.sqrt(np.maximum(sq, 0.0))
         if "decision_cost_mean" in out:
             out["decision_cost_sum"] = out["decision_cost_mean"] * total
             out["decision_cost"] = out["decision_cost" + ("_sum" if self.cost_reduction == "sum" else "_mean")]
-        w32 = weights.get(f"{self.unit}|f32", w)
-        for name, ranked in self.ranked.items():
-            detect = name in self.detection and not ranked.tied  # then detection shares the selective sort
-            sel = weighted_selective(self.errors, w32, ranked, tables=self.tables,
-                                     detection_tpr=self.tpr if detect else None)
-            if name in self.detection:
-                pos, neg, order = self.detection[name]
-                d = sel if detect else weighted_detection(order.pos, order.neg, w32[:, pos], w32[:, neg],
-                                                          tpr=self.tpr, order=order)
-                for key in ("auroc", "aupr", "fpr"):
-                    out[f"misclassification_{'fpr95' if key == 'fpr' else key}_{name}"] = d[key]
-            if name in self.scores:
-                out[f"aurc_{name}"] = sel["aurc"]
-            if name == "confidence":
-                out.update(augrc=sel["augrc"], risk_at_80_cov=sel["risk_at_cov"], cov_at_5_risk=sel["cov_at_risk"])
+        return out
+
+    def _selective(self, w: NDArray, name: str) -> dict[str, NDArray]:
+        detect = name in self.detection
+        sel = weighted_selective(self.errors, w, self.ranked[name], tables=self.tables,
+                                 detection_tpr=self.tpr if detect else None)
+        out = {}
+        if detect:
+            for key in ("auroc", "aupr", "fpr"):
+                out[f"misclassification_{'fpr95' if key == 'fpr' else key}_{name}"] = sel[key]
+        if name in self.scores:
+            out[f"aurc_{name}"] = sel["aurc"]
+        if name == "confidence":
+            out.update(augrc=sel["augrc"], risk_at_80_cov=sel["risk_at_cov"], cov_at_5_risk=sel["cov_at_risk"])
         return out
 
 
@@ -195,15 +210,20 @@ class OODStatistics:
         self.n = ood_arrays.n_samples
         self.order = {name: _Sorted.of(ood_arrays.score(name), in_arrays.score(name)) for name in scores}
 
+    cols = None  # no linear columns
+
+    def jobs(self, weights: Mapping[str, NDArray]) -> list[Callable[[], dict]]:
+        """One detection kernel per score (:meth:`LabelledStatistics.jobs`)."""
+        wp, wn = weights[self.unit], weights[self.against]
+        return [lambda name=name: self._detection(wp, wn, name) for name in self.order]
+
     def replicates(self, weights: Mapping[str, NDArray]) -> dict[str, NDArray]:
-        wp, wn = weights.get(f"{self.unit}|f32", weights[self.unit]), weights.get(f"{self.against}|f32",
-                                                                                   weights[self.against])
-        out = {}
-        for name, o in self.order.items():
-            d = weighted_detection(o.pos, o.neg, wp, wn, tpr=self.tpr, order=o)
-            for key, v in d.items():
-                out[f"ood_{'fpr95' if key == 'fpr' else key}_{name}"] = v
-        return out
+        return {k: v for job in self.jobs(weights) for k, v in job().items()}
+
+    def _detection(self, wp: NDArray, wn: NDArray, name: str) -> dict[str, NDArray]:
+        o = self.order[name]
+        d = weighted_detection(o.pos, o.neg, wp, wn, tpr=self.tpr, order=o)
+        return {f"ood_{'fpr95' if key == 'fpr' else key}_{name}": v for key, v in d.items()}
 
 
 def resample(statistics: Mapping[str, Any], units: Mapping[str, int], *, n_replicates: int, seed: int,
@@ -211,26 +231,76 @@ def resample(statistics: Mapping[str, Any], units: Mapping[str, int], *, n_repli
     """Replicate values of every split's statistics: ``{split: {key: (n_replicates,)}}``.
 
     ``units`` maps each resampling unit to its sample count; each unit's counts come from its own generator
-    (:func:`resampling_unit`), drawn in blocks of replicates; every statistic sees the counts of its units. The
-    splits of a block are evaluated on ``threads`` threads (default: up to 2, as many as there are CPUs; numpy
-    releases the GIL in the kernels), which changes no number: each split's values come from the same counts.
+    (:func:`resampling_unit`), drawn in blocks of replicates; every statistic sees the counts of its units.
+    Per block, every statistic's sorted kernels (:meth:`LabelledStatistics.jobs`, one job per score) run on
+    ``threads`` threads (default: up to 2, as many as there are CPUs; numpy releases the GIL in the kernels)
+    while this thread draws the next block's counts. The linear columns of all splits of a unit are then summed
+    in one matrix product per block, after the pool is done, from the counts kept meanwhile (a byte per sample
+    and replicate, up to :data:`KEEP_CELLS`; beyond, drawn again): BLAS may use threads of its own, and those
+    keep spinning after each product, which slowed the kernels running beside them. Threads change no number:
+    each value comes from the same counts by the same kernel.
     """
     import os
     from concurrent.futures import ThreadPoolExecutor
 
     rngs = {u: interval_rng(seed, _unit_key(u)) for u in units}
     parts: dict[str, dict[str, list]] = {name: {} for name in statistics}
-    workers = threads if threads is not None else max(1, min(2, os.cpu_count() or 1, len(statistics)))
+    stacked = _stacked_columns(statistics)
+    # the counts of the units with linear columns are kept for the products when they fit in KEEP_CELLS bytes,
+    # else drawn again afterwards from a fresh generator (the same counts)
+    keep = sum(n_replicates * units[u] for u in stacked) <= KEEP_CELLS
+    kept: dict[str, list[NDArray]] = {u: [] for u in stacked} if keep else {}
+    workers = threads if threads is not None else max(1, min(2, os.cpu_count() or 1))
+    blocks = list(count_blocks(n_replicates, max(units.values(), default=1)))
+
+    def draw(start: int, stop: int, gens: Mapping[str, np.random.Generator]) -> dict[str, NDArray]:
+        return {u: bootstrap_counts(units[u], stop - start, g) for u, g in gens.items()}
+
+    def add(name: str, values: Mapping[str, NDArray]) -> None:
+        for key, v in values.items():
+            parts[name].setdefault(key, []).append(v)
+
     with ThreadPoolExecutor(max_workers=workers) as pool:
-        for start, stop in count_blocks(n_replicates, max(units.values(), default=1)):
-            weights = {u: bootstrap_counts(n, stop - start, rngs[u]) for u, n in units.items()}
-            # the sorted kernels stream float32 counts (exact below 2**24): converted once per unit and block
-            weights.update({f"{u}|f32": w.astype(np.float32) for u, w in weights.items() if w.shape[1] < 1 << 20})
-            done = pool.map(lambda item: (item[0], item[1].replicates(weights)), list(statistics.items()))
-            for name, values in done:
-                for key, v in values.items():
-                    parts[name].setdefault(key, []).append(v)
+        weights = draw(*blocks[0], rngs) if blocks else {}
+        for i in range(len(blocks)):
+            futures = [(name, pool.submit(job)) for name, stat in statistics.items() for job in _jobs(stat, weights)]
+            for u, kept_u in kept.items():
+                w = weights[u]
+                kept_u.append(w.astype(np.uint8) if w.size and int(w.max()) < 256 else w)
+            if i + 1 < len(blocks):
+                weights = draw(*blocks[i + 1], rngs)
+            for name, future in futures:
+                add(name, future.result())
+    again = {u: interval_rng(seed, _unit_key(u)) for u in stacked if u not in kept}
+    for start, stop in blocks:
+        weights = {u: kept[u].pop(0) for u in kept} | draw(start, stop, again)
+        for u, (matrix, where) in stacked.items():
+            product = weights[u] @ matrix
+            for name, sl in where.items():
+                add(name, statistics[name].linear(weights[u], product[:, sl]))
     return {name: {k: np.concatenate(v) for k, v in d.items()} for name, d in parts.items()}
+
+
+def _jobs(stat: Any, weights: Mapping[str, NDArray]) -> list[Callable[[], dict]]:
+    """A statistic's jobs for a block: its ``jobs`` (the sorted kernels; its linear columns come apart), or, for
+    one that only has ``replicates`` (and no ``cols``), that as one job."""
+    jobs = getattr(stat, "jobs", None)
+    return jobs(weights) if jobs is not None else [lambda: stat.replicates(weights)]
+
+
+def _stacked_columns(statistics: Mapping[str, Any]) -> dict[str, tuple[NDArray, dict[str, slice]]]:
+    """Per resampling unit: the linear columns of all its statistics side by side (one matrix product per block
+    instead of one per split) and each statistic's columns in it."""
+    blocks: dict[str, list[NDArray]] = {}
+    where: dict[str, dict[str, slice]] = {}
+    for name, stat in statistics.items():
+        cols = getattr(stat, "cols", None)
+        if cols is None or not cols.width:
+            continue
+        start = sum(b.shape[1] for b in blocks.get(stat.unit, ()))
+        blocks.setdefault(stat.unit, []).extend(cols.blocks())
+        where.setdefault(stat.unit, {})[name] = slice(start, start + cols.width)
+    return {u: (np.hstack(b), where[u]) for u, b in blocks.items()}
 
 
 def _is_number(v: Any) -> bool:

@@ -21,6 +21,7 @@ from ubench.metrics import (
     risk_coverage_auc,
     uce_error,
 )
+from ubench.metrics import bootstrap
 from ubench.metrics.bootstrap import (
     bootstrap_counts,
     count_blocks,
@@ -47,7 +48,7 @@ def _probs(rng, n, c, discrete=False):
     return p / p.sum(1, keepdims=True)
 
 
-def test_counts_are_draws_with_replacement_whatever_the_blocks():
+def test_counts_are_draws_with_replacement_whatever_the_blocks(monkeypatch):
     """Each replicate's counts sum to n; the counts of a replicate do not depend on how the replicates are
     blocked (one draw of 7 equals draws of 3 then 4); the generator depends on the seed and the unit key."""
     full = bootstrap_counts(50, 7, interval_rng(3, 9))
@@ -55,9 +56,11 @@ def test_counts_are_draws_with_replacement_whatever_the_blocks():
     parts = np.vstack([bootstrap_counts(50, 3, rng), bootstrap_counts(50, 4, rng)])
     assert np.array_equal(full, parts) and np.all(full.sum(axis=1) == 50)
     assert not np.array_equal(full, bootstrap_counts(50, 7, interval_rng(3, 8)))
-    big = bootstrap_counts(5000, 3, interval_rng(0, 0))  # the per-replicate path
+    big = bootstrap_counts(5000, 5, interval_rng(0, 0))  # the per-replicate path, drawn DRAW_CELLS at a time
     rng = interval_rng(0, 0)
-    assert np.array_equal(big[0], np.bincount(rng.integers(0, 5000, 5000), minlength=5000))
+    assert np.array_equal(big, [np.bincount(rng.integers(0, 5000, 5000), minlength=5000) for _ in range(5)])
+    monkeypatch.setattr(bootstrap, "DRAW_CELLS", 2 * 5000)  # two replicates per call: the same counts
+    assert np.array_equal(bootstrap_counts(5000, 5, interval_rng(0, 0)), big) and big.dtype == np.int16
     assert list(count_blocks(10, 1 << 20)) == [(0, 2), (2, 4), (4, 6), (6, 8), (8, 10)]
 
 
@@ -151,17 +154,72 @@ def test_debiased_squared_error_of_weighted_bin_sums_equals_the_resampled_set_wi
         assert got[b] == pytest.approx(want, abs=1e-14)
 
 
-@pytest.mark.parametrize("seed", [5, 6])
-def test_misclassification_detection_from_the_selective_sort_equals_weighted_detection(seed):
-    """Without ties, the errors' detection read off the selective kernel's one cumulative sum equals
-    weighted_detection on the errors (positives) and the correct samples (negatives)."""
+@pytest.mark.parametrize("seed,discrete", [(5, False), (6, False), (7, True), (8, True)])
+def test_misclassification_detection_from_the_selective_sort_equals_weighted_detection(seed, discrete):
+    """The errors' detection read off the selective kernel's one cumulative sum equals weighted_detection on the
+    errors (positives) and the correct samples (negatives), and the ranking metrics on the multiset; with tied
+    uncertainties (discrete: ties among errors, among correct samples and between the two) too."""
     rng = np.random.default_rng(seed)
     n = 300
     u = rng.normal(size=n)
     err = (rng.random(n) < 0.1 + 0.2 * (u > 0.5)).astype(float)
+    if discrete:
+        u = np.round(u * 3) / 3
     w = _counts(n, 6, seed)
-    got = weighted_selective(err, w, _Ranked.of(u), detection_tpr=0.95)
+    ranked = _Ranked.of(u)
+    assert ranked.tied == discrete
+    got = weighted_selective(err, w, ranked, detection_tpr=0.95)
     pos, neg = err > 0, err == 0
     want = weighted_detection(u[pos], u[neg], w[:, pos], w[:, neg], tpr=0.95)
     for key in ("auroc", "aupr", "fpr"):
         assert got[key] == pytest.approx(want[key], abs=1e-12), key
+    for b in range(w.shape[0]):
+        idx = np.repeat(np.arange(n), w[b].astype(int))
+        s, y = u[idx], err[idx].astype(int)
+        assert got["auroc"][b] == pytest.approx(auroc_score(s, y), abs=1e-12)
+        assert got["aupr"][b] == pytest.approx(average_precision_score(s, y), abs=1e-12)
+        assert got["fpr"][b] == pytest.approx(fpr_at_tpr(s, y, tpr=0.95), abs=1e-12)
+
+
+@pytest.mark.parametrize("threads,keep", [(1, True), (2, False)])
+def test_resample_gives_each_split_its_replicates_on_the_same_counts(monkeypatch, threads, keep):
+    """``resample`` (every split's linear columns of a unit in one product after the sorted kernels, on one or two
+    threads, the counts kept or drawn again for the products, blocks of 7 replicates) gives each split the values
+    of its own ``replicates`` on the counts drawn block by block from the unit's generator: an in-domain split
+    with the protocol's columns, a shift split of the same unit (its columns beside them in the product) and an
+    OOD split of another unit."""
+    from interval_model import draw
+
+    from ubench.metrics import bootstrap, intervals
+    from ubench.metrics.intervals import LabelledStatistics, OODStatistics, resample
+    from ubench.metrics.protocol_bootstrap import cv_influence
+    from ubench.metrics.report_sections import split_arrays
+
+    rng = np.random.default_rng(9)
+    n, n_ood = 400, 300
+    probs, labels, ood = draw(rng, n, n_ood)
+    shifted = probs ** 0.5 / (probs ** 0.5).sum(axis=1, keepdims=True)
+    in_arrays = split_arrays(probs[None])
+    settings = dict(unit="u", bins=15, eps=1e-12, smoothing=0.0)
+    stats = {"test": LabelledStatistics(in_arrays, labels, **settings, scores=("total", "confidence"),
+                                        protocol=cv_influence(probs[None], labels)),
+             "shift": LabelledStatistics(split_arrays(shifted[None]), labels, **settings, full=False),
+             "ood": OODStatistics(in_arrays, split_arrays(ood[None]), unit="o", against="u", scores=("total",))}
+    monkeypatch.setattr(bootstrap, "BLOCK_CELLS", 7 * n)
+    if not keep:
+        monkeypatch.setattr(intervals, "KEEP_CELLS", 0)
+    got = resample(stats, {"u": n, "o": n_ood}, n_replicates=20, seed=3, threads=threads)
+    rngs = {u: interval_rng(3, intervals._unit_key(u)) for u in ("u", "o")}
+    want: dict[str, dict[str, list]] = {name: {} for name in stats}
+    for start, stop in count_blocks(20, n):
+        w = {"u": bootstrap_counts(n, stop - start, rngs["u"]), "o": bootstrap_counts(n_ood, stop - start, rngs["o"])}
+        for name, stat in stats.items():
+            for key, v in stat.replicates(w).items():
+                want[name].setdefault(key, []).append(v)
+    assert len(list(count_blocks(20, n))) == 3
+    for name in stats:
+        assert sorted(got[name]) == sorted(want[name]), name
+        for key, v in want[name].items():
+            np.testing.assert_allclose(got[name][key], np.concatenate(v), rtol=1e-12, atol=1e-15, err_msg=key)
+    assert "calibrated_ece" in got["test"] and "misclassification_auroc_confidence" in got["test"]
+    assert not np.allclose(got["shift"]["ece"], got["test"]["ece"])
