@@ -29,7 +29,7 @@ References
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -44,6 +44,7 @@ __all__ = [
     "count_blocks",
     "interval_rng",
     "percentile_interval",
+    "percentile_intervals",
     "LinearColumns",
     "weighted_binned_error",
 ]
@@ -103,6 +104,27 @@ def percentile_interval(values: NDArray, level: float) -> list[float] | None:
         return None
     lo, hi = np.quantile(values, [(1.0 - level) / 2.0, (1.0 + level) / 2.0])
     return [float(lo), float(hi)]
+
+
+def percentile_intervals(columns: Mapping[str, NDArray], level: float) -> dict[str, list[float] | None]:
+    """:func:`percentile_interval` of each column of equal-length replicates, ``{key: [low, high] or None}``, with
+    one ``np.quantile`` over the stacked columns (a report holds hundreds of intervals over a few thousand
+    replicates each, where the per-call overhead of ``np.quantile`` outweighs the sort). The same numbers: the
+    quantiles along an axis are the 1-D ones row by row (tested bit for bit)."""
+    keys = list(columns)
+    if not keys:
+        return {}
+    stack = np.asarray([np.asarray(columns[k], dtype=np.float64) for k in keys], dtype=np.float64)
+    if stack.shape[1] == 0:
+        return dict.fromkeys(keys)
+    ok = np.isfinite(stack).all(axis=1)
+    out: dict[str, list[float] | None] = dict.fromkeys(keys)
+    if ok.any():
+        rows = np.flatnonzero(ok)
+        lo, hi = np.quantile(stack[rows], [(1.0 - level) / 2.0, (1.0 + level) / 2.0], axis=1)
+        for j, i in enumerate(rows.tolist()):
+            out[keys[i]] = [float(lo[j]), float(hi[j])]
+    return out
 
 
 class LinearColumns:

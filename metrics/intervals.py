@@ -51,7 +51,8 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from .bootstrap import BOOTSTRAP_METHOD, LinearColumns, bootstrap_counts, count_blocks, interval_rng, percentile_interval
+from .bootstrap import (BOOTSTRAP_METHOD, LinearColumns, bootstrap_counts, count_blocks, interval_rng,
+                        percentile_intervals)
 from .bootstrap_ranking import _harmonic_table, _Ranked, _Sorted, weighted_detection, weighted_selective
 from .calibration import _equal_width_bin_index
 from .calibration_debiased import debiased_squared_error, equal_mass_edges
@@ -329,7 +330,7 @@ def report_intervals(report: Mapping[str, Any], replicates: Mapping[str, Mapping
             if not reps:
                 continue
             values = _flat_section(sec)
-            splits[name] = {k: percentile_interval(reps[k], level) for k in sorted(values) if k in reps}
+            splits[name] = percentile_intervals({k: reps[k] for k in sorted(values) if k in reps}, level)
     summary_reps: dict[str, NDArray] = {}
     primary = report.get("primary_split")
     if primary in replicates:
@@ -345,8 +346,8 @@ def report_intervals(report: Mapping[str, Any], replicates: Mapping[str, Mapping
             summary_reps[f"shift_{key}_median"] = np.median(stack, axis=0)
             q25, q75 = np.percentile(stack, [25, 75], axis=0)
             summary_reps[f"shift_{key}_q25"], summary_reps[f"shift_{key}_q75"] = q25, q75
-    summary = {k: percentile_interval(summary_reps[k], level)
-               for k, v in sorted(report["summary"].items()) if _is_number(v) and k in summary_reps}
+    summary = percentile_intervals({k: summary_reps[k] for k, v in sorted(report["summary"].items())
+                                    if _is_number(v) and k in summary_reps}, level)
     return {"level": float(level), "method": BOOTSTRAP_METHOD, "replicates": int(n_replicates), "seed": int(seed),
             "summary": summary, "splits": splits}
 
