@@ -13,6 +13,8 @@ about 1 % (and rejects float64 input); ubench follows relplot, the authors' code
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
@@ -51,6 +53,23 @@ def _to_grid(f: NDArray[np.float64], w: NDArray[np.float64], points: int) -> NDA
             + np.bincount(lo + 1, frac * w, minlength=points))
 
 
+@functools.lru_cache(maxsize=8)
+def _mesh(mesh_points: int, points: int) -> tuple[NDArray[np.float64], NDArray[np.intp], NDArray[np.float64]]:
+    """What :meth:`_Smoother._ece_at` needs of its grids but σ: the kernel's squared distances ``(t - 1/2)^2`` over
+    the ``points`` grid nodes ``t``, and, for each of the ``mesh_points`` evaluation points, the node below it and
+    its fraction of the way to the next (relplot's ``interpolate``). Every σ >= 0.05 shares one mesh (the
+    bandwidth search's ~11 steps per split computed them anew each time); read-only, as they are shared."""
+    at = np.linspace(0.0, 1.0, mesh_points)
+    t = np.linspace(0.0, 1.0, points)
+    idx = np.clip((at * (points - 1)).astype(np.intp), 0, points - 2)
+    step = 1.0 / (points - 1)
+    resid = (at - idx * step) / step
+    centred = (t - 0.5) ** 2
+    for a in (centred, idx, resid):
+        a.flags.writeable = False
+    return centred, idx, resid
+
+
 class _Smoother:
     """Gaussian smoothing (width σ, reflected at 0 and 1) of the residuals ``f - y`` and of unit weights at ``f``.
 
@@ -79,13 +98,9 @@ class _Smoother:
         return self._ece[sigma]
 
     def _ece_at(self, sigma: float) -> float:
-        at = np.linspace(0.0, 1.0, max(round(10 / sigma), _MESH_POINTS))
         points = max(2000, round(20 / sigma)) // 2 + 1
-        t = np.linspace(0.0, 1.0, points)
-        kernel = np.exp(-((t - 0.5) ** 2) / (2.0 * sigma**2)) / (np.sqrt(2.0 * np.pi) * sigma)
-        idx = np.clip((at * (points - 1)).astype(np.intp), 0, points - 2)
-        step = 1.0 / (points - 1)
-        resid = (at - idx * step) / step
+        centred, idx, resid = _mesh(max(round(10 / sigma), _MESH_POINTS), points)
+        kernel = np.exp(-centred / (2.0 * sigma**2)) / (np.sqrt(2.0 * np.pi) * sigma)
         half = points // 2
         n, length, spectra = self._grid_spectra(points)
         smoothed = _convolve_valid(spectra, length, kernel, n)[:, half : half + points]
