@@ -207,13 +207,17 @@ class OODStatistics:
 
 
 def resample(statistics: Mapping[str, Any], units: Mapping[str, int], *, n_replicates: int, seed: int,
-             threads: int | None = None) -> dict[str, dict[str, NDArray]]:
+             threads: int | None = None, block_n: int | None = None) -> dict[str, dict[str, NDArray]]:
     """Replicate values of every split's statistics: ``{split: {key: (n_replicates,)}}``.
 
     ``units`` maps each resampling unit to its sample count; each unit's counts come from its own generator
     (:func:`resampling_unit`), drawn in blocks of replicates; every statistic sees the counts of its units. The
     splits of a block are evaluated on ``threads`` threads (default: up to 2, as many as there are CPUs; numpy
     releases the GIL in the kernels), which changes no number: each split's values come from the same counts.
+    The blocks hold :func:`~ubench.metrics.bootstrap.count_blocks` replicates of ``block_n`` samples (default: the
+    largest unit): the matrix products' last bits depend on the block's rows, so a caller that resamples a
+    report's splits a few at a time passes the report's largest unit to get the numbers of resampling them all
+    at once.
     """
     import os
     from concurrent.futures import ThreadPoolExecutor
@@ -222,7 +226,7 @@ def resample(statistics: Mapping[str, Any], units: Mapping[str, int], *, n_repli
     parts: dict[str, dict[str, list]] = {name: {} for name in statistics}
     workers = threads if threads is not None else max(1, min(2, os.cpu_count() or 1, len(statistics)))
     with ThreadPoolExecutor(max_workers=workers) as pool:
-        for start, stop in count_blocks(n_replicates, max(units.values(), default=1)):
+        for start, stop in count_blocks(n_replicates, block_n or max(units.values(), default=1)):
             weights = {u: bootstrap_counts(n, stop - start, rngs[u]) for u, n in units.items()}
             # the sorted kernels stream float32 counts (exact below 2**24): converted once per unit and block
             weights.update({f"{u}|f32": w.astype(np.float32) for u, w in weights.items() if w.shape[1] < 1 << 20})
