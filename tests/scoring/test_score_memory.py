@@ -130,3 +130,18 @@ def test_score_releases_every_split(tmp_path, monkeypatch):
     path = _archive(tmp_path / "few.h5", 1, 1)
     run_score(path, protocol=Protocol.preset("shift").replace(intervals=False))
     assert released == ["test", "ood0", "blur0"]
+
+
+def test_planned_interval_memory_grows_by_replicates_per_split():
+    """The memory plan counts the interval statistics of one batch of splits (the largest), not of every split:
+    40 splits of 50,000 samples plan only their replicate values (B per key) more than 2 do, not 38 x 150 MB."""
+    from ubench.metrics.report_intervals import IntervalCollector
+    from ubench.scoring.memory_plan import REPLICATE_BYTES, working_bytes
+
+    def plan(k: int) -> int:
+        return working_bytes({f"s{i}": 50_000 for i in range(k)}, 1000, bootstrap=1000)
+
+    assert IntervalCollector.BATCH == 2
+    assert plan(40) - plan(2) == 38 * REPLICATE_BYTES * 1000
+    assert working_bytes({"a": 10, "b": 50_000, "c": 20_000}, 10, bootstrap=1000) - working_bytes(
+        {"b": 50_000, "c": 20_000}, 10, bootstrap=1000) == REPLICATE_BYTES * 1000  # the two largest are counted
