@@ -40,7 +40,7 @@ class IntervalCollector:
     """Per-split statistics gathered while a report is built; :meth:`finish` adds ``intervals`` / ``samples``.
 
     A split's statistics are resampled soon after it is added, :data:`BATCH` splits at a time (each unit's counts
-    drawn once for them, the splits evaluated on two threads), and then dropped: what stays per split is its
+    drawn once for them, the splits evaluated on two threads; :meth:`settle`), and then dropped: what stays per split is its
     replicate values (B per key) and, when ``samples`` are asked for, its exported columns, so the memory of a
     report does not grow with its number of splits beyond those (issue #29 item 2). The numbers are those of
     resampling every split at once: each unit's counts come from its own generator, and every call cuts the
@@ -126,6 +126,10 @@ class IntervalCollector:
         if not self.enabled:
             return
         self._pending[name] = stat
+
+    def settle(self) -> None:
+        """Resample the waiting splits once they fill a batch: called when no split's (N, C) arrays are held (by
+        ``scoring/score.py`` after each split, so that the replicate blocks never sit beside a split's mean)."""
         if len(self._pending) >= self.BATCH:
             self.flush()
 
@@ -158,6 +162,7 @@ class IntervalCollector:
             self.columns[name] = cols
         if stat is not None:
             self._add(name, stat)
+            self.settle()
 
     def finish(self, report: dict[str, Any]) -> None:
         """Add ``intervals`` (when on) and ``samples`` (when asked) to ``report``."""

@@ -226,6 +226,8 @@ def score_split(reader, name: str, builder, labels: np.ndarray | None, limits: R
                      f"{plan.budget / 2**20:,.0f} MiB of memory left beside its per-sample arrays and working "
                      f"memory, so its metrics read it again from the archive ({arrays.mean_probs.passes:.0f} more "
                      "passes over the split)")
+    del arrays  # the bootstrap's replicate blocks are not to sit beside the split's mean
+    builder.intervals.settle()
 
 
 def _method_scores(reader, name: str) -> dict:
