@@ -18,7 +18,7 @@ import numpy as np
 from .safe_h5py import h5py
 from .spec import ReadLimits
 
-__all__ = ["native", "native_dtype", "chunk_bounded_rows", "iter_blocks", "read_all"]
+__all__ = ["native", "native_dtype", "chunk_bounded_rows", "iter_blocks", "read_all", "drop_chunk_cache"]
 
 _MAX_CHUNKS = ReadLimits().max_chunks_per_read
 
@@ -36,6 +36,21 @@ def native(a: np.ndarray) -> np.ndarray:
 
 def _sample_axis(ndim: int) -> int:
     return 1 if ndim == 3 else 0  # probs (M, N, C) stream along N; labels and ids (N,) along N
+
+
+def drop_chunk_cache(ds: h5py.Dataset) -> None:
+    """Free the decompressed chunks HDF5 keeps for the open dataset ``ds`` (``H5Drefresh`` evicts them; the
+    dataset stays open and unchanged).
+
+    Every open dataset keeps up to ``rdcc_nbytes`` of chunks (8 MiB per dataset in HDF5 2.0) until it is closed,
+    and an open archive holds every split's datasets open: an ImageNet-C-shaped archive kept 8 MiB per split it
+    had streamed (issue #29 item 2). The streaming reads are chunk-aligned, so the cache saves nothing once a
+    split is done. A file that HDF5 cannot re-read here keeps its cache (the next read of it reports the error).
+    """
+    try:
+        ds.id.refresh()
+    except (OSError, RuntimeError, ValueError):
+        pass
 
 
 def chunk_bounded_rows(ds: h5py.Dataset, rows: int, max_chunks: int = _MAX_CHUNKS) -> int:

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 
 from .archive import ArchiveHeader, PredictionArchive
-from .blocks import iter_blocks, native, native_dtype, read_all
+from .blocks import drop_chunk_cache, iter_blocks, native, native_dtype, read_all
 from .errors import Finding, InvalidArchiveError, UnreadableArchiveError
 from .read_v1 import Parsed
 from .safe_h5py import h5py
@@ -62,6 +62,16 @@ class ArchiveReader:
         if rows is None:
             rows = block_rows(ds.shape[0], ds.shape[2], self.limits.block_bytes)
         return iter_blocks(ds, rows, self.limits.max_chunks_per_read)
+
+    def release(self, split: str) -> None:
+        """Free what HDF5 caches for the datasets of ``split`` (their decompressed chunks: up to 8 MiB each in
+        HDF5 2.0) once it has been read: the file keeps every split's datasets open, so without this the memory of
+        scoring grew with the number of splits (:func:`~ubench.archive_schema.blocks.drop_chunk_cache`)."""
+        if split not in self.header.splits:
+            raise KeyError(f"no split {split!r} in {self.header.path}; splits: {sorted(self.header.splits)}")
+        for (name, _), ds in self._parsed.nodes.items():
+            if name == split:
+                drop_chunk_cache(ds)
 
     def probs_dtype(self, split: str) -> np.dtype:
         """The dtype of :meth:`iter_probs` blocks: the stored precision in native byte order."""

@@ -16,7 +16,7 @@ from ..float_bits import in_unit_interval
 from . import read_v1  # noqa: F401  (registers the v1.0 reader)
 from . import read_v1_1  # noqa: F401  (registers the v1.1 reader)
 from .archive import ArchiveHeader
-from .blocks import chunk_bounded_rows, iter_blocks, native, read_all  # chunk-bounded, native byte order (issue #16 items 4, 8)
+from .blocks import chunk_bounded_rows, drop_chunk_cache, iter_blocks, native, read_all  # chunk-bounded, native byte order (issue #16 items 4, 8)
 from .errors import Finding, UnsupportedArchiveError
 from .logit_scores import logits_problem, scores_problem
 from .read_v1 import Parsed
@@ -178,6 +178,10 @@ def check_split_values(scan: Scan, parsed: Parsed) -> None:
         except (OSError, RuntimeError, ValueError) as exc:
             # e.g. a fletcher32 checksum mismatch or a corrupt deflate stream
             scan.add(path, "hdf5-read", f"reading the data failed: {exc}")
+        finally:  # memory independent of the number of splits (blocks.drop_chunk_cache)
+            drop_chunk_cache(ds)
+            if key == "logits":
+                drop_chunk_cache(parsed.nodes[(split, "probs")])
 
 
 def inspect_file(path: str | Path, limits: ReadLimits = ReadLimits(), *, check_values: bool = True

@@ -48,7 +48,7 @@ def bench_one_archive(d: Path, args) -> tuple[list[dict], list[dict]]:
     """One ImageNet-C-shaped archive: this process against a 2-worker LocalCluster, interleaved."""
     import json
 
-    from distributed import LocalCluster
+    from distributed import Client, LocalCluster
 
     from _archives import imagenet_like
     from ubench.scoring.score import run_score
@@ -57,21 +57,39 @@ def bench_one_archive(d: Path, args) -> tuple[list[dict], list[dict]]:
                          m=args.members, n=args.samples, c=args.classes, shift_splits=args.shift_splits)
     shape = f"{args.shift_splits + 1} splits of {args.samples:,} x {args.classes:,}, M = {args.members}"
     print(f"{path} ({path.stat().st_size / 2**30:.1f} GiB): {shape}")
+    import psutil  # a dependency of distributed
+
     times: dict[str, list[float]] = {"one process": [], "2 workers": []}
+    # CPU seconds (user + system) of this process and of the workers: their sum against twice the wall time says
+    # how much of the run kept both cores busy, and a sum above the one-process CPU is the cluster's overhead
+    cpu: dict[str, list[dict]] = {"one process": [], "2 workers": []}
+    loads: list[float] = []
     with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1", dashboard_address=None,
                       silence_logs=50) as cluster:
+        with Client(cluster, set_as_default=False) as client:
+            procs = [psutil.Process()] + [psutil.Process(pid) for pid in client.run(os.getpid).values()]
+
+        def cpu_seconds() -> list[float]:
+            return [sum(p.cpu_times()[:2]) for p in procs]
+
         run_score(path, scheduler=cluster.scheduler_address)  # warm: workers import ubench, page cache filled
         for _ in range(args.repeats):
-            t0 = time.perf_counter()
-            one = run_score(path)
-            times["one process"].append(time.perf_counter() - t0)
-            t0 = time.perf_counter()
-            many = run_score(path, scheduler=cluster.scheduler_address)
-            times["2 workers"].append(time.perf_counter() - t0)
+            for how in times:
+                loads.append(os.getloadavg()[0])
+                c0, t0 = cpu_seconds(), time.perf_counter()
+                report = run_score(path, scheduler=None if how == "one process" else cluster.scheduler_address)
+                times[how].append(time.perf_counter() - t0)
+                used = [b - a for a, b in zip(c0, cpu_seconds())]
+                cpu[how].append({"client": round(used[0], 2), "workers": round(sum(used[1:]), 2)})
+                if how == "one process":
+                    one = report
+                else:
+                    many = report
     same = json.dumps(one) == json.dumps(many)
     base = statistics.median(times["one process"])
     rows = [{"what": "one archive", "how": how, "archive": shape, "wall_s": [round(x, 2) for x in t],
              "median_s": round(statistics.median(t), 2), "speedup_median": round(base / statistics.median(t), 2),
+             "cpu_s": cpu[how], "load_1min_before_each": [round(x, 2) for x in loads],
              "same_report": same} for how, t in times.items()]
     for r in rows:
         print(r)

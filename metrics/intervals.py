@@ -228,7 +228,7 @@ class OODStatistics:
 
 
 def resample(statistics: Mapping[str, Any], units: Mapping[str, int], *, n_replicates: int, seed: int,
-             threads: int | None = None) -> dict[str, dict[str, NDArray]]:
+             threads: int | None = None, block_n: int | None = None) -> dict[str, dict[str, NDArray]]:
     """Replicate values of every split's statistics: ``{split: {key: (n_replicates,)}}``.
 
     ``units`` maps each resampling unit to its sample count; each unit's counts come from its own generator
@@ -239,7 +239,10 @@ def resample(statistics: Mapping[str, Any], units: Mapping[str, int], *, n_repli
     in one matrix product per block, after the pool is done, from the counts kept meanwhile (a byte per sample
     and replicate, up to :data:`KEEP_CELLS`; beyond, drawn again): BLAS may use threads of its own, and those
     keep spinning after each product, which slowed the kernels running beside them. Threads change no number:
-    each value comes from the same counts by the same kernel.
+    each value comes from the same counts by the same kernel. The blocks hold
+    :func:`~ubench.metrics.bootstrap.count_blocks` replicates of ``block_n`` samples (default: the largest unit):
+    the matrix products' last bits depend on the block's rows, so a caller that resamples a report's splits a few
+    at a time passes the report's largest unit to get the numbers of resampling them all at once.
     """
     import os
     from concurrent.futures import ThreadPoolExecutor
@@ -252,7 +255,7 @@ def resample(statistics: Mapping[str, Any], units: Mapping[str, int], *, n_repli
     keep = sum(n_replicates * units[u] for u in stacked) <= KEEP_CELLS
     kept: dict[str, list[NDArray]] = {u: [] for u in stacked} if keep else {}
     workers = threads if threads is not None else max(1, min(2, os.cpu_count() or 1))
-    blocks = list(count_blocks(n_replicates, max(units.values(), default=1)))
+    blocks = list(count_blocks(n_replicates, block_n or max(units.values(), default=1)))
 
     def draw(start: int, stop: int, gens: Mapping[str, np.random.Generator]) -> dict[str, NDArray]:
         return {u: bootstrap_counts(units[u], stop - start, g) for u, g in gens.items()}

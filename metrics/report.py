@@ -189,7 +189,7 @@ class ReportBuilder:
         # per-sample statistics for the report's confidence intervals (metrics/report_intervals.py); score.py
         # sets intervals.units to each split's sample-ids digest
         self.intervals = IntervalCollector(protocol, scores=self.scores, cost_preset=self.cost_preset,
-                                           cost_matrix=self.cost_matrix)
+                                           cost_matrix=self.cost_matrix, primary=primary)
         if self.n_members == 1:
             self.notes.append("one member: its knowledge uncertainty (mutual information) is 0 for every sample, "
                               "so the knowledge-based detection scores (*_knowledge, aurc_knowledge) are null")
@@ -358,19 +358,20 @@ class ReportBuilder:
     def split_result(self, name: str) -> dict[str, Any]:
         """What adding split ``name`` left in this builder, for a builder that was given only that split (its
         constructor's notes cleared): the part of the report a worker computes (``scoring/score_parallel.py``),
-        merged into the report's builder by :meth:`absorb`. Small: sections and (N,) scores, no (N, C) array."""
-        iv = self.intervals
+        merged into the report's builder by :meth:`absorb`. Small: sections, (N,) scores and the split's interval
+        statistics (``IntervalCollector.split_result``: per-sample columns), no (N, C) array."""
         return {"notes": list(self.notes), "rows": self._rows.get(name),
                 "in_domain": self.sections["in_domain"].get(name), "shift": self.sections["shift"].get(name),
                 "primary": self._primary_arrays if name == self.primary else None, "ood": self._ood.get(name),
                 "ood_own": self._ood_own.get(name),
                 "ts_sources": {k: v for k, v in self._ts_sources.items() if v[0] == name},
                 "method_scores": self._method_scores.get(name),
-                "intervals": (iv.stats[name], iv.roles[name], iv.arrays[name]) if name in iv.stats else None}
+                "intervals": self.intervals.split_result(name)}
 
     def absorb(self, name: str, result: dict[str, Any]) -> None:
         """Merge a :meth:`split_result` of split ``name``; merged in scoring order, the report is the one of
-        adding every split here (notes, sections and the row-sum record in the same order)."""
+        adding every split here (notes, sections and the row-sum record in the same order). Its ``intervals``
+        part may be taken out and given to ``self.intervals.absorb`` before, in any order (as results arrive)."""
         self.notes.extend(result["notes"])
         if result["rows"] is not None:
             self._rows[name] = result["rows"]
@@ -385,9 +386,7 @@ class ReportBuilder:
             self._ts_sources.setdefault(role, source)
         if result["method_scores"] is not None:
             self._method_scores[name] = result["method_scores"]
-        if result["intervals"] is not None:
-            iv = self.intervals
-            iv.stats[name], iv.roles[name], iv.arrays[name] = result["intervals"]
+        self.intervals.absorb(name, result.get("intervals"))
 
     def _row_sums(self) -> dict[str, Any]:
         worst_split, worst = None, RowSums()

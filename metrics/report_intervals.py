@@ -37,22 +37,42 @@ SAMPLE_COLUMNS = ("accuracy", "nll", "brier", "cll", "calibrated_brier")
 
 
 class IntervalCollector:
-    """Per-split statistics gathered while a report is built; :meth:`finish` adds ``intervals`` / ``samples``."""
+    """Per-split statistics gathered while a report is built; :meth:`finish` adds ``intervals`` / ``samples``.
 
-    def __init__(self, protocol: Any, *, scores, cost_preset, cost_matrix):
+    A split's statistics are resampled soon after it is added, :data:`BATCH` splits at a time (each unit's counts
+    drawn once for them, the splits evaluated on two threads; :meth:`settle`), and then dropped: what stays per split is its
+    replicate values (B per key) and, when ``samples`` are asked for, its exported columns, so the memory of a
+    report does not grow with its number of splits beyond those (issue #29 item 2). The numbers are those of
+    resampling every split at once: each unit's counts come from its own generator, and every call cuts the
+    replicates into the same blocks (``block_n``). A Dask worker's collector, given one split, resamples nothing:
+    :meth:`split_result` hands the statistics to the report's collector, which resamples them as they arrive,
+    beside the workers (``scoring/score_parallel.py``: the matrix products' last bits depend on the number of BLAS
+    threads of the process, so all of a report's replicates come from one process).
+    """
+
+    #: Splits resampled together: as many as :func:`~ubench.metrics.intervals.resample` evaluates at once.
+    BATCH = 2
+
+    def __init__(self, protocol: Any, *, scores, cost_preset, cost_matrix, primary: str | None = None):
         p = protocol
         self.p = p
         self.enabled = bool(getattr(p, "intervals", False))
         self.export = bool(getattr(p, "sample_stats", False))
         self.scores = tuple(scores)
+        self.primary = primary
         self.cost = None
         if cost_preset is not None or cost_matrix is not None:
             cost = cost_matrix_preset(cost_preset) if cost_preset is not None else np.asarray(cost_matrix, np.float64)
             self.cost = cost
+        #: split name -> sha256 of its sample ids, and the samples that size the replicate blocks (the report's
+        #: largest split); both set by ``scoring/score.py`` before the first split is added.
         self.units: dict[str, str | None] = {}
-        self.stats: dict[str, Any] = {}
+        self.block_n: int | None = None
         self.roles: dict[str, str] = {}
-        self.arrays: dict[str, Any] = {}
+        self.sizes: dict[str, tuple[str, int]] = {}  # split -> (resampling unit, n)
+        self.replicates: dict[str, dict[str, NDArray]] = {}
+        self.columns: dict[str, dict[str, NDArray]] = {}  # split -> its ``samples`` columns (export only)
+        self._pending: dict[str, Any] = {}
 
     @property
     def active(self) -> bool:
@@ -78,50 +98,90 @@ class IntervalCollector:
         cost = None
         if role == "in_domain" and "decision_cost" in section and self.cost is not None:
             cost = _check_cost(self.cost, arrays.mean_probs.shape[1])
-        self.stats[name] = LabelledStatistics(
+        stat = LabelledStatistics(
             arrays, labels, unit=self._unit(role, name), bins=p.bins, eps=p.eps, smoothing=p.smoothing, tpr=p.tpr,
             full=role == "in_domain", scores=self.scores if role == "in_domain" else (), cost=cost,
             cost_reduction=section.get("cost_reduction", "mean"), protocol=influence)
-        self.roles[name] = role
-        self.arrays[name] = (arrays.scores_only(), labels)  # its (N,) scores: no split's (N, C) mean is kept
+        self.roles[name], self.sizes[name] = role, (stat.unit, stat.n)
+        if self.export and (role == "shift" or name == self.primary):
+            # the primary's columns and detection scores, a shift split's accuracy (SAMPLE_COLUMNS)
+            wanted = SAMPLE_COLUMNS if name == self.primary else ("accuracy",)
+            cols = {k: stat.cols.column(k) for k in wanted if k in stat.cols}
+            if role == "in_domain":
+                cols.update({f"score_{s}": arrays.score(s) for s in self.scores})
+            self.columns[name] = cols
+        self._add(name, stat)
 
     def add_ood(self, name: str, in_arrays: Any, ood_arrays: Any, primary: str) -> None:
         if not self.active:
             return
-        self.stats[name] = OODStatistics(in_arrays, ood_arrays, unit=self._unit("ood", name),
-                                         against=self.stats[primary].unit, tpr=self.p.tpr, scores=self.scores)
-        self.roles[name] = "ood"
-        self.arrays[name] = (ood_arrays, None)
+        stat = OODStatistics(in_arrays, ood_arrays, unit=self._unit("ood", name), against=self.sizes[primary][0],
+                             tpr=self.p.tpr, scores=self.scores)
+        self.roles[name], self.sizes[name] = "ood", (stat.unit, stat.n)
+        if self.export:
+            self.columns[name] = {f"score_{s}": ood_arrays.score(s) for s in self.scores}
+        self._add(name, stat)
+
+    def _add(self, name: str, stat: Any) -> None:
+        if not self.enabled:
+            return
+        self._pending[name] = stat
+
+    def settle(self) -> None:
+        """Resample the waiting splits once they fill a batch: called when no split's (N, C) arrays are held (by
+        ``scoring/score.py`` after each split, so that the replicate blocks never sit beside a split's mean)."""
+        if len(self._pending) >= self.BATCH:
+            self.flush()
+
+    def flush(self) -> None:
+        """Resample the splits added since the last flush; keep their replicate values, drop their statistics."""
+        if not self._pending:
+            return
+        units = dict(self.sizes.values())
+        units = {u: units[u] for stat in self._pending.values()
+                 for u in (stat.unit, getattr(stat, "against", stat.unit))}
+        self.replicates.update(resample(self._pending, units, n_replicates=self.p.bootstrap, seed=self.p.seed,
+                                        block_n=self.block_n))
+        self._pending.clear()
+
+    def split_result(self, name: str) -> tuple | None:
+        """What split ``name`` left in a collector given only that split (its statistics, not yet resampled: one
+        split is less than a batch; and its exported columns), for :meth:`absorb` into the report's collector
+        (``ReportBuilder.split_result``)."""
+        if name not in self.roles:
+            return None
+        return self.roles[name], self.sizes[name], self._pending.pop(name, None), self.columns.get(name)
+
+    def absorb(self, name: str, part: tuple | None) -> None:
+        """Take a :meth:`split_result` (``None``: nothing to take); its statistics are resampled with the next
+        batch. The order of absorbing changes no number and no key order."""
+        if part is None:
+            return
+        self.roles[name], self.sizes[name], stat, cols = part
+        if cols is not None:
+            self.columns[name] = cols
+        if stat is not None:
+            self._add(name, stat)
+            self.settle()
 
     def finish(self, report: dict[str, Any]) -> None:
         """Add ``intervals`` (when on) and ``samples`` (when asked) to ``report``."""
-        if not self.stats:
+        self.flush()
+        if not self.roles:
             return
         p = self.p
         if self.enabled:
-            units = {s.unit: s.n for s in self.stats.values()}
-            reps = resample(self.stats, units, n_replicates=p.bootstrap, seed=p.seed)
-            report["intervals"] = report_intervals(report, reps, level=p.confidence, n_replicates=p.bootstrap,
-                                                   seed=p.seed)
+            report["intervals"] = report_intervals(report, self.replicates, level=p.confidence,
+                                                   n_replicates=p.bootstrap, seed=p.seed)
         if self.export:
             report["samples"] = self._samples(report)
 
     def _samples(self, report: Mapping[str, Any]) -> dict[str, Any] | None:
         primary = report.get("primary_split")
-        if primary not in self.stats:
+        if primary not in self.columns:
             return None
-        splits = {}
-        for name, stat in self.stats.items():
-            role = self.roles[name]
-            arrays, _ = self.arrays[name]
-            cols: dict[str, NDArray] = {}
-            if role == "in_domain" and name != primary:
-                continue
-            if role in ("in_domain", "shift"):
-                wanted = SAMPLE_COLUMNS if name == primary else ("accuracy",)
-                cols.update({k: stat.cols.column(k) for k in wanted if k in stat.cols})
-            if role in ("in_domain", "ood"):
-                cols.update({f"score_{s}": arrays.score(s) for s in self.scores})
-            splits[name] = {"role": role, "unit": stat.unit, "n": stat.n, "columns": encode_samples(cols)}
+        order = [*report["in_domain"], *report["shift"], *report["ood"]]  # as added in one process
+        splits = {name: {"role": self.roles[name], "unit": self.sizes[name][0], "n": self.sizes[name][1],
+                         "columns": encode_samples(self.columns[name])} for name in order if name in self.columns}
         return {"encoding": SAMPLE_ENCODING, "seed": int(self.p.seed), "primary": primary,
                 "scores": list(self.scores), "splits": splits}

@@ -41,11 +41,15 @@ WORKING_BLOCKS = 2
 #: measured, a 20,000 x 500 split in passes mapped 205 MiB beyond the plan's start, 138 MiB of it planned without
 #: this term.
 TACE_BYTES_PER_ENTRY = 48
-#: Bootstrap intervals (``metrics/intervals.py``), computed after every split is scored: their replicate blocks
-#: and the two threads' kernel temporaries take a fixed share, measured as 30 float64 per cell of a block of
-#: ``BLOCK_CELLS`` (480 MiB of address space beyond the plan's start for 4 splits of 2,000 samples), and the
-#: statistics every split keeps for them about 3 KiB per sample of all splits (705 MiB for 4 x 20,000).
+#: Bootstrap intervals (``metrics/intervals.py``), computed a batch of splits at a time as they are scored
+#: (``IntervalCollector.BATCH``): their replicate blocks and the two threads' kernel temporaries take a fixed
+#: share, measured as 30 float64 per cell of a block of ``BLOCK_CELLS`` (480 MiB of address space beyond the
+#: plan's start for 4 splits of 2,000 samples), the statistics of the splits of a batch about 3 KiB per sample
+#: (705 MiB for 4 x 20,000), and every split's replicate values (:data:`REPLICATE_BYTES` per replicate).
 INTERVAL_CELL_BYTES = 30 * 8
+#: Bytes per bootstrap replicate a split keeps until the report is finished: one float64 for each of its keys
+#: with an interval (52 for an in-domain split with the calibrated protocol; 64 with room).
+REPLICATE_BYTES = 64 * 8
 #: What a report maps beside all of the above whatever the split's size (HDF5's chunk caches, the results kept
 #: for the report, small temporaries): measured, a 3,000 x 200 split in passes mapped 50 MiB beyond the plan's
 #: start, 29 MiB of it planned without this term.
@@ -56,17 +60,20 @@ INTERVAL_BYTES_PER_SAMPLE = 3 * 2**10
 def working_bytes(splits: dict[str, int], n_classes: int, *, bootstrap: int | None) -> int:
     """Bytes a report maps beside any one split's arrays and blocks, for splits of ``splits[name]`` samples:
     TACE's class groups (at most a split's N x C entries) and, with ``bootstrap`` replicates (None: no
-    intervals), the bootstrap's replicate blocks (at most ``bootstrap`` x N cells) and the statistics every
-    split keeps for them; and :data:`FIXED_BYTES`."""
+    intervals), the bootstrap's replicate blocks (at most ``bootstrap`` x N cells), the statistics of one batch
+    of splits (the largest ones) and every split's replicate values; and :data:`FIXED_BYTES`."""
     from ..metrics.bootstrap import BLOCK_CELLS
     from ..metrics.calibration import _TACE_GROUP_ENTRIES
+    from ..metrics.report_intervals import IntervalCollector
 
     largest = max(splits.values(), default=0)
     tace = TACE_BYTES_PER_ENTRY * min(_TACE_GROUP_ENTRIES, largest * n_classes)
     if bootstrap is None:
         return FIXED_BYTES + tace
     cells = min(BLOCK_CELLS, bootstrap * largest)
-    return FIXED_BYTES + max(tace, INTERVAL_CELL_BYTES * cells) + INTERVAL_BYTES_PER_SAMPLE * sum(splits.values())
+    batch = sum(sorted(splits.values(), reverse=True)[:IntervalCollector.BATCH])
+    return (FIXED_BYTES + max(tace, INTERVAL_CELL_BYTES * cells) + INTERVAL_BYTES_PER_SAMPLE * batch
+            + REPLICATE_BYTES * bootstrap * len(splits))
 
 
 class MemoryBudgetError(ValueError):

@@ -207,21 +207,27 @@ def _stream_split(reader, name: str, builder, limits: ReadLimits, progress: Prog
 def score_split(reader, name: str, builder, labels: np.ndarray | None, limits: ReadLimits, plan,
                 progress: ProgressFn | None = None) -> None:
     """Step 2, per split: stream it (:func:`_stream_split`) and hand its arrays to ``builder`` by its role; its
-    (N, C) arrays are freed on return, before the next split is read."""
+    (N, C) arrays are freed on return, before the next split is read, and so are HDF5's cached chunks of it
+    (``ArchiveReader.release``: 8 MiB per split otherwise)."""
     info = reader.header.splits[name]
-    arrays = _stream_split(reader, name, builder, limits, progress, plan)
-    builder.add_method_scores(name, _method_scores(reader, name))
-    if info.role == "in_domain":
-        builder.add_in_domain(name, arrays, labels, progress=progress)
-    elif info.role == "ood":
-        builder.add_ood(name, arrays)
-    else:
-        builder.add_shift(name, arrays, labels, kind=info.shift_kind, intensity=info.shift_intensity)
+    try:
+        arrays = _stream_split(reader, name, builder, limits, progress, plan)
+        builder.add_method_scores(name, _method_scores(reader, name))
+        if info.role == "in_domain":
+            builder.add_in_domain(name, arrays, labels, progress=progress)
+        elif info.role == "ood":
+            builder.add_ood(name, arrays)
+        else:
+            builder.add_shift(name, arrays, labels, kind=info.shift_kind, intensity=info.shift_intensity)
+    finally:
+        reader.release(name)
     if not plan.in_memory:
         builder.note(f"split {name!r}: its (N, C) mean ({plan.mean_bytes / 2**20:,.0f} MiB) did not fit the "
                      f"{plan.budget / 2**20:,.0f} MiB of memory left beside its per-sample arrays and working "
                      f"memory, so its metrics read it again from the archive ({arrays.mean_probs.passes:.0f} more "
                      "passes over the split)")
+    del arrays  # the bootstrap's replicate blocks are not to sit beside the split's mean
+    builder.intervals.settle()
 
 
 def _method_scores(reader, name: str) -> dict:
@@ -322,6 +328,7 @@ def run_score(path: str | Path, *, reference: str | Path | None = None,
             notes = notes + known_notes
         builder.notes[:0] = notes
         builder.intervals.units = {name: _ids_digest(reader.sample_ids(name)) for name in h.splits}
+        builder.intervals.block_n = max(s.n_samples for s in h.splits.values())  # the replicate blocks' size
         budget = memory_budget(memory_bytes)  # up front: a split that cannot be scored stops before any read
         extra = working_bytes({name: h.splits[name].n_samples for name in h.splits}, h.n_classes,
                               bootstrap=protocol.bootstrap if protocol.intervals else None)
@@ -428,6 +435,7 @@ def score_arrays(member_probs: ArrayLike, labels: ArrayLike, *,
             raise ValueError(f"{what} must have shape ({m}, n_ood, {c}) like member_probs; found {arr.shape}")
         ood_probs[str(name)] = arr
     builder = ReportBuilder(protocol, n_members=m, n_classes=c, dataset=dataset, primary=split)
+    builder.intervals.block_n = max([n, *(arr.shape[1] for arr in ood_probs.values())])
     if kind == "logits":
         builder.note("predictions given as logits (kind='logits'): scored as their softmax, taken in float64")
     builder.add_in_domain(split, split_arrays(probs, smoothing=protocol.smoothing,

@@ -9,6 +9,12 @@ of its own, and returns what that split added (``ReportBuilder.split_result``: s
 which is the one :func:`~ubench.scoring.score.run_score` writes in one process, number for number. With the shift
 temperature on, the in-domain and OOD splits go first: the shift splits need the temperature fitted on them.
 
+The bootstrap intervals' replicates are computed by the client, from the per-sample statistics each result
+carries (a few (N,) columns), as the results arrive: the client's resampling runs beside the workers' scoring,
+not after it. Computed on the workers they would differ in the last bits (BLAS matrix products round
+differently with the number of BLAS threads, which Dask sets to 1 on its workers), and the report would no
+longer be the one-process report.
+
 A split is never divided between workers: its metrics make several passes over its (N, C) mean, which lives in
 the worker that streamed it (moving it would cost more than computing it, 400 MB for ImageNet). Each worker plans
 its own memory (:mod:`ubench.scoring.memory_plan`), so a split that does not fit a worker is read in passes there.
@@ -26,21 +32,22 @@ from ..archive_schema.spec import ReadLimits
 __all__ = ["score_splits_parallel", "score_split_task"]
 
 
-def score_split_task(path: str, name: str, labels: np.ndarray | None, *, protocol, limits: ReadLimits,
-                     primary: str | None, shift_ts: dict[str, Any] | None, memory_bytes: int | None
-                     ) -> dict[str, Any]:
-    """On a worker: score split ``name`` of the archive at ``path`` alone; its ``split_result``."""
+def score_split_task(path: str, name: str, labels: np.ndarray | None, unit: str | None, *, protocol,
+                     limits: ReadLimits, primary: str | None, shift_ts: dict[str, Any] | None,
+                     memory_bytes: int | None) -> dict[str, Any]:
+    """On a worker: score split ``name`` of the archive at ``path`` alone (``unit``: the digest of its sample
+    ids); its ``split_result``."""
     from ..archive_schema import open_archive
     from ..metrics.report import ReportBuilder
     from .memory_plan import memory_budget, plan_split, working_bytes
-    from .score import _ids_digest, score_split
+    from .score import score_split
 
     with open_archive(path, limits, check_values=False) as reader:
         h = reader.header
         builder = ReportBuilder(protocol, n_members=h.n_members, n_classes=h.n_classes, dataset=h.dataset,
                                 primary=primary)
         builder.notes.clear()  # the report's builder has the constructor's notes already
-        builder.intervals.units = {n: _ids_digest(reader.sample_ids(n)) for n in h.splits}
+        builder.intervals.units = {name: unit}  # the split's resampling unit (the client resamples it)
         if shift_ts is not None:
             builder.shift_temperature(shift_ts)
         extra = working_bytes({name: h.splits[name].n_samples}, h.n_classes, bootstrap=None)  # intervals: client
@@ -72,9 +79,11 @@ def score_splits_parallel(path, reader, builder, labels: Mapping[str, np.ndarray
             # the shift splits' temperature is fitted here once, from the in-domain splits merged so far
             shift_ts = (builder.shift_temperature() or {}) if k == 1 else None
             results: dict[str, dict] = {}
-            for i, result in map_unordered(_task, [(str(path), n, labels[n]) for n in wave], scheduler=address,
-                                           protocol=builder.p, limits=limits, primary=builder.primary,
-                                           shift_ts=shift_ts, memory_bytes=memory_bytes):
+            items = [(str(path), n, labels[n], builder.intervals.units.get(n)) for n in wave]
+            for i, result in map_unordered(_task, items, scheduler=address, protocol=builder.p, limits=limits,
+                                           primary=builder.primary, shift_ts=shift_ts, memory_bytes=memory_bytes):
+                # resampled here as they arrive, while the workers score the next splits
+                builder.intervals.absorb(wave[i], result.pop("intervals"))
                 results[wave[i]] = result
                 done += 1
                 if progress is not None:
@@ -83,6 +92,5 @@ def score_splits_parallel(path, reader, builder, labels: Mapping[str, np.ndarray
                 builder.absorb(name, results[name])
 
 
-def _task(item: tuple[str, str, np.ndarray | None], **kwargs) -> dict[str, Any]:
-    path, name, labels = item
-    return score_split_task(path, name, labels, **kwargs)
+def _task(item: tuple[str, str, np.ndarray | None, str | None], **kwargs) -> dict[str, Any]:
+    return score_split_task(*item, **kwargs)

@@ -126,9 +126,10 @@ def test_cli_refusal_is_one_line_and_exit_1(archive, monkeypatch):
     assert res.exception is None or isinstance(res.exception, SystemExit)
     lines = [ln for ln in res.stderr.splitlines() if ln.startswith("error:")]
     # by hand: 358,400 B of vectors, two 504,000 B blocks (the whole split), the intervals' 240 B per cell of
-    # 1,000 x 700 replicate weights (168,000,000 B), 3 KiB per sample of all four splits (8,601,600 B) and 32 MiB
+    # 1,000 x 700 replicate weights (168,000,000 B), 3 KiB per sample of a batch of two splits (4,300,800 B),
+    # 512 B per replicate of each of four splits (2,048,000 B) and 32 MiB
     assert len(lines) == 1 and "cannot be scored: split 'test' (700 samples x 30 classes) cannot be scored " \
-        "within the memory limit: it needs at least 201.7 MiB" in lines[0]
+        "within the memory limit: it needs at least 199.6 MiB" in lines[0]
     assert res.stdout == ""
 
 

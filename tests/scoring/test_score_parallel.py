@@ -54,12 +54,14 @@ def cluster():
         yield c.scheduler_address
 
 
-@pytest.mark.parametrize("preset,settings", [("pitfalls", {"shift_temperature": True, "dee_point": True}),
+@pytest.mark.parametrize("preset,settings", [("pitfalls", {"shift_temperature": True, "dee_point": True,
+                                                          "sample_stats": True}),
                                              ("ursabench", {})])
 def test_cluster_report_equals_the_one_process_report(archive, cluster, preset, settings):
     """For any protocol, the splits scored on two worker processes and merged in scoring order give the same
     report as one process: every number, section, summary key and note, in the same order (the shift
-    temperature, which the shift splits need, is fitted between the two waves)."""
+    temperature, which the shift splits need, is fitted between the two waves; the intervals' replicates are
+    computed by the client as results arrive, and ``samples`` lists the splits in scoring order)."""
     protocol = Protocol.preset(preset).replace(**settings)
     one = json.dumps(run_score(archive, protocol=protocol))  # key order kept: the order of splits and notes too
     many = json.dumps(run_score(archive, protocol=protocol, scheduler=cluster))
@@ -80,3 +82,27 @@ def test_cli_scheduler_and_its_usage_errors(archive, cluster):
     assert json.loads(res.stdout) == json.loads(json.dumps(run_score(archive)))
     both = CliRunner().invoke(cli, ["score", str(archive), "--json", "--scheduler", cluster, "--sandbox"])
     assert both.exit_code == 2 and "drop --sandbox" in both.output
+
+
+def test_results_merged_in_any_arrival_order_give_the_one_process_report(archive, monkeypatch):
+    """The client resamples each split's interval statistics as its result arrives, in whatever order the workers
+    finish: with every wave's results arriving last first (the tasks run in a spawned process: HDF5 does not open
+    an archive twice in one), the report is still the one-process report, ``samples`` in scoring order
+    included."""
+    import contextlib
+    import functools
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    import ubench.scoring.distributed as distributed
+
+    def last_first(fn, items, *, scheduler=None, **kwargs):
+        with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
+            done = list(pool.map(functools.partial(fn, **kwargs), items))
+        yield from reversed(list(enumerate(done)))
+
+    monkeypatch.setattr(distributed, "map_unordered", last_first)
+    monkeypatch.setattr(distributed, "local_cluster", lambda n: contextlib.nullcontext("in-process"))
+    protocol = Protocol.preset("pitfalls").replace(shift_temperature=True, sample_stats=True)
+    one = json.dumps(run_score(archive, protocol=protocol))
+    assert json.dumps(run_score(archive, protocol=protocol, workers=2)) == one
