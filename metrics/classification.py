@@ -75,8 +75,9 @@ def _row_sum_squares(probs: NDArray) -> NDArray[np.float64]:
     n, c = probs.shape
     out = np.empty(n, dtype=np.float64)
     step = _block_rows(c)
-    # C-contiguous float64 input is summed where it lies; anything else through a C-contiguous float64 buffer
-    in_place = probs.dtype == np.float64 and probs.flags.c_contiguous
+    # A C-contiguous float64 ndarray is summed where it lies; anything else (another layout or dtype, or a mean
+    # read from the archive in passes, scoring/archive_mean.py) through a C-contiguous float64 buffer
+    in_place = isinstance(probs, np.ndarray) and probs.dtype == np.float64 and probs.flags.c_contiguous
     buf = None if in_place else np.empty((min(step, n), c), dtype=np.float64)
     for start in range(0, n, step):
         block = probs[start : start + step]
