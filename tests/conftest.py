@@ -23,6 +23,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -100,7 +101,24 @@ def _torch_info(path: Path) -> tuple[bool, frozenset[str]]:
     return _TORCH_CACHE[key]
 
 
+def _mutation_fast_first(items: list[pytest.Item]) -> None:
+    """Under a mutant (bench/bench_mutation.py; mutmut runs the tests that reach it with ``-x``): the tests in the
+    order of their duration in mutmut's stats run, so that a killed mutant meets its fast killers before the slow
+    tests. The same tests run and a kill is a kill: only a killed mutant's time changes. pytest's fixture
+    ordering, which runs after this hook, still groups the tests that share a module or session fixture."""
+    if "__mutmut_" not in os.environ.get("MUTANT_UNDER_TEST", ""):
+        return
+    try:
+        durations = json.loads(Path("mutmut-stats.json").read_text())["duration_by_test"]  # mutmut's cwd
+    except (OSError, ValueError, KeyError):
+        return
+    items.sort(key=lambda item: durations.get(item.nodeid, 0.0))
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest's fixture ordering (see _mutation_fast_first)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if os.environ.get("UBENCH_MUTATION"):
+        _mutation_fast_first(items)
     for item in items:
         if not isinstance(item, pytest.Function) or item.path.suffix != ".py":
             continue
@@ -110,6 +128,33 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.torch)
         if item.nodeid.split("[", 1)[0] in SLOW_TESTS:
             item.add_marker(pytest.mark.slow)
+
+
+_HITS_EPOCH = iter(range(1, 1 << 62))
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item):
+    """Under mutmut's stats run (bench/bench_mutation.py sets ``UBENCH_MUTATION_HITS``), the functions that the
+    processes this test started reached (their sitecustomize writes them to that folder) count as reached by
+    this test, so that mutmut runs it for those functions' mutants (a ``ubench serve`` child's routes)."""
+    try:
+        return (yield)
+    finally:
+        hits = os.environ.get("UBENCH_MUTATION_HITS")
+        if hits and os.environ.get("MUTANT_UNDER_TEST") == "stats":
+            from mutmut.state import state
+
+            folder = Path(hits)
+            for path in folder.iterdir():
+                if path.name != "epoch" and path.suffix != ".read":
+                    taken = path.rename(path.with_suffix(".read"))  # a child's later hits go to a new file
+                    state()._stats.update(taken.read_text().split())
+                    taken.unlink()
+            epoch = folder / "epoch"  # a new test: the children report every function again
+            epoch.touch()
+            n = next(_HITS_EPOCH)
+            os.utime(epoch, ns=(n, n))
 
 
 @pytest.hookimpl(wrapper=True)
