@@ -137,6 +137,10 @@ EQUIVALENT: dict[str, str] = {
     "ubench.metrics.classification.x__brier_decomposition__mutmut_42":
         "an empty cell's frequencies (1 instead of 0) are weighted by its count 0 and never indexed by a "
         "prediction, so no term sees them",
+    **{f"ubench.metrics.classification.x__block_rows__mutmut_{k}":
+       "a block of at least 2 rows (past 2^17 classes) or rows counted for 2 classes when there is 1: blocking "
+       "changes no value" for k in (5, 11)},
+    "ubench.metrics.classification.x__true_class_probs__mutmut_1": "astype(None) is astype(float64)",
     "ubench.scoring.reference.x__attr__mutmut_15":
         "skips the bytes branch: archive_schema.scan.read_attr returns text as str (strict UTF-8), never bytes",
     "ubench.scoring.reference.x__attr__mutmut_17":
@@ -308,12 +312,12 @@ def _names_to_run(module: str, codes: dict, *, force: bool, survivors: bool) -> 
     Every unit of a shard is mutated (trampolined) in every run, so that one stats run records which tests reach
     every function of the shard; a run is then restricted to one unit by naming its mutants. mutmut re-tests a
     named mutant even when it has a verdict, so an incremental run names only those without one (new, changed or
-    interrupted), ``--survivors`` those that survived or met no test, ``--force`` all of them (the glob)."""
+    interrupted), ``--survivors`` those that survived, met no test or timed out, ``--force`` all of them (the glob)."""
     glob = _unit_of("", module) + ".*"
     if force:
         return [glob]
-    if survivors:
-        return sorted(k for k, v in codes.items() if v in (0, 5, 33))
+    if survivors:  # survived, met no test or timed out: all not killed
+        return sorted(k for k, v in codes.items() if v in (0, 5, 33) or v in TIMEOUT)
     todo = sorted(k for k, v in codes.items() if v is None)
     return [glob] if todo and len(todo) == len(codes) else todo
 
@@ -390,7 +394,8 @@ def main(argv=None) -> int:
     ap.add_argument("--force", action="store_true", help="rerun units whose source did not change")
     ap.add_argument("--list", action="store_true")
     ap.add_argument("--survivors", action="store_true",
-                    help="re-test only the mutants that survived or met no test (after writing tests that kill them)")
+                    help="re-test only the mutants that survived, met no test or timed out (after writing tests that "
+                         "kill them)")
     ap.add_argument("--collect", action="store_true",
                     help="only record the verdicts mutmut has so far (an interrupted run), without running it")
     args = ap.parse_args(argv)

@@ -58,7 +58,7 @@ def test_every_configured_path_is_a_shard_unit_and_the_config_parses(bench, tmp_
 
 def test_a_run_names_only_the_mutants_without_a_verdict(bench):
     """mutmut re-tests every mutant it is given by name: an incremental run names those without a verdict (or the
-    unit's glob when none has one), --survivors the survived and untested ones, --force the glob."""
+    unit's glob when none has one), --survivors the survived, untested and timed-out ones, --force the glob."""
     codes = {"ubench.metrics.ranking.x_f__mutmut_1": 1, "ubench.metrics.ranking.x_f__mutmut_2": 0,
              "ubench.metrics.ranking.x_f__mutmut_3": None, "ubench.metrics.ranking.x_f__mutmut_4": 33,
              "ubench.metrics.ranking.x_f__mutmut_5": -24}
@@ -66,7 +66,8 @@ def test_a_run_names_only_the_mutants_without_a_verdict(bench):
     assert bench._names_to_run("metrics/ranking.py", codes, force=False, survivors=False) == [
         "ubench.metrics.ranking.x_f__mutmut_3"]
     assert bench._names_to_run("metrics/ranking.py", codes, force=False, survivors=True) == [
-        "ubench.metrics.ranking.x_f__mutmut_2", "ubench.metrics.ranking.x_f__mutmut_4"]
+        "ubench.metrics.ranking.x_f__mutmut_2", "ubench.metrics.ranking.x_f__mutmut_4",
+        "ubench.metrics.ranking.x_f__mutmut_5"]
     assert bench._names_to_run("metrics/ranking.py", codes, force=True, survivors=False) == [glob]
     fresh = dict.fromkeys(codes)
     assert bench._names_to_run("metrics/ranking.py", fresh, force=False, survivors=False) == [glob]
