@@ -5,6 +5,7 @@ datasets of the wrong type (mutation survivors of scoring/reference.py, issue #2
 
 from __future__ import annotations
 
+import os
 import re
 
 import h5py
@@ -13,7 +14,7 @@ import pytest
 from scoring_archives import build_archive, write_plain_archive
 
 from ubench.archive_schema import ArchiveWriter, SplitSpec
-from ubench.scoring.reference import ReferenceError, read_reference, write_reference
+from ubench.scoring.reference import ReferenceError, describe_reference, read_reference, write_reference
 
 
 def test_reference_of_an_archive_whose_values_fail_their_checks(tmp_path):
@@ -212,3 +213,27 @@ def test_the_reference_splits_are_checked(tmp_path, edit, message):
         edit(f)
     with pytest.raises(ReferenceError, match="^" + re.escape(message.format(ref=ref)) + "$"):
         read_reference(ref)
+
+
+def test_describe_reference_shows_every_split_as_written(tmp_path):
+    """describe_reference (what ``ubench inspect`` shows of a reference file): every field against the file it was
+    written from."""
+    rng = np.random.default_rng(0)
+    p = {name: rng.dirichlet(np.ones(4), size=(2, n)) for name, n in (("test", 6), ("noisy", 5), ("far", 3))}
+    labels = {"test": np.array([0, 1, 1, 3, 0, 1]), "noisy": np.array([2, 2, 2, 2, 2]), "far": None}
+    roles = {"test": "in_domain", "noisy": "shift", "far": "ood"}
+    up = write_plain_archive(tmp_path / "up.h5", p, labels, roles, 4, shift={"noisy": ("gaussian_noise", 3.0)})
+    path = write_reference(up, tmp_path / "ref.h5")
+    got = describe_reference(read_reference(path))
+    assert got == {
+        "kind": "reference-labels", "path": str(path), "file_bytes": os.path.getsize(path), "dataset": "toy",
+        "n_classes": 4, "primary": "test",
+        "splits": [  # in the file's order (the upload's, which plain h5py wrote in name order)
+            {"name": "far", "role": "ood", "dataset": "toy", "shift_kind": None, "shift_intensity": None,
+             "n_samples": 3, "has_labels": False, "n_labelled_classes": None},
+            {"name": "noisy", "role": "shift", "dataset": "toy", "shift_kind": "gaussian_noise",
+             "shift_intensity": 3.0, "n_samples": 5, "has_labels": True, "n_labelled_classes": 1},
+            {"name": "test", "role": "in_domain", "dataset": "toy", "shift_kind": None, "shift_intensity": None,
+             "n_samples": 6, "has_labels": True, "n_labelled_classes": 3},
+        ],
+    }
