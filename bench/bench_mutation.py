@@ -316,8 +316,8 @@ def _names_to_run(module: str, codes: dict, *, force: bool, survivors: bool) -> 
     glob = _unit_of("", module) + ".*"
     if force:
         return [glob]
-    if survivors:  # survived, met no test or timed out: all not killed
-        return sorted(k for k, v in codes.items() if v in (0, 5, 33) or v in TIMEOUT)
+    if survivors:  # survived, met no test or timed out (all not killed), and not judged equivalent
+        return sorted(k for k, v in codes.items() if (v in (0, 5, 33) or v in TIMEOUT) and k not in EQUIVALENT)
     todo = sorted(k for k, v in codes.items() if v is None)
     return [glob] if todo and len(todo) == len(codes) else todo
 

@@ -56,12 +56,14 @@ def test_every_configured_path_is_a_shard_unit_and_the_config_parses(bench, tmp_
     assert written["pytest_add_cli_args"] == conf["pytest_add_cli_args"]
 
 
-def test_a_run_names_only_the_mutants_without_a_verdict(bench):
+def test_a_run_names_only_the_mutants_without_a_verdict(bench, monkeypatch):
     """mutmut re-tests every mutant it is given by name: an incremental run names those without a verdict (or the
-    unit's glob when none has one), --survivors the survived, untested and timed-out ones, --force the glob."""
+    unit's glob when none has one), --survivors the survived, untested and timed-out ones not judged equivalent, --force the glob."""
     codes = {"ubench.metrics.ranking.x_f__mutmut_1": 1, "ubench.metrics.ranking.x_f__mutmut_2": 0,
              "ubench.metrics.ranking.x_f__mutmut_3": None, "ubench.metrics.ranking.x_f__mutmut_4": 33,
              "ubench.metrics.ranking.x_f__mutmut_5": -24}
+    monkeypatch.setattr(bench, "EQUIVALENT", {"ubench.metrics.ranking.x_f__mutmut_6": "why"})
+    codes["ubench.metrics.ranking.x_f__mutmut_6"] = 0  # equivalent: never re-tested as a survivor
     glob = "ubench.metrics.ranking.*"
     assert bench._names_to_run("metrics/ranking.py", codes, force=False, survivors=False) == [
         "ubench.metrics.ranking.x_f__mutmut_3"]
