@@ -30,11 +30,24 @@ def _several_blocks(c: int) -> int:
 def test_nll_from_logits_per_sample_equals_scipy_over_several_blocks(c):
     """Every sample's -log softmax(z)_y (scipy.special.log_softmax), in every row block, and the mean of them."""
     z, y = _logits(_several_blocks(c), c, seed=c)
-    expected = -log_softmax(z, axis=1)[np.arange(len(y)), y]
     got = M.nll_loss_from_logits(z, y, per_sample=True)
+    expected = -log_softmax(z, axis=1)[np.arange(len(y)), y]
     assert got.shape == (len(y),) and got.dtype == np.float64
     np.testing.assert_allclose(got, expected, rtol=1e-12, atol=1e-13)
     assert M.nll_loss_from_logits(z, y) == pytest.approx(expected.mean(), rel=1e-12)
+
+
+def test_many_classes_make_blocks_of_a_few_rows():
+    """With C = _BLOCK_ELEMS / 4 classes a block holds 4 rows: 15 samples span four blocks (the last partial), so
+    every row-blocked loop is exercised on a small input. Per-sample NLL (scipy), Brier (its definition)."""
+    c, n = _BLOCK_ELEMS // 4, 15
+    z, y = _logits(n, c, seed=5)
+    got = M.nll_loss_from_logits(z, y, per_sample=True)  # first: a row left unwritten shows no fresh reference
+    np.testing.assert_allclose(got, -log_softmax(z, axis=1)[np.arange(n), y], rtol=1e-12)
+    p = softmax64(z)
+    onehot = np.zeros((n, c))
+    onehot[np.arange(n), y] = 1.0
+    np.testing.assert_allclose(M.brier_loss(p, y, per_sample=True), ((p - onehot) ** 2).sum(1), rtol=1e-12)
 
 
 def test_nll_from_logits_is_shift_invariant_far_from_zero():
