@@ -155,7 +155,8 @@ def test_primary_split_choice_and_refusal(tmp_path):
 @pytest.mark.parametrize("where, name", [("/", "ubench_format"), ("/", "ubench_format_version"), ("/", "ubench_kind"),
                                          ("/", "n_classes"), ("/", "dataset"), ("/", "primary"),
                                          ("/splits/test", "role"), ("/splits/test", "dataset"),
-                                         ("/splits/blur_1", "shift_kind")])
+                                         ("/splits/blur_1", "shift_kind"), ("/splits/blur_1", "shift_intensity"),
+                                         ("/splits/test", "inputs_sha256")])
 def test_an_oversized_attribute_is_refused_naming_where_it_is(tmp_path, where, name):
     """Every attribute is read within the limits: one over ``max_attr_bytes`` fails the read with its group and
     its name (before its value is used)."""
@@ -205,6 +206,14 @@ def test_the_reference_header_is_checked(tmp_path, attrs, message):
     (lambda f: (f["splits"].__delitem__("ood"), f["splits"].create_dataset("ood", data=[1])),
      "{ref}: /splits/ood must be a group"),
     (lambda f: f["splits/ood"].__delitem__("sample_ids"), "{ref}: /splits/ood/sample_ids missing"),
+    (lambda f: f["splits/test"].__delitem__("labels"), "{ref}: /splits/test/labels missing (required for role "
+     "'in_domain')"),
+    (lambda f: (f["splits/test"].__delitem__("labels"), f["splits/test"].create_dataset("labels", data=[0, 1])),
+     "{ref}: /splits/test/labels must be integers of the sample_ids' shape"),
+    (lambda f: f["splits/test"].attrs.__setitem__("inputs_sha256", "AB" * 32),
+     "{ref}: /splits/test: attribute 'inputs_sha256' must be 64 lower-case hex digits"),
+    (lambda f: f["splits/test"].attrs.__setitem__("inputs_sha256", "ab" * 31),
+     "{ref}: /splits/test: attribute 'inputs_sha256' must be 64 lower-case hex digits"),
 ])
 def test_the_reference_splits_are_checked(tmp_path, edit, message):
     path, _ = build_archive(tmp_path / "a.h5")
@@ -237,3 +246,17 @@ def test_describe_reference_shows_every_split_as_written(tmp_path):
              "n_samples": 6, "has_labels": True, "n_labelled_classes": 3},
         ],
     }
+
+
+@pytest.mark.parametrize("value", [None, ""])
+def test_a_reference_without_a_dataset_name_reads_as_empty(tmp_path, value):
+    """The file's ``dataset`` attribute is optional: absent or empty, the reference's dataset is ''."""
+    path, _ = build_archive(tmp_path / "a.h5")
+    ref = write_reference(path, tmp_path / "ref.h5")
+    with h5py.File(ref, "a") as f:
+        if value is None:
+            del f.attrs["dataset"]
+        else:
+            f.attrs["dataset"] = value
+    got = read_reference(ref)
+    assert got.dataset == "" and describe_reference(got)["dataset"] == ""
