@@ -14,7 +14,8 @@
   ``__pycache__/``, virtual environments and pytest's ``--basetemp`` (when it lies inside) are ignored. Editing
   the tree while the suite runs trips it too: the list then shows your own edit. Not under mutation testing
   (``UBENCH_MUTATION`` set by ``bench/bench_mutation.py``: the tree is then mutmut's copy, which it writes).
-* Hypothesis profile ``mutation``: derandomized, no example database (a mutant's verdict is reproducible).
+* Hypothesis profile ``mutation``: derandomized, no example database (a mutant's verdict is reproducible), no
+  shrinking (a failing example is a kill already).
 * Under CI (``CI=true``) a skip fails the test unless its reason is on ``suite_guards.CI_ALLOWED_SKIPS`` (no CUDA
   GPU, no TensorRT): CI installs everything else the suite needs, so a skip there means a missing install step.
   Skips at collection (a module-level ``importorskip``) become collection errors; xfail is not a skip. With
@@ -29,7 +30,7 @@ from pathlib import Path
 
 import pytest
 from _pytest.doctest import DoctestModule  # not re-exported by pytest
-from hypothesis import HealthCheck, settings
+from hypothesis import HealthCheck, Phase, settings
 from suite_guards import SLOW_TESTS, refuse_skip_in_ci, skip_reason, torch_tests, tree_changes, tree_state
 
 settings.register_profile("dev", max_examples=25, deadline=None)
@@ -42,9 +43,11 @@ settings.register_profile(
     suppress_health_check=[HealthCheck.too_slow],
 )
 #: Mutation testing (bench/bench_mutation.py): the dev profile's size, derandomized and without the example database,
-#: so that a mutant's verdict never depends on an earlier run.
+#: so that a mutant's verdict never depends on an earlier run; no shrinking (a failing example already kills the
+#: mutant, and shrinking it took a warm test of 0.3 s past mutmut's 16 s timeout, a timeout counting as survived).
 settings.register_profile(
     "mutation", max_examples=25, deadline=None, derandomize=True, database=None,
+    phases=(Phase.explicit, Phase.reuse, Phase.generate, Phase.target),
     suppress_health_check=[HealthCheck.too_slow],
 )
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "dev"))
