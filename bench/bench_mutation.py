@@ -141,6 +141,11 @@ EQUIVALENT: dict[str, str] = {
        "a block of at least 2 rows (past 2^17 classes) or rows counted for 2 classes when there is 1: blocking "
        "changes no value" for k in (5, 11)},
     "ubench.metrics.classification.x__true_class_probs__mutmut_1": "astype(None) is astype(float64)",
+    # metrics/ranking.py
+    "ubench.metrics.ranking.x__fpr_at_tpr__mutmut_1": "the default tpr: its only caller (fpr_at_tpr) passes tpr",
+    **{f"ubench.metrics.ranking.x_{f}__mutmut_{k}":
+       "0/1 labels as float64 instead of int8: they are only read as booleans (labels.astype(bool))"
+       for f, ks in (("misclassification_scores", (31,)), ("ood_detection_scores", (44, 46, 49, 51))) for k in ks},
     "ubench.scoring.reference.x__attr__mutmut_15":
         "skips the bytes branch: archive_schema.scan.read_attr returns text as str (strict UTF-8), never bytes",
     "ubench.scoring.reference.x__attr__mutmut_17":

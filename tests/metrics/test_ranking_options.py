@@ -88,7 +88,14 @@ def test_ood_detection_errors_name_the_argument():
         M.ood_detection_scores(ind, np.full((3, 3, 2), 0.5))
 
 
-def test_average_precision_without_positives_says_so():
-    with pytest.raises(UndefinedMetricError, match=r"^average precision is undefined: labels contain no positive "
-                                                   r"\(1\) samples$"):
-        M.average_precision_score(np.array([0.1, 0.2]), np.array([0, 0]))
+@pytest.mark.parametrize("metric, name", [(M.auroc_score, "AUROC"), (M.fpr_at_tpr, "FPR at TPR"),
+                                          (M.detection_scores, "detection AUROC"),
+                                          (M.average_precision_score, "average precision")])
+def test_a_metric_of_one_class_says_which_is_missing(metric, name):
+    s = np.array([0.1, 0.2, 0.3])
+    with pytest.raises(UndefinedMetricError, match=rf"^{name} is undefined: labels contain no positive \(1\) samples$"):
+        metric(s, np.zeros(3, int))
+    if metric is not M.average_precision_score:  # AP is defined without negatives
+        with pytest.raises(UndefinedMetricError,
+                           match=rf"^{name} is undefined: labels contain no negative \(0\) samples$"):
+            metric(s, np.ones(3, int))
