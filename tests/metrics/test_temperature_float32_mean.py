@@ -1,0 +1,52 @@
+# SPDX-License-Identifier: MIT
+"""Ensemble temperature scaling of a float32 member stack averages it in float64 (``post``): the fit and the
+rescaled probabilities equal those of the stack's float64 copy, and the NLL it reports is the float64 NLL of
+the mean; and its errors name the arguments (what the mutation run of metrics/temperature.py found untested;
+bench/bench_mutation.py)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from scipy.special import log_softmax, softmax
+from strategies import softmax64
+
+from ubench import metrics as M
+from ubench.metrics.temperature import DEFAULT_EPS
+
+
+def _stack32(seed=0, m=3, n=400, c=6):
+    rng = np.random.default_rng(seed)
+    p = softmax64(rng.normal(scale=3.0, size=(m, n, c))).astype(np.float32)
+    y = p.astype(np.float64).mean(0).argmax(1)
+    flip = rng.random(n) < 0.3
+    y[flip] = rng.integers(0, c, flip.sum())
+    return p, y
+
+
+def test_post_fit_of_a_float32_stack_is_the_fit_of_its_float64_copy():
+    p32, y = _stack32()
+    got = M.fit_ensemble_temperature(p32, y)
+    assert not got.hit_bound
+    mean64 = p32.astype(np.float64).mean(0)
+    # the NLL of softmax(log(mean + eps)) at T = 1: the mean renormalised (float32 rows sum to 1 within ~1e-7)
+    before = -np.mean(log_softmax(np.log(mean64 + DEFAULT_EPS), axis=1)[np.arange(len(y)), y])
+    assert got.nll_before == pytest.approx(before, rel=1e-13)
+    want = M.fit_ensemble_temperature(p32.astype(np.float64), y)
+    assert (got.temperature, got.nll_before, got.nll_after) == pytest.approx(
+        (want.temperature, want.nll_before, want.nll_after), rel=1e-12)
+
+
+@pytest.mark.parametrize("t", [0.5, 2.5])
+def test_post_apply_to_a_float32_stack_rescales_its_float64_mean(t):
+    """softmax(log(mean + eps) / T) with the mean taken in float64 (scipy's softmax)."""
+    p32, _ = _stack32(seed=1)
+    got = M.apply_ensemble_temperature(p32, t)
+    want = softmax(np.log(p32.astype(np.float64).mean(0) + DEFAULT_EPS) / t, axis=1)
+    np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-15)
+
+
+def test_fit_ensemble_temperature_errors_name_the_arguments():
+    p32, y = _stack32(n=5)
+    with pytest.raises(ValueError, match=r"^member_probs has 5 samples but labels has 4$"):
+        M.fit_ensemble_temperature(p32, y[:4])
