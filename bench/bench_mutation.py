@@ -146,6 +146,9 @@ EQUIVALENT: dict[str, str] = {
     **{f"ubench.metrics.ranking.x_{f}__mutmut_{k}":
        "0/1 labels as float64 instead of int8: they are only read as booleans (labels.astype(bool))"
        for f, ks in (("misclassification_scores", (31,)), ("ood_detection_scores", (44, 46, 49, 51))) for k in ks},
+    # metrics/temperature.py
+    "ubench.metrics.temperature.x_fit_temperature_from_logits__mutmut_3":
+        "check_logits(finite=None): None is falsy like False, the same branch",
     "ubench.scoring.reference.x__attr__mutmut_15":
         "skips the bytes branch: archive_schema.scan.read_attr returns text as str (strict UTF-8), never bytes",
     "ubench.scoring.reference.x__attr__mutmut_17":

@@ -50,3 +50,22 @@ def test_fit_ensemble_temperature_errors_name_the_arguments():
     p32, y = _stack32(n=5)
     with pytest.raises(ValueError, match=r"^member_probs has 5 samples but labels has 4$"):
         M.fit_ensemble_temperature(p32, y[:4])
+
+
+def test_logit_passes_start_at_16384_rows():
+    """The documented size of the large-input path: N >= 16384 rows fit in logit passes (a certified answer on
+    this well-conditioned input), one row fewer by Newton on the float64 log-softmax."""
+    rng = np.random.default_rng(0)
+    z = rng.normal(scale=2.0, size=(16384, 10)).astype(np.float32)
+    y = z.argmax(1)
+    flip = rng.random(len(y)) < 0.4
+    y[flip] = rng.integers(0, 10, flip.sum())
+    assert M.fit_temperature_from_logits(z, y).path == "logit_passes"
+    assert M.fit_temperature_from_logits(z[:-1], y[:-1]).path == "newton"
+
+
+def test_temperature_errors_name_the_argument():
+    with pytest.raises(ValueError, match=r"^temperature must be a finite positive number; found 0.0$"):
+        M.apply_temperature(np.full((2, 2), 0.5), 0.0)
+    with pytest.raises(ValueError, match=r"^logits has 3 samples but labels has 2$"):
+        M.fit_temperature_from_logits(np.zeros((3, 2)), np.array([0, 1]))
