@@ -146,6 +146,9 @@ EQUIVALENT: dict[str, str] = {
     **{f"ubench.metrics.ranking.x_{f}__mutmut_{k}":
        "0/1 labels as float64 instead of int8: they are only read as booleans (labels.astype(bool))"
        for f, ks in (("misclassification_scores", (31,)), ("ood_detection_scores", (44, 46, 49, 51))) for k in ks},
+    "ubench.metrics.ranking.x__detection_scores__mutmut_1": "the default tpr: every caller passes tpr",
+    **{f"ubench.metrics.ranking.x__average_precision_sorted__mutmut_{k}": "searchsorted's default side is 'left'"
+       for k in (19, 34)},
     # metrics/temperature.py
     "ubench.metrics.temperature.x_fit_temperature_from_logits__mutmut_3":
         "check_logits(finite=None): None is falsy like False, the same branch",

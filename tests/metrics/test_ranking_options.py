@@ -99,3 +99,11 @@ def test_a_metric_of_one_class_says_which_is_missing(metric, name):
         with pytest.raises(UndefinedMetricError,
                            match=rf"^{name} is undefined: labels contain no negative \(0\) samples$"):
             metric(s, np.ones(3, int))
+
+
+@pytest.mark.parametrize("tpr", [0.0, 1.0000001, 1.5, -0.5])
+def test_tpr_outside_0_to_1_is_refused(tpr):
+    s, y = np.array([0.1, 0.2, 0.3]), np.array([0, 1, 1])
+    for metric in (M.fpr_at_tpr, M.detection_scores):
+        with pytest.raises(ValueError, match=rf"^tpr must be in \(0, 1\]; found {tpr!r}$"):
+            metric(s, y, tpr=tpr)
