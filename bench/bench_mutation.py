@@ -149,6 +149,20 @@ EQUIVALENT: dict[str, str] = {
     "ubench.metrics.ranking.x__detection_scores__mutmut_1": "the default tpr: every caller passes tpr",
     **{f"ubench.metrics.ranking.x__average_precision_sorted__mutmut_{k}": "searchsorted's default side is 'left'"
        for k in (19, 34)},
+    **{f"ubench.metrics.ranking.x__auroc_sorted__mutmut_{k}":
+       "sum(dtype=None) of searchsorted's intp counts is int64 on a 64-bit machine" for k in (15, 27)},
+    "ubench.metrics.ranking.x__auroc_sorted__mutmut_21": "searchsorted's default side is 'left'",
+    **{f"ubench.metrics.ranking.x__fpr_at_tpr_sorted__mutmut_{k}":
+       "the descent only moves the start of the final climb, which stops at the smallest k with k / n_pos >= tpr "
+       "from any start at or below it (ceil(tpr / n_pos) = 1; descending to 1 with 'or', '(k - 1) * n_pos', "
+       "'(k + 1) / n_pos'; setting k = 1; stepping by 2)" for k in (5, 6, 9, 10, 13, 15)},
+    "ubench.metrics.ranking.x__fpr_at_tpr_sorted__mutmut_7":
+        "k >= 1 instead of k > 1 in the descent: at k = 1 it would need 0 / n_pos >= tpr, and tpr > 0",
+    "ubench.metrics.ranking.x__fpr_at_tpr_sorted__mutmut_8":
+        "k > 2 in the descent differs only if it starts at 2 with answer 1, i.e. ceil(tpr * n_pos) = 2 while "
+        "tpr <= 1 / n_pos; float products are monotone and (1 / n) * n <= 1 for every n, so it starts at 1",
+    "ubench.metrics.ranking.x__fpr_at_tpr_sorted__mutmut_17":
+        "k <= n_pos in the climb: past k = n_pos it would need 1.0 < tpr, and tpr <= 1",
     # metrics/temperature.py
     "ubench.metrics.temperature.x_fit_temperature_from_logits__mutmut_3":
         "check_logits(finite=None): None is falsy like False, the same branch",

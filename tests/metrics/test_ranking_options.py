@@ -16,9 +16,10 @@ from ubench.metrics import UndefinedMetricError
 
 
 def _fpr_at(scores, labels, tpr):
-    """FPR at the first (highest) ROC threshold whose TPR reaches ``tpr`` (scikit-learn's full curve)."""
+    """FPR at the first (highest) ROC threshold whose TPR (positives above it / positives, a float division)
+    reaches ``tpr`` (scikit-learn's full curve)."""
     fpr, tprs, _ = roc_curve(labels, scores, drop_intermediate=False)
-    return fpr[np.argmax(tprs >= tpr - 1e-12)]
+    return fpr[np.argmax(tprs >= tpr)]
 
 
 def _members(m, n, c, seed, scale=2.0):
@@ -107,3 +108,17 @@ def test_tpr_outside_0_to_1_is_refused(tpr):
     for metric in (M.fpr_at_tpr, M.detection_scores):
         with pytest.raises(ValueError, match=rf"^tpr must be in \(0, 1\]; found {tpr!r}$"):
             metric(s, y, tpr=tpr)
+
+
+def test_fpr_at_every_tpr_that_is_a_fraction_of_the_positives():
+    """TPR = j / n_pos exactly (and a hair either side): where tpr * n_pos rounds across an integer, the threshold
+    is still the highest one whose TPR reaches tpr (scikit-learn's curve)."""
+    rng = np.random.default_rng(7)
+    for n_pos in range(1, 41):
+        scores = rng.permutation(2 * n_pos + 5).astype(np.float64)
+        labels = np.zeros(scores.size, int)
+        labels[rng.choice(scores.size, n_pos, replace=False)] = 1
+        for j in range(1, n_pos + 1):
+            for tpr in (j / n_pos, np.nextafter(j / n_pos, 0), np.nextafter(j / n_pos, 2)):
+                if 0 < tpr <= 1:
+                    assert M.fpr_at_tpr(scores, labels, tpr=tpr) == _fpr_at(scores, labels, tpr), (n_pos, j, tpr)
