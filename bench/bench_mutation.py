@@ -151,7 +151,8 @@ EQUIVALENT: dict[str, str] = {
        for k in (19, 34)},
     **{f"ubench.metrics.ranking.x__auroc_sorted__mutmut_{k}":
        "sum(dtype=None) of searchsorted's intp counts is int64 on a 64-bit machine" for k in (15, 27)},
-    "ubench.metrics.ranking.x__auroc_sorted__mutmut_21": "searchsorted's default side is 'left'",
+    **{f"ubench.metrics.ranking.x__{f}__mutmut_{k}": "searchsorted's default side is 'left'"
+       for f, k in (("auroc_sorted", 21), ("fpr_at_tpr_sorted", 39))},
     **{f"ubench.metrics.ranking.x__fpr_at_tpr_sorted__mutmut_{k}":
        "the descent only moves the start of the final climb, which stops at the smallest k with k / n_pos >= tpr "
        "from any start at or below it (ceil(tpr / n_pos) = 1; descending to 1 with 'or', '(k - 1) * n_pos', "
