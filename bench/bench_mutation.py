@@ -167,6 +167,9 @@ EQUIVALENT: dict[str, str] = {
     # metrics/temperature.py
     "ubench.metrics.temperature.x_fit_temperature_from_logits__mutmut_3":
         "check_logits(finite=None): None is falsy like False, the same branch",
+    **{f"ubench.metrics.temperature.x_fit_temperature__mutmut_{k}":
+       "the fused path's kind None/'XXprobsXX'/'PROBS' instead of 'probs': temperature_solver only asks "
+       "kind == 'logits', so every one of them takes the probabilities branch" for k in (31, 39, 40)},
     "ubench.scoring.reference.x__attr__mutmut_15":
         "skips the bytes branch: archive_schema.scan.read_attr returns text as str (strict UTF-8), never bytes",
     "ubench.scoring.reference.x__attr__mutmut_17":

@@ -1,8 +1,8 @@
 # SPDX-License-Identifier: MIT
-"""Ensemble temperature scaling of a float32 member stack averages it in float64 (``post``): the fit and the
-rescaled probabilities equal those of the stack's float64 copy, and the NLL it reports is the float64 NLL of
-the mean; and its errors name the arguments (what the mutation run of metrics/temperature.py found untested;
-bench/bench_mutation.py)."""
+"""Temperature scaling where the mutation run of metrics/temperature.py found it untested
+(bench/bench_mutation.py): a float32 member stack is averaged in float64 (``post``: the fit and the rescaled
+probabilities equal those of its float64 copy, scipy), the documented size of the logit-pass path, and the
+checks of temperature, bounds and eps with their wording."""
 
 from __future__ import annotations
 
@@ -69,3 +69,38 @@ def test_temperature_errors_name_the_argument():
         M.apply_temperature(np.full((2, 2), 0.5), 0.0)
     with pytest.raises(ValueError, match=r"^logits has 3 samples but labels has 2$"):
         M.fit_temperature_from_logits(np.zeros((3, 2)), np.array([0, 1]))
+
+
+@pytest.mark.parametrize("bounds", [(0.0, 10.0), (1.0, 5.0), (0.5, 1.0), (-1.0, 2.0), (0.5, np.inf)])
+def test_bounds_must_bracket_1_strictly(bounds):
+    p = softmax64(np.random.default_rng(2).normal(size=(20, 3)))
+    with pytest.raises(ValueError, match=r"^bounds must satisfy 0 < t_min < 1 < t_max \(finite\); found "):
+        M.fit_temperature(p, np.zeros(20, int), bounds=bounds)
+
+
+def test_bounds_just_around_1_are_accepted():
+    """(0.5, 1.5) brackets 1: an overconfident fit stops at 1.5 and says so."""
+    rng = np.random.default_rng(3)
+    p = softmax64(rng.normal(scale=4.0, size=(200, 4)))
+    y = rng.integers(0, 4, 200)
+    fit = M.fit_temperature(p, y, bounds=(0.5, 1.5))
+    assert fit.temperature == 1.5 and fit.hit_bound
+
+
+@pytest.mark.parametrize("eps", [0.0, 1e-2, 0.5, np.nan])
+def test_eps_must_be_in_0_to_1e_2(eps):
+    p = softmax64(np.random.default_rng(2).normal(size=(20, 3)))
+    with pytest.raises(ValueError, match=r"^eps must be in \(0, 0.01\); found "):
+        M.fit_temperature(p, np.zeros(20, int), eps=eps)
+
+
+def test_fit_temperature_errors_name_probs_on_both_paths():
+    """The sample-count check, and the value check of a 16384-row input (the fused path's own pass)."""
+    rng = np.random.default_rng(4)
+    p = softmax64(rng.normal(size=(16384, 5))).astype(np.float32)
+    y = rng.integers(0, 5, len(p))
+    with pytest.raises(ValueError, match=r"^probs has 3 samples but labels has 2$"):
+        M.fit_temperature(p[:3], y[:2])
+    p[100, 3] = 1.5
+    with pytest.raises(ValueError, match=r"^probs must be probabilities in \[0, 1\]; found 1.5 at index \(100, 3\)"):
+        M.fit_temperature(p, y)
