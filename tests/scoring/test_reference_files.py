@@ -260,3 +260,29 @@ def test_a_reference_without_a_dataset_name_reads_as_empty(tmp_path, value):
             f.attrs["dataset"] = value
     got = read_reference(ref)
     assert got.dataset == "" and describe_reference(got)["dataset"] == ""
+
+
+def test_a_finding_about_the_whole_file_names_the_file_once(tmp_path):
+    """A finding whose HDF5 path is the file itself (``<file>``) reads 'reference PATH: MESSAGE (check)', without
+    the '<file>: ' a finding inside the file would put before its message."""
+    with pytest.raises(ReferenceError, match=f"^reference {re.escape(str(tmp_path))}: {re.escape(str(tmp_path))} is "
+                                             r"not a regular file; archives must be regular files \(not-regular-file\)$"):
+        read_reference(tmp_path)
+    junk = tmp_path / "zeros.h5"
+    junk.write_bytes(b"\0" * 64)
+    with pytest.raises(ReferenceError, match=f"^reference {re.escape(str(junk))}: no HDF5 signature found: this is "
+                                             r"not an HDF5 file \(not-hdf5\)$"):
+        read_reference(junk)
+
+
+def test_a_wrong_version_names_the_versions_read(tmp_path):
+    from ubench.scoring.reference import READABLE_VERSIONS, REFERENCE_FORMAT
+
+    path, _ = build_archive(tmp_path / "a.h5")
+    ref = write_reference(path, tmp_path / "ref.h5")
+    with h5py.File(ref, "a") as f:
+        f.attrs["ubench_format_version"] = "9.9"
+    with pytest.raises(ReferenceError, match="^" + re.escape(
+            f"{ref}: not a ubench reference file (ubench_format {REFERENCE_FORMAT[0]!r}, version '9.9'; expected "
+            f"{REFERENCE_FORMAT[0]!r}, one of {READABLE_VERSIONS})") + "$"):
+        read_reference(ref)
