@@ -170,13 +170,16 @@ EQUIVALENT: dict[str, str] = {
     **{f"ubench.metrics.temperature.x_fit_temperature__mutmut_{k}":
        "the fused path's kind None/'XXprobsXX'/'PROBS' instead of 'probs': temperature_solver only asks "
        "kind == 'logits', so every one of them takes the probabilities branch" for k in (31, 39, 40)},
+    **{f"ubench.scoring.reference.x_read_reference__mutmut_{k}":
+       "required=None instead of False for an optional attribute: both falsy, the same branch"
+       for k in (31, 45, 74, 111, 127, 223, 258, 272)},
+    "ubench.scoring.reference.x__read_ints__mutmut_11":
+        "dtype.kind not in 'XXiuXX': 'X' is no dtype kind, so the same kinds pass",
     "ubench.scoring.reference.x__attr__mutmut_15":
         "skips the bytes branch: archive_schema.scan.read_attr returns text as str (strict UTF-8), never bytes",
     "ubench.scoring.reference.x__attr__mutmut_17":
         "skips .item() of numpy scalars: every numeric attribute is converted by its caller (int(), float()) and "
         "a numpy scalar in a text attribute compares unequal to every role or kind either way",
-    "ubench.scoring.reference.x_read_reference__mutmut_35":
-        "required=None instead of False for ubench_format: both falsy, the same branch",
 }
 
 #: Written as ``<shard>/site/sitecustomize.py``, on the PYTHONPATH of mutmut and so of the processes the tests
