@@ -19,8 +19,16 @@ so that mutmut's module names (``ubench.metrics.calibration``) are the ones the 
 ``[tool.mutmut]`` section of pyproject.toml, with the shard's source paths and tests, is written to
 ``<workdir>/<shard>/pyproject.toml``; mutmut runs there with ``UBENCH_MUTATION=1`` (tests/conftest.py then skips
 its source-tree guard: mutmut writes into its copy) and ``HYPOTHESIS_PROFILE=mutation`` (derandomized, no
-database). A unit is one module; each unit's source sha256, counts and score go to
-``bench/results/bench_mutation.json`` (its row replaced, the others kept), rendered by ``bench/render.py``.
+database). Every unit of a shard is mutated (trampolined) in every run, so that mutmut's one stats run (the shard's
+tests, once) records which tests reach every function of the shard; a run is restricted to the chosen units by
+naming their mutants, all in one ``mutmut run`` (its clean run of their tests happens once). Processes the tests
+start (``ubench serve``, ``python -m ubench.cli``) import the mutated tree too (``<shard>/mutants`` on PYTHONPATH;
+the trampolines read ``MUTANT_UNDER_TEST``, inherited, at call time), and report the functions they reach in the
+stats run (:data:`SITECUSTOMIZE`, tests/conftest.py): without that, serve/app.py's routes, which only a server
+subprocess runs, would have no tests at all. Under a mutant, tests/conftest.py orders the tests by their duration
+in the stats run (fast killers first; the same tests run). A unit is one module; each unit's source sha256,
+counts, score and mutant-testing minutes go to ``bench/results/bench_mutation.json`` (its row replaced, the
+others kept), rendered by ``bench/render.py``.
 
 Score: killed / (mutants - equivalent). "No tests" (no selected test reaches the function) and timeouts count as
 not killed. :data:`EQUIVALENT` lists the mutants judged equivalent (no input can tell them apart), each with why;
@@ -112,14 +120,96 @@ EQUIVALENT: dict[str, str] = {
     **{f"ubench.metrics.calibration.x__top1_checked__mutmut_{k}":
        "the value check without the precomputed block max: it computes the same max itself (speed only)"
        for k in (44, 46)},
+    # metrics/classification.py
+    **{f"ubench.metrics.classification.x_{f}__mutmut_{k}": "np.empty's default dtype is float64"
+       for f in ("_log_softmax_true", "_row_sum_squares") for k in (4, 6, 11, 13)},
+    **{f"ubench.metrics.classification.x_{f}__mutmut_23":
+       "range(0, n) instead of range(0, n, step): a block starts at every row, and each row's value is written "
+       "last by a block that holds it, computed as before (only slower)"
+       for f in ("_log_softmax_true", "_row_sum_squares")},
+    "ubench.metrics.classification.x__row_sum_squares__mutmut_39":
+        "einsum 'IJ,IJ->I' is the same contraction as 'ij,ij->i' (subscripts are letters of either case)",
+    **{f"ubench.metrics.classification.x__{f}__mutmut_{k}": "astype(None) is astype(float64)"
+       for f, k in (("brier_decomposition", 5), ("dot_with_cell_rows", 14))},
+    **{f"ubench.metrics.classification.x__brier_decomposition__mutmut_{k}":
+       "the 'divide' error state: a cell's joint counts sum to its count, so a zero count divides only zeros "
+       "(0/0 is 'invalid', never 'divide')" for k in (25, 27)},
+    "ubench.metrics.classification.x__brier_decomposition__mutmut_42":
+        "an empty cell's frequencies (1 instead of 0) are weighted by its count 0 and never indexed by a "
+        "prediction, so no term sees them",
+    **{f"ubench.metrics.classification.x__block_rows__mutmut_{k}":
+       "a block of at least 2 rows (past 2^17 classes) or rows counted for 2 classes when there is 1: blocking "
+       "changes no value" for k in (5, 11)},
+    "ubench.metrics.classification.x__true_class_probs__mutmut_1": "astype(None) is astype(float64)",
+    # metrics/ranking.py
+    "ubench.metrics.ranking.x__fpr_at_tpr__mutmut_1": "the default tpr: its only caller (fpr_at_tpr) passes tpr",
+    **{f"ubench.metrics.ranking.x_{f}__mutmut_{k}":
+       "0/1 labels as float64 instead of int8: they are only read as booleans (labels.astype(bool))"
+       for f, ks in (("misclassification_scores", (31,)), ("ood_detection_scores", (44, 46, 49, 51))) for k in ks},
+    "ubench.metrics.ranking.x__detection_scores__mutmut_1": "the default tpr: every caller passes tpr",
+    **{f"ubench.metrics.ranking.x__average_precision_sorted__mutmut_{k}": "searchsorted's default side is 'left'"
+       for k in (19, 34)},
+    **{f"ubench.metrics.ranking.x__auroc_sorted__mutmut_{k}":
+       "sum(dtype=None) of searchsorted's intp counts is int64 on a 64-bit machine" for k in (15, 27)},
+    **{f"ubench.metrics.ranking.x__{f}__mutmut_{k}": "searchsorted's default side is 'left'"
+       for f, k in (("auroc_sorted", 21), ("fpr_at_tpr_sorted", 39))},
+    **{f"ubench.metrics.ranking.x__fpr_at_tpr_sorted__mutmut_{k}":
+       "the descent only moves the start of the final climb, which stops at the smallest k with k / n_pos >= tpr "
+       "from any start at or below it (ceil(tpr / n_pos) = 1; descending to 1 with 'or', '(k - 1) * n_pos', "
+       "'(k + 1) / n_pos'; setting k = 1; stepping by 2)" for k in (5, 6, 9, 10, 13, 15)},
+    "ubench.metrics.ranking.x__fpr_at_tpr_sorted__mutmut_7":
+        "k >= 1 instead of k > 1 in the descent: at k = 1 it would need 0 / n_pos >= tpr, and tpr > 0",
+    "ubench.metrics.ranking.x__fpr_at_tpr_sorted__mutmut_8":
+        "k > 2 in the descent differs only if it starts at 2 with answer 1, i.e. ceil(tpr * n_pos) = 2 while "
+        "tpr <= 1 / n_pos; float products are monotone and (1 / n) * n <= 1 for every n, so it starts at 1",
+    "ubench.metrics.ranking.x__fpr_at_tpr_sorted__mutmut_17":
+        "k <= n_pos in the climb: past k = n_pos it would need 1.0 < tpr, and tpr <= 1",
+    # metrics/temperature.py
+    "ubench.metrics.temperature.x_fit_temperature_from_logits__mutmut_3":
+        "check_logits(finite=None): None is falsy like False, the same branch",
+    **{f"ubench.metrics.temperature.x_fit_temperature__mutmut_{k}":
+       "the fused path's kind None/'XXprobsXX'/'PROBS' instead of 'probs': temperature_solver only asks "
+       "kind == 'logits', so every one of them takes the probabilities branch" for k in (31, 39, 40)},
+    **{f"ubench.scoring.reference.x_read_reference__mutmut_{k}":
+       "required=None instead of False for an optional attribute: both falsy, the same branch"
+       for k in (31, 45, 74, 111, 127, 223, 258, 272)},
+    "ubench.scoring.reference.x__read_ints__mutmut_11":
+        "dtype.kind not in 'XXiuXX': 'X' is no dtype kind, so the same kinds pass",
     "ubench.scoring.reference.x__attr__mutmut_15":
         "skips the bytes branch: archive_schema.scan.read_attr returns text as str (strict UTF-8), never bytes",
     "ubench.scoring.reference.x__attr__mutmut_17":
         "skips .item() of numpy scalars: every numeric attribute is converted by its caller (int(), float()) and "
         "a numpy scalar in a text attribute compares unequal to every role or kind either way",
-    "ubench.scoring.reference.x_read_reference__mutmut_35":
-        "required=None instead of False for ubench_format: both falsy, the same branch",
 }
+
+#: Written as ``<shard>/site/sitecustomize.py``, on the PYTHONPATH of mutmut and so of the processes the tests
+#: start (``ubench serve``, ``python -m ubench.cli``): PYTHONPATH's ``<shard>/mutants`` makes them import mutmut's
+#: mutated tree, whose trampolines read ``MUTANT_UNDER_TEST`` (inherited) at call time, so a mutant is active in
+#: them too. During mutmut's stats run a child cannot report its hits itself (mutmut's state lives in the test
+#: process): this appends each function it reaches to ``$UBENCH_MUTATION_HITS/<pid>``, once per test (the test
+#: process bumps the mtime of ``$UBENCH_MUTATION_HITS/epoch`` after each test), and tests/conftest.py adds them to
+#: the test that ran.
+SITECUSTOMIZE = """\
+import os
+
+_HITS = os.environ.get("UBENCH_MUTATION_HITS")
+if _HITS and os.environ.get("MUTANT_UNDER_TEST") == "stats":
+    import mutmut.mutation.trampoline as _trampoline
+
+    _seen = set()
+
+    def _record(name, caller=None):
+        try:
+            key = (os.stat(os.path.join(_HITS, "epoch")).st_mtime_ns, name)
+        except OSError:
+            key = (None, name)
+        if key not in _seen:
+            _seen.add(key)
+            with open(os.path.join(_HITS, str(os.getpid())), "a") as f:
+                f.write(name + "\\n")
+
+    _trampoline.record_trampoline_hit = _record
+"""
 
 KILLED = {1, 3}
 TIMEOUT = {36, -24, 24, 152, 255}
@@ -129,12 +219,39 @@ def _unit_of(shard: str, module: str) -> str:
     return "ubench." + module[: -len(".py")].replace("/", ".")
 
 
+def _repo_files() -> set[str]:
+    """The repository's files (git-tracked and untracked, not ignored), repository-relative."""
+    listed = subprocess.run(["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=ROOT, capture_output=True,
+                            check=True).stdout.decode().split("\0")
+    return {f for f in listed if f and (ROOT / f).is_file()}
+
+
+def _also_copy(units: list[str]) -> list[str]:
+    """What mutmut copies into its tree besides the mutated units: beside each folder on a unit's path, every
+    other file and folder of the repository (folders whole), under the staging's ``ubench/``.
+
+    Not the whole ``ubench`` folder: mutmut copies it over its mutants on every run, which makes it re-mutate
+    every unit each time (minutes for metrics/); this way a unit is re-mutated only when its source changed."""
+    units = set(units)
+    folders = {str(Path(u).parent) for u in units} | {str(p) for u in units for p in Path(u).parents}
+    out = set()
+    for rel in _repo_files():
+        if rel in units:
+            continue
+        parts = Path(rel).parts
+        # the shortest prefix of rel that is not a folder on a unit's path (its parent is one, or the root)
+        for k in range(1, len(parts) + 1):
+            prefix = str(Path(*parts[:k]))
+            if prefix not in folders:
+                out.add(prefix)
+                break
+    return sorted(f"ubench/{p}" for p in out)
+
+
 def _sync(dest: Path) -> None:
     """Copy the repository's files to ``dest`` (git-tracked and untracked, not ignored), keeping mtimes, and drop
     files that left the repository; unchanged files (same size and mtime) are not rewritten."""
-    listed = subprocess.run(["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=ROOT, capture_output=True,
-                            check=True).stdout.decode().split("\0")
-    wanted = {f for f in listed if f and (ROOT / f).is_file()}
+    wanted = _repo_files()
     for rel in wanted:
         src, dst = ROOT / rel, dest / rel
         st = src.stat()
@@ -153,9 +270,8 @@ def _toml_list(items) -> str:
 
 def _write_config(shard_dir: Path, modules: list[str], tests: list[str]) -> None:
     base = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["mutmut"]
-    # also_copy: the rest of the package and its tests (mutmut copies it over its mutants, then re-mutates the
-    # files it mutates, keeping the verdicts of functions whose source did not change)
-    conf = dict(base, source_paths=[f"ubench/{m}" for m in modules], also_copy=["ubench"],
+    # also_copy: the rest of the package and its tests (see _also_copy)
+    conf = dict(base, source_paths=[f"ubench/{m}" for m in modules], also_copy=_also_copy(modules),
                 pytest_add_cli_args_test_selection=[f"ubench/{t}" for t in tests])
     lines = ["[tool.mutmut]"]
     for key, value in conf.items():
@@ -211,47 +327,89 @@ def _summary(rows: list[dict]) -> list[dict]:
     return out
 
 
+def _generate(shard_dir: Path, env: dict, max_children: int) -> None:
+    """mutmut's mutant generation alone (its ``run`` starts with the same steps), so that each unit's verdict table
+    (``<module>.meta``) is current before its mutants are chosen: a function whose source changed has its
+    verdicts reset to None there, the others keep theirs."""
+    code = ("import os; from mutmut.__main__ import copy_src_dir, copy_also_copy_files, create_mutants; "
+            f"os.makedirs('mutants', exist_ok=True); copy_src_dir(); copy_also_copy_files(); create_mutants({max_children})")
+    res = subprocess.run([sys.executable, "-c", code], cwd=shard_dir, env=env, stdout=subprocess.DEVNULL)
+    if res.returncode != 0:
+        raise SystemExit(f"mutmut could not generate the mutants in {shard_dir} (exit {res.returncode})")
+
+
+def _names_to_run(module: str, codes: dict, *, force: bool, survivors: bool) -> list[str]:
+    """The mutant names (or one glob for the whole unit) to pass to ``mutmut run``.
+
+    Every unit of a shard is mutated (trampolined) in every run, so that one stats run records which tests reach
+    every function of the shard; a run is then restricted to one unit by naming its mutants. mutmut re-tests a
+    named mutant even when it has a verdict, so an incremental run names only those without one (new, changed or
+    interrupted), ``--survivors`` those that survived, met no test or timed out, ``--force`` all of them (the glob)."""
+    glob = _unit_of("", module) + ".*"
+    if force:
+        return [glob]
+    if survivors:  # survived, met no test or timed out (all not killed), and not judged equivalent
+        return sorted(k for k, v in codes.items() if (v in (0, 5, 33) or v in TIMEOUT) and k not in EQUIVALENT)
+    todo = sorted(k for k, v in codes.items() if v is None)
+    return [glob] if todo and len(todo) == len(codes) else todo
+
+
 def _run_shard(shard: str, modules: list[str], workdir: Path, max_children: int, recorder: Recorder,
                rows: list[dict], *, force: bool = False, collect: bool = False, survivors: bool = False) -> None:
-    _, tests = SHARDS[shard]
+    units, tests = SHARDS[shard]
     shard_dir = workdir / shard
+    site, hits = shard_dir / "site", shard_dir / "hits"
+    env = dict(os.environ, UBENCH_MUTATION="1", HYPOTHESIS_PROFILE="mutation", PYTHONDONTWRITEBYTECODE="1",
+               PYTHONPATH=os.pathsep.join([str(shard_dir / "mutants"), str(site)]), UBENCH_MUTATION_HITS=str(hits))
     if not collect:
+        site.mkdir(parents=True, exist_ok=True)
+        (site / "sitecustomize.py").write_text(SITECUSTOMIZE)
+        hits.mkdir(exist_ok=True)
         _sync(shard_dir / "ubench")
-    env = dict(os.environ, UBENCH_MUTATION="1", HYPOTHESIS_PROFILE="mutation", PYTHONDONTWRITEBYTECODE="1")
-    started = time.monotonic()
-    for i, module in enumerate(modules):
-        t0, before = time.monotonic(), loadavg()
-        print(f"[{shard}] {module} ({i + 1}/{len(modules)})", flush=True)
-        if not collect:
-            # One module's source path at a time, no mutant names: mutmut then tests only the mutants without a
-            # verdict (an interrupted run resumes; a changed function's mutants are re-tested), and the shard's
-            # test statistics (which tests reach which function) are shared by its modules.
-            _write_config(shard_dir, [module], tests)
-            if force:
-                (shard_dir / "mutants" / "ubench" / (module + ".meta")).unlink(missing_ok=True)
-            # --survivors: re-test by name the mutants that survived or met no test (after new tests were written)
-            names = [k for k, v in _verdicts(shard_dir, module).items() if v in (0, 5, 33)] if survivors else []
-            if survivors and not names:
-                print(f"[{shard}] {module}: no survivors to re-test", flush=True)
-            res = subprocess.run([sys.executable, "-m", "mutmut", "run", "--max-children", str(max_children), *names],
-                                 cwd=shard_dir, env=env)
+        _write_config(shard_dir, units, tests)
+        # mutmut's test statistics only know the functions that were trampolined when they were collected: a
+        # stats file from another set of source paths would leave every new unit's mutants without tests
+        marker, stats = shard_dir / "source_paths.json", shard_dir / "mutants" / "mutmut-stats.json"
+        if not marker.exists() or json.loads(marker.read_text()) != units:
+            stats.unlink(missing_ok=True)
+            marker.write_text(json.dumps(units))
+        _generate(shard_dir, env, max_children)
+    before = loadavg()
+    if not collect:
+        # One mutmut run for all the chosen units: its clean run of their tests (and the check that a forced
+        # failure fails) then happens once, not once per unit.
+        names = [n for m in modules
+                 for n in _names_to_run(m, _verdicts(shard_dir, m), force=force, survivors=survivors)]
+        print(f"[{shard}] {', '.join(modules)}: {len(names)} mutants (or globs) to test", flush=True)
+        if names:
+            res = subprocess.run([sys.executable, "-m", "mutmut", "run", "--max-children", str(max_children),
+                                  *names], cwd=shard_dir, env=env)
             if res.returncode != 0:
-                raise SystemExit(f"mutmut failed on {module} (exit {res.returncode}); see its output above")
+                raise SystemExit(f"mutmut failed on {', '.join(modules)} (exit {res.returncode}); see its output "
+                                 f"above (record what it did with --collect)")
+    for module in modules:
         codes = _verdicts(shard_dir, module)
         if not codes:
             print(f"[{shard}] {module}: no verdicts in {shard_dir} yet", flush=True)
             continue
-        row = _row(shard, module, codes, (time.monotonic() - t0) / 60, before)
+        row = _row(shard, module, codes, _minutes(shard_dir, module, max_children), before)
         previous = next((r for r in _load_rows() if r["module"] == module), None)
-        if collect and previous is not None:  # nothing ran: keep the last run's time, load and date
-            row.update({k: previous[k] for k in ("minutes", "load_before", "load_after", "date")})
+        if collect and previous is not None:  # nothing ran: keep the last run's load and date
+            row.update({k: previous[k] for k in ("load_before", "load_after", "date")})
         # merge into the rows on disk now: another shard may have written its rows since this run started
         rows[:] = sorted([r for r in _load_rows() if r["module"] != module] + [row],
                          key=lambda r: (r["shard"], r["module"]))
         recorder.write(rows, _summary(rows), settings={"max_children": max_children, "tool": "mutmut " + _mutmut_version()})
-        done = i + 1
-        left = (time.monotonic() - started) / done * (len(modules) - done)
-        print(f"[{shard}] {module}: score {row['score']}; ~{left / 60:.0f} min left", flush=True)
+        print(f"[{shard}] {module}: score {row['score']} ({row['killed']} killed, {row['survived']} survived, "
+              f"{row['no_tests']} without tests, {row['not_checked']} not checked)", flush=True)
+
+
+def _minutes(shard_dir: Path, module: str, max_children: int) -> float:
+    """The unit's mutant-testing time: mutmut's wall time per mutant (its last verdict), summed, over the
+    ``max_children`` run at once; without the shard's shared stats and clean runs."""
+    meta = shard_dir / "mutants" / "ubench" / (module + ".meta")
+    durations = json.loads(meta.read_text()).get("durations_by_key", {}) if meta.exists() else {}
+    return sum(durations.values()) / max_children / 60
 
 
 def _mutmut_version() -> str:
@@ -268,7 +426,8 @@ def main(argv=None) -> int:
     ap.add_argument("--force", action="store_true", help="rerun units whose source did not change")
     ap.add_argument("--list", action="store_true")
     ap.add_argument("--survivors", action="store_true",
-                    help="re-test only the mutants that survived or met no test (after writing tests that kill them)")
+                    help="re-test only the mutants that survived, met no test or timed out (after writing tests that "
+                         "kill them)")
     ap.add_argument("--collect", action="store_true",
                     help="only record the verdicts mutmut has so far (an interrupted run), without running it")
     args = ap.parse_args(argv)

@@ -116,7 +116,9 @@ SCRIPTS = {
                        "(listed with why in the script's EQUIVALENT), killed, survived, reached by no selected test, "
                        "timed out; score = killed / non-equivalent; `survivors` names the mutants left "
                        "(`mutmut show NAME` in the shard's workdir). Sharded by module and incremental: a module "
-                       "whose source is unchanged keeps its row; each row has its own date and load."),
+                       "whose source is unchanged keeps its row; each row has its own date and load; `minutes` is the "
+                       "module's mutant testing (mutmut's time per mutant, summed, over the processes run at once), "
+                       "without the shard's shared stats and clean runs."),
     "bench_serve": ("python bench/bench_serve.py",
                     "`ubench serve` on loopback: uploads accepted per second with 8 clients while scoring runs, POST "
                     "and GET latency, and the time from an upload to its leaderboard row, with 1 and 2 workers; "

@@ -14,7 +14,8 @@
   ``__pycache__/``, virtual environments and pytest's ``--basetemp`` (when it lies inside) are ignored. Editing
   the tree while the suite runs trips it too: the list then shows your own edit. Not under mutation testing
   (``UBENCH_MUTATION`` set by ``bench/bench_mutation.py``: the tree is then mutmut's copy, which it writes).
-* Hypothesis profile ``mutation``: derandomized, no example database (a mutant's verdict is reproducible).
+* Hypothesis profile ``mutation``: derandomized, no example database (a mutant's verdict is reproducible), no
+  shrinking (a failing example is a kill already).
 * Under CI (``CI=true``) a skip fails the test unless its reason is on ``suite_guards.CI_ALLOWED_SKIPS`` (no CUDA
   GPU, no TensorRT): CI installs everything else the suite needs, so a skip there means a missing install step.
   Skips at collection (a module-level ``importorskip``) become collection errors; xfail is not a skip. With
@@ -23,12 +24,13 @@
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
 import pytest
 from _pytest.doctest import DoctestModule  # not re-exported by pytest
-from hypothesis import HealthCheck, settings
+from hypothesis import HealthCheck, Phase, settings
 from suite_guards import SLOW_TESTS, refuse_skip_in_ci, skip_reason, torch_tests, tree_changes, tree_state
 
 settings.register_profile("dev", max_examples=25, deadline=None)
@@ -41,9 +43,11 @@ settings.register_profile(
     suppress_health_check=[HealthCheck.too_slow],
 )
 #: Mutation testing (bench/bench_mutation.py): the dev profile's size, derandomized and without the example database,
-#: so that a mutant's verdict never depends on an earlier run.
+#: so that a mutant's verdict never depends on an earlier run; no shrinking (a failing example already kills the
+#: mutant, and shrinking it took a warm test of 0.3 s past mutmut's 16 s timeout, a timeout counting as survived).
 settings.register_profile(
     "mutation", max_examples=25, deadline=None, derandomize=True, database=None,
+    phases=(Phase.explicit, Phase.reuse, Phase.generate, Phase.target),
     suppress_health_check=[HealthCheck.too_slow],
 )
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "dev"))
@@ -100,7 +104,24 @@ def _torch_info(path: Path) -> tuple[bool, frozenset[str]]:
     return _TORCH_CACHE[key]
 
 
+def _mutation_fast_first(items: list[pytest.Item]) -> None:
+    """Under a mutant (bench/bench_mutation.py; mutmut runs the tests that reach it with ``-x``): the tests in the
+    order of their duration in mutmut's stats run, so that a killed mutant meets its fast killers before the slow
+    tests. The same tests run and a kill is a kill: only a killed mutant's time changes. pytest's fixture
+    ordering, which runs after this hook, still groups the tests that share a module or session fixture."""
+    if "__mutmut_" not in os.environ.get("MUTANT_UNDER_TEST", ""):
+        return
+    try:
+        durations = json.loads(Path("mutmut-stats.json").read_text())["duration_by_test"]  # mutmut's cwd
+    except (OSError, ValueError, KeyError):
+        return
+    items.sort(key=lambda item: durations.get(item.nodeid, 0.0))
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest's fixture ordering (see _mutation_fast_first)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if os.environ.get("UBENCH_MUTATION"):
+        _mutation_fast_first(items)
     for item in items:
         if not isinstance(item, pytest.Function) or item.path.suffix != ".py":
             continue
@@ -110,6 +131,33 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.torch)
         if item.nodeid.split("[", 1)[0] in SLOW_TESTS:
             item.add_marker(pytest.mark.slow)
+
+
+_HITS_EPOCH = iter(range(1, 1 << 62))
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item):
+    """Under mutmut's stats run (bench/bench_mutation.py sets ``UBENCH_MUTATION_HITS``), the functions that the
+    processes this test started reached (their sitecustomize writes them to that folder) count as reached by
+    this test, so that mutmut runs it for those functions' mutants (a ``ubench serve`` child's routes)."""
+    try:
+        return (yield)
+    finally:
+        hits = os.environ.get("UBENCH_MUTATION_HITS")
+        if hits and os.environ.get("MUTANT_UNDER_TEST") == "stats":
+            from mutmut.state import state
+
+            folder = Path(hits)
+            for path in folder.iterdir():
+                if path.name != "epoch" and path.suffix != ".read":
+                    taken = path.rename(path.with_suffix(".read"))  # a child's later hits go to a new file
+                    state()._stats.update(taken.read_text().split())
+                    taken.unlink()
+            epoch = folder / "epoch"  # a new test: the children report every function again
+            epoch.touch()
+            n = next(_HITS_EPOCH)
+            os.utime(epoch, ns=(n, n))
 
 
 @pytest.hookimpl(wrapper=True)

@@ -54,3 +54,37 @@ def test_every_configured_path_is_a_shard_unit_and_the_config_parses(bench, tmp_
     assert written["source_paths"] == ["ubench/archive_schema/validator.py"]
     assert written["pytest_add_cli_args_test_selection"] == [f"ubench/{t}" for t in tests]
     assert written["pytest_add_cli_args"] == conf["pytest_add_cli_args"]
+
+
+def test_a_run_names_only_the_mutants_without_a_verdict(bench, monkeypatch):
+    """mutmut re-tests every mutant it is given by name: an incremental run names those without a verdict (or the
+    unit's glob when none has one), --survivors the survived, untested and timed-out ones not judged equivalent, --force the glob."""
+    codes = {"ubench.metrics.ranking.x_f__mutmut_1": 1, "ubench.metrics.ranking.x_f__mutmut_2": 0,
+             "ubench.metrics.ranking.x_f__mutmut_3": None, "ubench.metrics.ranking.x_f__mutmut_4": 33,
+             "ubench.metrics.ranking.x_f__mutmut_5": -24}
+    monkeypatch.setattr(bench, "EQUIVALENT", {"ubench.metrics.ranking.x_f__mutmut_6": "why"})
+    codes["ubench.metrics.ranking.x_f__mutmut_6"] = 0  # equivalent: never re-tested as a survivor
+    glob = "ubench.metrics.ranking.*"
+    assert bench._names_to_run("metrics/ranking.py", codes, force=False, survivors=False) == [
+        "ubench.metrics.ranking.x_f__mutmut_3"]
+    assert bench._names_to_run("metrics/ranking.py", codes, force=False, survivors=True) == [
+        "ubench.metrics.ranking.x_f__mutmut_2", "ubench.metrics.ranking.x_f__mutmut_4",
+        "ubench.metrics.ranking.x_f__mutmut_5"]
+    assert bench._names_to_run("metrics/ranking.py", codes, force=True, survivors=False) == [glob]
+    fresh = dict.fromkeys(codes)
+    assert bench._names_to_run("metrics/ranking.py", fresh, force=False, survivors=False) == [glob]
+    done = {k: 1 for k in codes}
+    assert bench._names_to_run("metrics/ranking.py", done, force=False, survivors=False) == []
+
+
+@pytest.mark.parametrize("shard", ["metrics", "serve"])
+def test_also_copy_covers_every_other_file_and_no_unit(bench, shard):
+    """mutmut's also_copy holds every repository file except the shard's units, each once (itself or a folder
+    above it), and no folder holding a unit (copying it would overwrite the mutants and re-mutate every run)."""
+    units = bench.SHARDS[shard][0]
+    entries = [e.removeprefix("ubench/") for e in bench._also_copy(units)]
+    for e in entries:
+        assert not any(u == e or u.startswith(e + "/") for u in units), e
+    for f in bench._repo_files() - set(units):
+        covering = [e for e in entries if f == e or f.startswith(e + "/")]
+        assert len(covering) == 1, (f, covering)

@@ -5,6 +5,7 @@ datasets of the wrong type (mutation survivors of scoring/reference.py, issue #2
 
 from __future__ import annotations
 
+import os
 import re
 
 import h5py
@@ -13,7 +14,7 @@ import pytest
 from scoring_archives import build_archive, write_plain_archive
 
 from ubench.archive_schema import ArchiveWriter, SplitSpec
-from ubench.scoring.reference import ReferenceError, read_reference, write_reference
+from ubench.scoring.reference import ReferenceError, describe_reference, read_reference, write_reference
 
 
 def test_reference_of_an_archive_whose_values_fail_their_checks(tmp_path):
@@ -154,7 +155,8 @@ def test_primary_split_choice_and_refusal(tmp_path):
 @pytest.mark.parametrize("where, name", [("/", "ubench_format"), ("/", "ubench_format_version"), ("/", "ubench_kind"),
                                          ("/", "n_classes"), ("/", "dataset"), ("/", "primary"),
                                          ("/splits/test", "role"), ("/splits/test", "dataset"),
-                                         ("/splits/blur_1", "shift_kind")])
+                                         ("/splits/blur_1", "shift_kind"), ("/splits/blur_1", "shift_intensity"),
+                                         ("/splits/test", "inputs_sha256")])
 def test_an_oversized_attribute_is_refused_naming_where_it_is(tmp_path, where, name):
     """Every attribute is read within the limits: one over ``max_attr_bytes`` fails the read with its group and
     its name (before its value is used)."""
@@ -204,6 +206,14 @@ def test_the_reference_header_is_checked(tmp_path, attrs, message):
     (lambda f: (f["splits"].__delitem__("ood"), f["splits"].create_dataset("ood", data=[1])),
      "{ref}: /splits/ood must be a group"),
     (lambda f: f["splits/ood"].__delitem__("sample_ids"), "{ref}: /splits/ood/sample_ids missing"),
+    (lambda f: f["splits/test"].__delitem__("labels"), "{ref}: /splits/test/labels missing (required for role "
+     "'in_domain')"),
+    (lambda f: (f["splits/test"].__delitem__("labels"), f["splits/test"].create_dataset("labels", data=[0, 1])),
+     "{ref}: /splits/test/labels must be integers of the sample_ids' shape"),
+    (lambda f: f["splits/test"].attrs.__setitem__("inputs_sha256", "AB" * 32),
+     "{ref}: /splits/test: attribute 'inputs_sha256' must be 64 lower-case hex digits"),
+    (lambda f: f["splits/test"].attrs.__setitem__("inputs_sha256", "ab" * 31),
+     "{ref}: /splits/test: attribute 'inputs_sha256' must be 64 lower-case hex digits"),
 ])
 def test_the_reference_splits_are_checked(tmp_path, edit, message):
     path, _ = build_archive(tmp_path / "a.h5")
@@ -211,4 +221,68 @@ def test_the_reference_splits_are_checked(tmp_path, edit, message):
     with h5py.File(ref, "a") as f:
         edit(f)
     with pytest.raises(ReferenceError, match="^" + re.escape(message.format(ref=ref)) + "$"):
+        read_reference(ref)
+
+
+def test_describe_reference_shows_every_split_as_written(tmp_path):
+    """describe_reference (what ``ubench inspect`` shows of a reference file): every field against the file it was
+    written from."""
+    rng = np.random.default_rng(0)
+    p = {name: rng.dirichlet(np.ones(4), size=(2, n)) for name, n in (("test", 6), ("noisy", 5), ("far", 3))}
+    labels = {"test": np.array([0, 1, 1, 3, 0, 1]), "noisy": np.array([2, 2, 2, 2, 2]), "far": None}
+    roles = {"test": "in_domain", "noisy": "shift", "far": "ood"}
+    up = write_plain_archive(tmp_path / "up.h5", p, labels, roles, 4, shift={"noisy": ("gaussian_noise", 3.0)})
+    path = write_reference(up, tmp_path / "ref.h5")
+    got = describe_reference(read_reference(path))
+    assert got == {
+        "kind": "reference-labels", "path": str(path), "file_bytes": os.path.getsize(path), "dataset": "toy",
+        "n_classes": 4, "primary": "test",
+        "splits": [  # in the file's order (the upload's, which plain h5py wrote in name order)
+            {"name": "far", "role": "ood", "dataset": "toy", "shift_kind": None, "shift_intensity": None,
+             "n_samples": 3, "has_labels": False, "n_labelled_classes": None},
+            {"name": "noisy", "role": "shift", "dataset": "toy", "shift_kind": "gaussian_noise",
+             "shift_intensity": 3.0, "n_samples": 5, "has_labels": True, "n_labelled_classes": 1},
+            {"name": "test", "role": "in_domain", "dataset": "toy", "shift_kind": None, "shift_intensity": None,
+             "n_samples": 6, "has_labels": True, "n_labelled_classes": 3},
+        ],
+    }
+
+
+@pytest.mark.parametrize("value", [None, ""])
+def test_a_reference_without_a_dataset_name_reads_as_empty(tmp_path, value):
+    """The file's ``dataset`` attribute is optional: absent or empty, the reference's dataset is ''."""
+    path, _ = build_archive(tmp_path / "a.h5")
+    ref = write_reference(path, tmp_path / "ref.h5")
+    with h5py.File(ref, "a") as f:
+        if value is None:
+            del f.attrs["dataset"]
+        else:
+            f.attrs["dataset"] = value
+    got = read_reference(ref)
+    assert got.dataset == "" and describe_reference(got)["dataset"] == ""
+
+
+def test_a_finding_about_the_whole_file_names_the_file_once(tmp_path):
+    """A finding whose HDF5 path is the file itself (``<file>``) reads 'reference PATH: MESSAGE (check)', without
+    the '<file>: ' a finding inside the file would put before its message."""
+    with pytest.raises(ReferenceError, match=f"^reference {re.escape(str(tmp_path))}: {re.escape(str(tmp_path))} is "
+                                             r"not a regular file; archives must be regular files \(not-regular-file\)$"):
+        read_reference(tmp_path)
+    junk = tmp_path / "zeros.h5"
+    junk.write_bytes(b"\0" * 64)
+    with pytest.raises(ReferenceError, match=f"^reference {re.escape(str(junk))}: no HDF5 signature found: this is "
+                                             r"not an HDF5 file \(not-hdf5\)$"):
+        read_reference(junk)
+
+
+def test_a_wrong_version_names_the_versions_read(tmp_path):
+    from ubench.scoring.reference import READABLE_VERSIONS, REFERENCE_FORMAT
+
+    path, _ = build_archive(tmp_path / "a.h5")
+    ref = write_reference(path, tmp_path / "ref.h5")
+    with h5py.File(ref, "a") as f:
+        f.attrs["ubench_format_version"] = "9.9"
+    with pytest.raises(ReferenceError, match="^" + re.escape(
+            f"{ref}: not a ubench reference file (ubench_format {REFERENCE_FORMAT[0]!r}, version '9.9'; expected "
+            f"{REFERENCE_FORMAT[0]!r}, one of {READABLE_VERSIONS})") + "$"):
         read_reference(ref)
