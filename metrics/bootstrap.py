@@ -29,7 +29,7 @@ References
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -46,6 +46,7 @@ __all__ = [
     "percentile_interval",
     "percentile_intervals",
     "LinearColumns",
+    "OneHot",
     "weighted_binned_error",
 ]
 
@@ -127,29 +128,50 @@ def percentile_intervals(columns: Mapping[str, NDArray], level: float) -> dict[s
     return out
 
 
+@dataclass(frozen=True)
+class OneHot:
+    """An (N, width) block of one-hot columns kept as its nonzeros: each entry ``(columns, values)`` puts
+    ``values[i]`` (``None``: 1) in row i at column ``columns[i]``, the entries' columns disjoint. 16 bytes per
+    sample and entry instead of ``8 * width`` per sample: the block is written out only for the matrix product,
+    when the resampling runs (after the split's (N, C) arrays are freed, ``report_intervals``)."""
+
+    width: int
+    entries: tuple[tuple[NDArray[np.intp], NDArray[np.float64] | None], ...]
+
+    def write(self, out: NDArray[np.float64]) -> None:
+        """Fill ``out`` (N, width) with the block."""
+        out[...] = 0.0
+        rows = np.arange(out.shape[0])
+        for cols, values in self.entries:
+            out[rows, cols] = 1.0 if values is None else values
+
+
 class LinearColumns:
     """Per-sample columns whose weighted means are statistics; every mean of a block in one matrix product.
 
     ``add(name, x)`` registers the column ``x`` (N,); ``add_block(name, X)`` a raw (N, k) block whose weighted
-    sums a caller post-processes. ``apply(W)`` returns ``{name: values}`` for a (rows, N) block; ``apply(W, sums)``
-    the same from ``sums = W @ matrix()`` computed by the caller (``resample`` stacks the columns of every split
-    of a resampling unit into one product).
+    sums a caller post-processes; ``add_cells``/``add_one_hot`` one-hot blocks, kept as their nonzeros
+    (:class:`OneHot`) until the product. ``apply(W)`` returns ``{name: values}`` for a (rows, N) block;
+    ``apply(W, sums)`` the same from ``sums = W @ M`` computed by the caller, ``M`` the (N, width) matrix that
+    :meth:`write` fills (``resample`` stacks the columns of every split of a resampling unit into one product).
     """
 
     def __init__(self, n: int):
         self.n = int(n)
-        self._cols: list[NDArray] = []
+        self._cols: list[NDArray | OneHot] = []
         self._slices: dict[str, tuple[str, slice]] = {}
         self.width = 0
         self._matrix: NDArray | None = None
 
-    def _push(self, name: str, kind: str, block: NDArray) -> None:
+    def _push(self, name: str, kind: str, block: NDArray | OneHot) -> None:
         if name in self._slices:
             raise ValueError(f"column {name!r} registered twice")
-        block = np.asarray(block, dtype=np.float64).reshape(self.n, -1)
-        self._slices[name] = (kind, slice(self.width, self.width + block.shape[1]))
+        if not isinstance(block, OneHot):
+            block = np.asarray(block, dtype=np.float64).reshape(self.n, -1)
+        k = block.width if isinstance(block, OneHot) else block.shape[1]
+        self._slices[name] = (kind, slice(self.width, self.width + k))
         self._cols.append(block)
-        self.width += block.shape[1]
+        self.width += k
 
     def add(self, name: str, x: NDArray) -> None:
         self._push(name, "mean", x)
@@ -161,11 +183,15 @@ class LinearColumns:
         """Per-cell weighted sums of each of ``values`` (None: of the weights) as one (N, n_cells * len(values))
         block of one-hot columns: ``apply`` returns them side by side. For a handful of cells (calibration bins)
         the matrix product is cheaper than gathering the weights by cell."""
-        rows = np.arange(self.n)
-        x = np.zeros((self.n, n_cells * len(values)))
-        for j, v in enumerate(values):
-            x[rows, j * n_cells + cells] = 1.0 if v is None else v
-        self._push(name, "sums", x)
+        cells = np.asarray(cells, dtype=np.intp)
+        self.add_one_hot(name, n_cells * len(values),
+                         [(j * n_cells + cells, None if v is None else np.asarray(v, dtype=np.float64))
+                          for j, v in enumerate(values)])
+
+    def add_one_hot(self, name: str, width: int,
+                    entries: Sequence[tuple[NDArray[np.intp], NDArray[np.float64] | None]]) -> None:
+        """A raw one-hot block (weighted sums, like :meth:`add_block`) given as :class:`OneHot` entries."""
+        self._push(name, "sums", OneHot(int(width), tuple(entries)))
 
     def __contains__(self, name: str) -> bool:
         return name in self._slices
@@ -174,19 +200,32 @@ class LinearColumns:
         """The per-sample values registered as ``name`` (a mean's column)."""
         return self._cols[list(self._slices).index(name)][:, 0]
 
-    def blocks(self) -> list[NDArray[np.float64]]:
-        """The registered (N, k) blocks in column order: ``np.hstack`` of them is the product's matrix."""
-        return list(self._cols)
+    def write(self, out: NDArray[np.float64]) -> None:
+        """Fill ``out`` (N, width) with the product's matrix: every registered block in column order."""
+        start = 0
+        for block in self._cols:
+            if isinstance(block, OneHot):
+                block.write(out[:, start:start + block.width])
+                start += block.width
+            else:
+                out[:, start:start + block.shape[1]] = block
+                start += block.shape[1]
+
+    def matrix(self) -> NDArray[np.float64]:
+        """The (N, width) matrix of every registered block (:meth:`write` into a new array)."""
+        out = np.empty((self.n, self.width))
+        self.write(out)
+        return out
 
     def apply(self, weights: NDArray, sums: NDArray | None = None) -> dict[str, NDArray]:
-        """``{name: values}`` of the (rows, N) block ``weights``; ``sums`` = ``weights @ hstack(blocks())`` when
-        the caller has it (``resample`` stacks several splits' blocks), else computed here (the stacked matrix
+        """``{name: values}`` of the (rows, N) block ``weights``; ``sums`` = ``weights @ matrix()`` when the
+        caller has it (``resample`` stacks several splits' blocks), else computed here (the stacked matrix
         kept for the next block)."""
         if not self._slices:
             return {}
         if sums is None:
             if self._matrix is None or self._matrix.shape[1] != self.width:
-                self._matrix = np.hstack(self._cols)
+                self._matrix = self.matrix()
             sums = weights @ self._matrix
         total = weights.sum(axis=1)
         out = {}

@@ -126,7 +126,7 @@ class LabelledStatistics:
             for key, psi in protocol.psi.items():
                 cols.add(key, psi)
             cols.add_block("_folds", protocol.fold_columns)
-            cols.add_block("_cells", protocol.cell_columns())
+            cols.add_one_hot("_cells", *protocol.cell_entries())
         self.detection: set[str] = set()
         self.ranked: dict[str, _Ranked] = {}
         if not full:
@@ -169,7 +169,7 @@ class LabelledStatistics:
 
     def linear(self, w: NDArray, sums: NDArray | None = None) -> dict[str, NDArray]:
         """The values that come from the linear columns, for the counts ``w`` of this split's unit; ``sums`` =
-        ``w @ hstack(cols.blocks())`` when the caller has it."""
+        ``w @ cols.matrix()`` when the caller has it."""
         out = self.cols.apply(w, sums)
         total = w.sum(axis=1)
         for key in self.binned:
@@ -295,16 +295,23 @@ def _jobs(stat: Any, weights: Mapping[str, NDArray]) -> list[Callable[[], dict]]
 def _stacked_columns(statistics: Mapping[str, Any]) -> dict[str, tuple[NDArray, dict[str, slice]]]:
     """Per resampling unit: the linear columns of all its statistics side by side (one matrix product per block
     instead of one per split) and each statistic's columns in it."""
-    blocks: dict[str, list[NDArray]] = {}
+    parts: dict[str, list[tuple[slice, LinearColumns]]] = {}
     where: dict[str, dict[str, slice]] = {}
     for name, stat in statistics.items():
         cols = getattr(stat, "cols", None)
         if cols is None or not cols.width:
             continue
-        start = sum(b.shape[1] for b in blocks.get(stat.unit, ()))
-        blocks.setdefault(stat.unit, []).extend(cols.blocks())
-        where.setdefault(stat.unit, {})[name] = slice(start, start + cols.width)
-    return {u: (np.hstack(b), where[u]) for u, b in blocks.items()}
+        start = sum(sl.stop - sl.start for sl, _ in parts.get(stat.unit, ()))
+        sl = slice(start, start + cols.width)
+        parts.setdefault(stat.unit, []).append((sl, cols))
+        where.setdefault(stat.unit, {})[name] = sl
+    out = {}
+    for u, unit_parts in parts.items():
+        matrix = np.empty((unit_parts[0][1].n, unit_parts[-1][0].stop))
+        for sl, cols in unit_parts:
+            cols.write(matrix[:, sl])  # the one-hot blocks written out only now (kept as nonzeros until here)
+        out[u] = (matrix, where[u])
+    return out
 
 
 def _is_number(v: Any) -> bool:

@@ -87,16 +87,26 @@ class CVInfluence:
     slopes: NDArray[np.float64]
     n_bins: int
 
-    def cell_columns(self) -> NDArray[np.float64]:
-        """(N, R * 2 * n_bins) one-hot columns: repeat r's held-out gaps by (half, bin); ``weights @`` them gives
-        the cell sums :meth:`calibrated_ece` takes as ``cell_sums``."""
+    def cell_entries(self) -> tuple[int, list[tuple[NDArray[np.intp], NDArray[np.float64]]]]:
+        """The (N, R * 2 * n_bins) one-hot cell columns as their nonzeros (``bootstrap.OneHot``'s width and
+        entries): repeat r's held-out gaps by (half, bin). ``weights @`` the columns gives the cell sums
+        :meth:`calibrated_ece` takes as ``cell_sums``."""
         n = self.fold_columns.shape[0]
         k2 = 2 * self.n_bins
-        x = np.zeros((n, len(self.halvings) * k2))
+        entries = []
         for r, (part, gaps) in enumerate(self.halvings):
             cells = np.empty(n, dtype=np.intp)
             cells[part.order] = np.repeat(part.cells, np.diff(np.r_[part.starts, n]))
-            x[np.arange(n), r * k2 + cells] = gaps
+            entries.append((r * k2 + cells, gaps))
+        return len(self.halvings) * k2, entries
+
+    def cell_columns(self) -> NDArray[np.float64]:
+        """The (N, R * 2 * n_bins) one-hot columns of :meth:`cell_entries`, dense."""
+        from .bootstrap import OneHot
+
+        width, entries = self.cell_entries()
+        x = np.empty((self.fold_columns.shape[0], width))
+        OneHot(width, tuple(entries)).write(x)
         return x
 
     def calibrated_ece(self, weights: NDArray, fold_sums: NDArray, cell_sums: NDArray | None = None
