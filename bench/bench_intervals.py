@@ -77,9 +77,10 @@ def _score_ratio(path: Path, repeats: int, baseline: Path | None = None) -> dict
     return row
 
 
-#: A fresh process scores the archive ``repeats`` times with intervals and prints the CPU seconds of the
-#: resampling alone (``resample`` on one thread, BLAS on one thread by the environment): the work, apart from how
-#: the machine's load shares the cores out.
+#: A fresh process scores the archive ``repeats`` times with intervals and prints, per scoring, the CPU seconds of
+#: the resampling alone (every ``resample`` call of that scoring summed: a report resamples its splits a batch at
+#: a time; ``resample`` on one thread, BLAS on one thread by the environment): the work, apart from how the
+#: machine's load shares the cores out.
 _RESAMPLE_CHILD = """
 import json, sys, time
 import ubench.metrics.report_intervals as rim
@@ -94,9 +95,12 @@ def timed(*args, **kwargs):
     finally:
         cpu.append(time.process_time() - t)
 rim.resample = timed
+runs = []
 for _ in range(int(sys.argv[2])):
+    cpu.clear()
     run_score(sys.argv[1], protocol="pitfalls")
-print(json.dumps(cpu))
+    runs.append(sum(cpu))
+print(json.dumps(runs))
 """
 
 
