@@ -71,11 +71,18 @@ def test_temperature_errors_name_the_argument():
         M.fit_temperature_from_logits(np.zeros((3, 2)), np.array([0, 1]))
 
 
-@pytest.mark.parametrize("bounds", [(0.0, 10.0), (1.0, 5.0), (0.5, 1.0), (-1.0, 2.0), (0.5, np.inf)])
-def test_bounds_must_bracket_1_strictly(bounds):
+_BOUNDS_MESSAGE = r"^bounds must satisfy 0 < t_min < 1 < t_max \(finite\); found "
+_EPS_MESSAGE = r"^eps must be in \(0, 0.01\); found "
+
+
+@pytest.mark.parametrize("option, message", [
+    *[({"bounds": b}, _BOUNDS_MESSAGE) for b in [(0.0, 10.0), (1.0, 5.0), (0.5, 1.0), (-1.0, 2.0), (0.5, np.inf)]],
+    *[({"eps": e}, _EPS_MESSAGE) for e in [0.0, 1e-2, 0.5, np.nan]],
+])
+def test_bounds_must_bracket_1_strictly_and_eps_be_in_0_to_1e_2(option, message):
     p = softmax64(np.random.default_rng(2).normal(size=(20, 3)))
-    with pytest.raises(ValueError, match=r"^bounds must satisfy 0 < t_min < 1 < t_max \(finite\); found "):
-        M.fit_temperature(p, np.zeros(20, int), bounds=bounds)
+    with pytest.raises(ValueError, match=message):
+        M.fit_temperature(p, np.zeros(20, int), **option)
 
 
 def test_bounds_just_around_1_are_accepted():
@@ -85,13 +92,6 @@ def test_bounds_just_around_1_are_accepted():
     y = rng.integers(0, 4, 200)
     fit = M.fit_temperature(p, y, bounds=(0.5, 1.5))
     assert fit.temperature == 1.5 and fit.hit_bound
-
-
-@pytest.mark.parametrize("eps", [0.0, 1e-2, 0.5, np.nan])
-def test_eps_must_be_in_0_to_1e_2(eps):
-    p = softmax64(np.random.default_rng(2).normal(size=(20, 3)))
-    with pytest.raises(ValueError, match=r"^eps must be in \(0, 0.01\); found "):
-        M.fit_temperature(p, np.zeros(20, int), eps=eps)
 
 
 def test_fit_temperature_errors_name_probs_on_both_paths():
