@@ -100,19 +100,10 @@ class CVInfluence:
             entries.append((r * k2 + cells, gaps))
         return len(self.halvings) * k2, entries
 
-    def cell_columns(self) -> NDArray[np.float64]:
-        """The (N, R * 2 * n_bins) one-hot columns of :meth:`cell_entries`, dense."""
-        from .bootstrap import OneHot
-
-        width, entries = self.cell_entries()
-        x = np.empty((self.fold_columns.shape[0], width))
-        OneHot(width, tuple(entries)).write(x)
-        return x
-
     def calibrated_ece(self, weights: NDArray, fold_sums: NDArray, cell_sums: NDArray | None = None
                        ) -> NDArray[np.float64]:
         """Calibrated ECE of each replicate: ``weights`` (B, N), ``fold_sums = weights @ fold_columns`` and,
-        when given, ``cell_sums = weights @ cell_columns()`` (else computed by partition)."""
+        when given, ``cell_sums`` = ``weights @`` the columns of :meth:`cell_entries` (else computed by partition)."""
         k = self.n_bins
         f = self.slopes.shape[0]
         delta, count = fold_sums[:, :f], fold_sums[:, f:]
