@@ -10,6 +10,7 @@ The settings come from the protocol: ``intervals`` (on/off), ``confidence`` (the
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Mapping
 from typing import Any
 
@@ -48,6 +49,12 @@ class IntervalCollector:
     :meth:`split_result` hands the statistics to the report's collector, which resamples them as they arrive,
     beside the workers (``scoring/score_parallel.py``: the matrix products' last bits depend on the number of BLAS
     threads of the process, so all of a report's replicates come from one process).
+
+    With :attr:`overlap` set (by ``scoring/score.py``, for splits small enough that memory is not what binds:
+    :data:`~ubench.scoring.memory_plan.OVERLAP_MAX_MEAN_BYTES`), a full batch is resampled on a thread of its own
+    while the next split is read and scored, at most one batch at a time: the scoring of a split leaves most of
+    the second core idle, and the resampling fills it. The replicate values are taken in, in batch order, by the
+    thread that called :meth:`settle`; the numbers are the same either way (tested).
     """
 
     #: Splits resampled together: as many as :func:`~ubench.metrics.intervals.resample` evaluates at once.
@@ -73,6 +80,9 @@ class IntervalCollector:
         self.replicates: dict[str, dict[str, NDArray]] = {}
         self.columns: dict[str, dict[str, NDArray]] = {}  # split -> its ``samples`` columns (export only)
         self._pending: dict[str, Any] = {}
+        #: resample a full batch on a thread of its own beside the next split (see the class docstring)
+        self.overlap = False
+        self._running: _Resampling | None = None
 
     @property
     def active(self) -> bool:
@@ -129,20 +139,39 @@ class IntervalCollector:
 
     def settle(self) -> None:
         """Resample the waiting splits once they fill a batch: called when no split's (N, C) arrays are held (by
-        ``scoring/score.py`` after each split, so that the replicate blocks never sit beside a split's mean)."""
-        if len(self._pending) >= self.BATCH:
+        ``scoring/score.py`` after each split, so that the replicate blocks never sit beside a split's mean);
+        with :attr:`overlap`, on a thread of its own, after the batch before has been taken in."""
+        if len(self._pending) < self.BATCH:
+            return
+        if not self.overlap:
             self.flush()
+            return
+        self._take_running()
+        batch, self._pending = self._pending, {}
+        self._running = _Resampling(self._resample, batch, self._units(batch))
 
     def flush(self) -> None:
         """Resample the splits added since the last flush; keep their replicate values, drop their statistics."""
-        if not self._pending:
-            return
-        units = dict(self.sizes.values())
-        units = {u: units[u] for stat in self._pending.values()
-                 for u in (stat.unit, getattr(stat, "against", stat.unit))}
-        self.replicates.update(resample(self._pending, units, n_replicates=self.p.bootstrap, seed=self.p.seed,
-                                        block_n=self.block_n))
-        self._pending.clear()
+        self._take_running()
+        if self._pending:
+            batch, self._pending = self._pending, {}
+            self.replicates.update(self._resample(batch, self._units(batch)))
+
+    def _take_running(self) -> None:
+        """Wait for the batch resampled on its own thread, if any, and take its replicate values in (its error,
+        if it failed, is raised here)."""
+        running, self._running = self._running, None
+        if running is not None:
+            self.replicates.update(running.result())
+
+    def _units(self, batch: Mapping[str, Any]) -> dict[str, int]:
+        """The resampling units a batch's statistics read, with their sample counts (read on the calling thread:
+        :attr:`sizes` grows as splits are added)."""
+        sizes = dict(self.sizes.values())
+        return {u: sizes[u] for stat in batch.values() for u in (stat.unit, getattr(stat, "against", stat.unit))}
+
+    def _resample(self, batch: Mapping[str, Any], units: Mapping[str, int]) -> dict[str, dict[str, NDArray]]:
+        return resample(batch, units, n_replicates=self.p.bootstrap, seed=self.p.seed, block_n=self.block_n)
 
     def split_result(self, name: str) -> tuple | None:
         """What split ``name`` left in a collector given only that split (its statistics, not yet resampled: one
@@ -185,3 +214,28 @@ class IntervalCollector:
                          "columns": encode_samples(self.columns[name])} for name in order if name in self.columns}
         return {"encoding": SAMPLE_ENCODING, "seed": int(self.p.seed), "primary": primary,
                 "scores": list(self.scores), "splits": splits}
+
+
+class _Resampling(threading.Thread):
+    """``fn(batch, units)`` on a thread of its own; :meth:`result` joins it and returns its value or raises its error."""
+
+    def __init__(self, fn, batch, units):
+        super().__init__(name="ubench-resample", daemon=True)
+        self._fn, self._batch, self._units = fn, batch, units
+        self._value: Any = None
+        self._error: BaseException | None = None
+        self.start()
+
+    def run(self) -> None:
+        try:
+            self._value = self._fn(self._batch, self._units)
+        except BaseException as e:  # noqa: BLE001 - handed to the caller of result()
+            self._error = e
+        finally:
+            self._batch = None  # the statistics go as soon as they are resampled
+
+    def result(self) -> Any:
+        self.join()
+        if self._error is not None:
+            raise self._error
+        return self._value

@@ -55,13 +55,27 @@ REPLICATE_BYTES = 64 * 8
 #: start, 29 MiB of it planned without this term.
 FIXED_BYTES = 32 * 2**20
 INTERVAL_BYTES_PER_SAMPLE = 3 * 2**10
+#: Splits whose (N, C) float64 mean is at most this are resampled a batch at a time *beside* the next split
+#: (``IntervalCollector.overlap``): the scoring of a split this small keeps about one core busy, and resampling
+#: on the other takes the intervals' cost mostly off the wall clock (``bench/bench_intervals.py``). Larger splits
+#: (ImageNet's 50,000 x 1,000 is 400 MB) wait for the batch to be done: there the replicate blocks beside a
+#: split's arrays would cost the bounded peak memory of issue #29 its margin.
+OVERLAP_MAX_MEAN_BYTES = 64 * 2**20
 
 
-def working_bytes(splits: dict[str, int], n_classes: int, *, bootstrap: int | None) -> int:
+def overlaps(splits: dict[str, int], n_classes: int) -> bool:
+    """Whether a report's batches of bootstrap replicates are resampled beside the next split: every split's
+    mean within :data:`OVERLAP_MAX_MEAN_BYTES`."""
+    return 8 * max(splits.values(), default=0) * n_classes <= OVERLAP_MAX_MEAN_BYTES
+
+
+def working_bytes(splits: dict[str, int], n_classes: int, *, bootstrap: int | None, overlap: bool = False) -> int:
     """Bytes a report maps beside any one split's arrays and blocks, for splits of ``splits[name]`` samples:
     TACE's class groups (at most a split's N x C entries) and, with ``bootstrap`` replicates (None: no
     intervals), the bootstrap's replicate blocks (at most ``bootstrap`` x N cells), the statistics of one batch
-    of splits (the largest ones) and every split's replicate values; and :data:`FIXED_BYTES`."""
+    of splits (the largest ones) and every split's replicate values; and :data:`FIXED_BYTES`. With ``overlap``
+    (:func:`overlaps`), a batch is resampled while the next split is scored: the replicate blocks come on top of
+    TACE's groups instead of after them, and two batches' statistics are alive."""
     from ..metrics.bootstrap import BLOCK_CELLS
     from ..metrics.calibration import _TACE_GROUP_ENTRIES
     from ..metrics.report_intervals import IntervalCollector
@@ -71,9 +85,9 @@ def working_bytes(splits: dict[str, int], n_classes: int, *, bootstrap: int | No
     if bootstrap is None:
         return FIXED_BYTES + tace
     cells = min(BLOCK_CELLS, bootstrap * largest)
-    batch = sum(sorted(splits.values(), reverse=True)[:IntervalCollector.BATCH])
-    return (FIXED_BYTES + max(tace, INTERVAL_CELL_BYTES * cells) + INTERVAL_BYTES_PER_SAMPLE * batch
-            + REPLICATE_BYTES * bootstrap * len(splits))
+    batch = sum(sorted(splits.values(), reverse=True)[:IntervalCollector.BATCH * (2 if overlap else 1)])
+    blocks = tace + INTERVAL_CELL_BYTES * cells if overlap else max(tace, INTERVAL_CELL_BYTES * cells)
+    return FIXED_BYTES + blocks + INTERVAL_BYTES_PER_SAMPLE * batch + REPLICATE_BYTES * bootstrap * len(splits)
 
 
 class MemoryBudgetError(ValueError):

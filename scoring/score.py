@@ -305,7 +305,7 @@ def run_score(path: str | Path, *, reference: str | Path | None = None,
     from ..archive_schema import open_archive
     from ..archive_schema.scan import file_sha256
     from ..metrics.report import ReportBuilder, primary_split
-    from .memory_plan import memory_budget, plan_split, working_bytes
+    from .memory_plan import MemoryBudgetError, memory_budget, overlaps, plan_split, working_bytes
     from .reference import read_reference
 
     protocol = _as_protocol(protocol)
@@ -330,10 +330,25 @@ def run_score(path: str | Path, *, reference: str | Path | None = None,
         builder.intervals.units = {name: _ids_digest(reader.sample_ids(name)) for name in h.splits}
         builder.intervals.block_n = max(s.n_samples for s in h.splits.values())  # the replicate blocks' size
         budget = memory_budget(memory_bytes)  # up front: a split that cannot be scored stops before any read
-        extra = working_bytes({name: h.splits[name].n_samples for name in h.splits}, h.n_classes,
-                              bootstrap=protocol.bootstrap if protocol.intervals else None)
-        plans = {name: plan_split(name, h.n_members, h.splits[name].n_samples, h.n_classes, budget=budget,
-                                  block_bytes=limits.block_bytes, extra_bytes=extra) for name in _scoring_order(h)}
+        sizes = {name: h.splits[name].n_samples for name in h.splits}
+
+        def plan(overlap: bool) -> dict:
+            extra = working_bytes(sizes, h.n_classes, bootstrap=protocol.bootstrap if protocol.intervals else None,
+                                  overlap=overlap)
+            return {name: plan_split(name, h.n_members, h.splits[name].n_samples, h.n_classes, budget=budget,
+                                     block_bytes=limits.block_bytes, extra_bytes=extra) for name in _scoring_order(h)}
+
+        # small splits: a batch is resampled beside the next split, unless that would put a split in passes
+        overlap = overlaps(sizes, h.n_classes)
+        if overlap:
+            try:
+                plans = plan(True)
+                overlap = all(p.in_memory for p in plans.values())
+            except MemoryBudgetError:
+                overlap = False
+        if not overlap:
+            plans = plan(False)
+        builder.intervals.overlap = overlap
         if scheduler is None and workers <= 1:
             for name in _scoring_order(h):
                 score_split(reader, name, builder, labels[name], limits, plans[name], progress)

@@ -1,0 +1,109 @@
+# SPDX-License-Identifier: MIT
+"""Resampling a batch of splits beside the next split (``IntervalCollector.overlap``, issue #26 item 9): the
+same report as resampling after each batch, the replicate values taken in, an error on the resampling thread
+raised by the scoring, and no overlap for splits too large for it (``memory_plan.OVERLAP_MAX_MEAN_BYTES``)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from scoring_archives import build_archive
+from ubench.metrics import report_intervals
+from ubench.scoring import memory_plan
+from ubench.scoring.protocols import Protocol
+from ubench.scoring.score import run_score
+
+FAST = Protocol.preset("pitfalls").replace(bootstrap=200)
+SHIFTS = tuple(((("blur", float(k)), 2.0 - 0.3 * k)) for k in range(1, 6))
+
+
+@pytest.fixture()
+def threads(monkeypatch):
+    """The batches resampled on a thread of their own, counted."""
+    started = []
+
+    class Counted(report_intervals._Resampling):
+        def __init__(self, *args):
+            started.append(args[1].keys())
+            super().__init__(*args)
+
+    monkeypatch.setattr(report_intervals, "_Resampling", Counted)
+    return started
+
+
+def test_overlap_gives_the_report_of_resampling_after_each_batch(tmp_path, threads, monkeypatch):
+    """An in-domain, an OOD and 5 shift splits (3 batches of 2 on their own thread, the last split at the end):
+    the report, intervals included, equals the one scored with the overlap off, byte for byte."""
+    path, _ = build_archive(tmp_path / "a.h5", n=300, shifts=SHIFTS)
+    overlapped = run_score(path, protocol=FAST)
+    assert [len(b) for b in threads] == [2, 2, 2]
+    monkeypatch.setattr(memory_plan, "OVERLAP_MAX_MEAN_BYTES", 0)
+    threads.clear()
+    after = run_score(path, protocol=FAST)
+    assert threads == []
+    assert json.dumps(overlapped) == json.dumps(after)
+    assert set(overlapped["intervals"]["splits"]) == {"test", "ood", *(f"blur_{k}" for k in range(1, 6))}
+
+
+def test_an_error_on_the_resampling_thread_is_raised_by_the_scoring(tmp_path, threads, monkeypatch):
+    """The second batch fails on its thread: the scoring raises that error (not a report without its
+    intervals, not a hang)."""
+    path, _ = build_archive(tmp_path / "a.h5", n=120, shifts=SHIFTS)
+    calls = []
+    resample = report_intervals.resample
+
+    def failing(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 2:
+            raise FloatingPointError("replicate 7 of the second batch")
+        return resample(*args, **kwargs)
+
+    monkeypatch.setattr(report_intervals, "resample", failing)
+    with pytest.raises(FloatingPointError, match="second batch"):
+        run_score(path, protocol=FAST)
+    assert len(threads) >= 2
+
+
+def test_splits_too_large_for_the_overlap_wait_for_their_batch(tmp_path, threads, monkeypatch):
+    """With the threshold just below the splits' mean (N x C float64), every batch is resampled on the scoring
+    thread; just above, on a thread of its own."""
+    path, _ = build_archive(tmp_path / "a.h5", n=200, c=5, shifts=SHIFTS)
+    mean = 8 * 200 * 5
+    monkeypatch.setattr(memory_plan, "OVERLAP_MAX_MEAN_BYTES", mean - 1)
+    run_score(path, protocol=FAST)
+    assert threads == []
+    monkeypatch.setattr(memory_plan, "OVERLAP_MAX_MEAN_BYTES", mean)
+    run_score(path, protocol=FAST)
+    assert len(threads) == 3
+
+
+def test_overlap_is_dropped_when_it_would_put_a_split_in_passes(tmp_path, threads):
+    """Under a memory limit that holds each split's mean with the intervals' blocks after it, but not with a
+    batch's blocks beside it, the splits are scored in memory without the overlap (no note of passes)."""
+    from ubench.archive_schema.spec import ReadLimits
+    from ubench.scoring.memory_plan import RESERVE_SHARE, MemoryBudgetError, plan_split, working_bytes
+
+    m, n, c = 4, 300, 5
+    path, _ = build_archive(tmp_path / "a.h5", m=m, n=n, c=c, shifts=SHIFTS)
+    sizes = {name: n if name != "ood" else n // 2 for name in ("test", "ood", *(f"s{k}" for k in range(5)))}
+    block = ReadLimits().block_bytes
+    serial = working_bytes(sizes, c, bootstrap=FAST.bootstrap)
+    budget = -(-(plan_split("x", m, n, c, budget=None, block_bytes=block, extra_bytes=serial).mean_bytes
+                 + plan_rest(m, n, c, block, serial)) * 8 // 7) + 8
+    beside = working_bytes(sizes, c, bootstrap=FAST.bootstrap, overlap=True)
+    assert RESERVE_SHARE == 1 / 8
+    with pytest.raises(MemoryBudgetError):  # with a batch's blocks beside it, not even in passes
+        plan_split("x", m, n, c, budget=budget, block_bytes=block, extra_bytes=beside)
+    assert plan_split("x", m, n, c, budget=budget, block_bytes=block, extra_bytes=serial).in_memory
+    report = run_score(path, protocol=FAST, memory_bytes=budget)
+    assert threads == []
+    assert not any("did not fit" in note for note in report["notes"])
+
+
+def plan_rest(m, n, c, block, extra):
+    """What :func:`~ubench.scoring.memory_plan.plan_split` needs beside a split's mean."""
+    from ubench.scoring.memory_plan import VECTOR_BYTES_PER_SAMPLE, WORKING_BLOCKS
+
+    return VECTOR_BYTES_PER_SAMPLE * n + WORKING_BLOCKS * min(block, 8 * m * n * c) + extra
