@@ -76,7 +76,7 @@ def bootstrap_counts(n: int, n_replicates: int, rng: np.random.Generator) -> NDA
     are cut into blocks (tested). Integer counts, int16 below 2**15 samples (a count is at most n) else int32:
     the sorted kernels gather and add them as integers, exact and several times faster than floats.
     """
-    dtype = np.int16 if n < 1 << 15 else np.int32
+    dtype = count_dtype(n)
     if n >= 4096:  # one bincount per replicate, a few replicates' draws at a time (a buffer that stays in cache)
         out = np.empty((n_replicates, n), dtype=dtype)
         step = max(1, DRAW_CELLS // n)
@@ -88,6 +88,11 @@ def bootstrap_counts(n: int, n_replicates: int, rng: np.random.Generator) -> NDA
     idx = rng.integers(0, n, (n_replicates, n))
     idx += (np.arange(n_replicates) * n)[:, None]
     return np.bincount(idx.ravel(), minlength=n_replicates * n).reshape(n_replicates, n).astype(dtype)
+
+
+def count_dtype(n: int) -> type:
+    """The integer type :func:`bootstrap_counts` gives counts of ``n`` draws: int16 below 2**15, else int32."""
+    return np.int16 if n < 1 << 15 else np.int32
 
 
 def count_blocks(n_replicates: int, n: int) -> Iterator[tuple[int, int]]:

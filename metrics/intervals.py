@@ -45,14 +45,14 @@ from __future__ import annotations
 
 import base64
 import zlib
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, MutableMapping, Sequence
 from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
 
-from .bootstrap import (BOOTSTRAP_METHOD, LinearColumns, bootstrap_counts, count_blocks, interval_rng,
-                        percentile_intervals)
+from .bootstrap import (BOOTSTRAP_METHOD, LinearColumns, bootstrap_counts, count_blocks, count_dtype,
+                        interval_rng, percentile_intervals)
 from .bootstrap_ranking import _harmonic_table, _Ranked, _Sorted, weighted_detection, weighted_selective
 from .calibration import _equal_width_bin_index
 from .calibration_debiased import debiased_squared_error, equal_mass_edges
@@ -228,7 +228,8 @@ class OODStatistics:
 
 
 def resample(statistics: Mapping[str, Any], units: Mapping[str, int], *, n_replicates: int, seed: int,
-             threads: int | None = None, block_n: int | None = None) -> dict[str, dict[str, NDArray]]:
+             threads: int | None = None, block_n: int | None = None,
+             counts: MutableMapping[str, list[NDArray]] | None = None) -> dict[str, dict[str, NDArray]]:
     """Replicate values of every split's statistics: ``{split: {key: (n_replicates,)}}``.
 
     ``units`` maps each resampling unit to its sample count; each unit's counts come from its own generator
@@ -243,6 +244,10 @@ def resample(statistics: Mapping[str, Any], units: Mapping[str, int], *, n_repli
     :func:`~ubench.metrics.bootstrap.count_blocks` replicates of ``block_n`` samples (default: the largest unit):
     the matrix products' last bits depend on the block's rows, so a caller that resamples a report's splits a few
     at a time passes the report's largest unit to get the numbers of resampling them all at once.
+
+    ``counts``, when given, keeps each unit's count blocks from one call to the next (a byte per cell, within
+    :data:`KEEP_CELLS` cells in all): a unit found there is not drawn again. A report resampled a batch of splits
+    at a time draws its in-domain unit, which its shift splits share, once instead of once per batch.
     """
     import os
     from concurrent.futures import ThreadPoolExecutor
@@ -257,8 +262,26 @@ def resample(statistics: Mapping[str, Any], units: Mapping[str, int], *, n_repli
     workers = threads if threads is not None else max(1, min(2, os.cpu_count() or 1))
     blocks = list(count_blocks(n_replicates, block_n or max(units.values(), default=1)))
 
+    index = {start: i for i, (start, _) in enumerate(blocks)}
+    if counts is not None:  # the units to keep (within KEEP_CELLS cells with those kept already), drawn once
+        for u in [u for u, kept_u in counts.items() if len(kept_u) != len(blocks)]:
+            del counts[u]  # left incomplete by a call that failed
+        room = KEEP_CELLS - sum(b.size for kept_u in counts.values() for b in kept_u)
+        for u in units:
+            if u not in counts and n_replicates * units[u] <= room:
+                counts[u], room = [], room - n_replicates * units[u]
+
     def draw(start: int, stop: int, gens: Mapping[str, np.random.Generator]) -> dict[str, NDArray]:
-        return {u: bootstrap_counts(units[u], stop - start, g) for u, g in gens.items()}
+        out = {}
+        for u, g in gens.items():
+            cached = None if counts is None else counts.get(u)
+            if cached is not None and len(cached) == len(blocks):  # drawn by an earlier call
+                out[u] = cached[index[start]].astype(count_dtype(units[u]))
+                continue
+            out[u] = bootstrap_counts(units[u], stop - start, g)
+            if cached is not None:
+                cached.append(out[u].astype(np.uint8) if out[u].size and int(out[u].max()) < 256 else out[u])
+        return out
 
     def add(name: str, values: Mapping[str, NDArray]) -> None:
         for key, v in values.items():
@@ -269,6 +292,9 @@ def resample(statistics: Mapping[str, Any], units: Mapping[str, int], *, n_repli
         for i in range(len(blocks)):
             futures = [(name, pool.submit(job)) for name, stat in statistics.items() for job in _jobs(stat, weights)]
             for u, kept_u in kept.items():
+                if counts is not None and u in counts:  # the same bytes
+                    kept_u.append(counts[u][i])
+                    continue
                 w = weights[u]
                 kept_u.append(w.astype(np.uint8) if w.size and int(w.max()) < 256 else w)
             if i + 1 < len(blocks):

@@ -83,6 +83,9 @@ class IntervalCollector:
         #: resample a full batch on a thread of its own beside the next split (see the class docstring)
         self.overlap = False
         self._running: _Resampling | None = None
+        #: each resampling unit's count blocks, drawn once for the report's batches (with :attr:`overlap` only:
+        #: up to ``KEEP_CELLS`` bytes, which the memory plan counts then)
+        self._counts: dict[str, list[NDArray]] = {}
 
     @property
     def active(self) -> bool:
@@ -171,7 +174,8 @@ class IntervalCollector:
         return {u: sizes[u] for stat in batch.values() for u in (stat.unit, getattr(stat, "against", stat.unit))}
 
     def _resample(self, batch: Mapping[str, Any], units: Mapping[str, int]) -> dict[str, dict[str, NDArray]]:
-        return resample(batch, units, n_replicates=self.p.bootstrap, seed=self.p.seed, block_n=self.block_n)
+        return resample(batch, units, n_replicates=self.p.bootstrap, seed=self.p.seed, block_n=self.block_n,
+                        counts=self._counts if self.overlap else None)
 
     def split_result(self, name: str) -> tuple | None:
         """What split ``name`` left in a collector given only that split (its statistics, not yet resampled: one

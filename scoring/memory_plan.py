@@ -75,9 +75,11 @@ def working_bytes(splits: dict[str, int], n_classes: int, *, bootstrap: int | No
     intervals), the bootstrap's replicate blocks (at most ``bootstrap`` x N cells), the statistics of one batch
     of splits (the largest ones) and every split's replicate values; and :data:`FIXED_BYTES`. With ``overlap``
     (:func:`overlaps`), a batch is resampled while the next split is scored: the replicate blocks come on top of
-    TACE's groups instead of after them, and two batches' statistics are alive."""
+    TACE's groups instead of after them, two batches' statistics are alive, and the units' counts are kept from
+    one batch to the next (a byte per replicate and sample, at most ``KEEP_CELLS``)."""
     from ..metrics.bootstrap import BLOCK_CELLS
     from ..metrics.calibration import _TACE_GROUP_ENTRIES
+    from ..metrics.intervals import KEEP_CELLS
     from ..metrics.report_intervals import IntervalCollector
 
     largest = max(splits.values(), default=0)
@@ -87,7 +89,9 @@ def working_bytes(splits: dict[str, int], n_classes: int, *, bootstrap: int | No
     cells = min(BLOCK_CELLS, bootstrap * largest)
     batch = sum(sorted(splits.values(), reverse=True)[:IntervalCollector.BATCH * (2 if overlap else 1)])
     blocks = tace + INTERVAL_CELL_BYTES * cells if overlap else max(tace, INTERVAL_CELL_BYTES * cells)
-    return FIXED_BYTES + blocks + INTERVAL_BYTES_PER_SAMPLE * batch + REPLICATE_BYTES * bootstrap * len(splits)
+    kept = min(KEEP_CELLS, bootstrap * sum(splits.values())) if overlap else 0  # the units' counts, a byte each
+    return (FIXED_BYTES + blocks + INTERVAL_BYTES_PER_SAMPLE * batch + REPLICATE_BYTES * bootstrap * len(splits)
+            + kept)
 
 
 class MemoryBudgetError(ValueError):

@@ -253,3 +253,55 @@ def test_one_hot_blocks_are_kept_as_nonzeros_and_written_as_the_dense_columns():
     np.testing.assert_allclose(got["cv"], w @ dense[:, 1 + 2 * k:], rtol=1e-13)
     np.testing.assert_allclose(got["x"], (w @ x) / w.sum(axis=1), rtol=1e-13)
     assert not any(isinstance(b, np.ndarray) and b.shape[1] > 1 for b in cols._cols)  # nothing dense kept
+
+
+def test_counts_kept_from_one_call_to_the_next_are_drawn_once_and_give_the_same_values(monkeypatch):
+    """``resample(..., counts=cache)`` called a split at a time (as a report resamples its batches) draws a unit
+    once, in the first call that needs it, and gives every split the values of resampling it without the cache;
+    a cache left incomplete (a call that failed half-way) is drawn again, not read past its end; a unit beyond
+    ``KEEP_CELLS`` is not kept."""
+    from interval_model import draw
+
+    from ubench.metrics import bootstrap, intervals
+    from ubench.metrics.intervals import LabelledStatistics, OODStatistics, resample
+    from ubench.metrics.report_sections import split_arrays
+
+    rng = np.random.default_rng(4)
+    n, n_ood = 300, 200
+    probs, labels, ood = draw(rng, n, n_ood)
+    in_arrays = split_arrays(probs[None])
+    settings = dict(unit="u", bins=15, eps=1e-12, smoothing=0.0)
+    stats = {"test": LabelledStatistics(in_arrays, labels, **settings, scores=("total",)),
+             "shift": LabelledStatistics(split_arrays((probs ** 0.5)[None]), labels, **settings, full=False),
+             "ood": OODStatistics(in_arrays, split_arrays(ood[None]), unit="o", against="u", scores=("total",))}
+    units = {"test": {"u": n}, "shift": {"u": n}, "ood": {"u": n, "o": n_ood}}
+    monkeypatch.setattr(bootstrap, "BLOCK_CELLS", 7 * n)
+    alone = {name: resample({name: stat}, units[name], n_replicates=20, seed=5, block_n=n)[name]
+             for name, stat in stats.items()}
+    drawn = []
+    counts_of = intervals.bootstrap_counts
+
+    def counted(m, rows, g):
+        drawn.append(m)
+        return counts_of(m, rows, g)
+
+    monkeypatch.setattr(intervals, "bootstrap_counts", counted)
+    cache: dict = {}
+    for name, stat in stats.items():
+        got = resample({name: stat}, units[name], n_replicates=20, seed=5, block_n=n, counts=cache)[name]
+        for key, v in alone[name].items():
+            np.testing.assert_array_equal(got[key], v, err_msg=f"{name} {key}")
+    assert sorted(drawn) == sorted([n] * 3 + [n_ood] * 3)  # 3 blocks of 7, 7, 6 replicates: each unit once
+    assert sorted(cache) == ["o", "u"] and all(b.dtype == np.uint8 for b in cache["u"])
+
+    cache["u"].pop()  # incomplete: drawn again, in full
+    drawn.clear()
+    got = resample({"shift": stats["shift"]}, units["shift"], n_replicates=20, seed=5, block_n=n, counts=cache)
+    np.testing.assert_array_equal(got["shift"]["accuracy"], alone["shift"]["accuracy"])
+    assert drawn == [n] * 3 and len(cache["u"]) == 3
+
+    monkeypatch.setattr(intervals, "KEEP_CELLS", 20 * n - 1)  # the unit does not fit beside nothing
+    cache, drawn[:] = {}, []
+    for _ in range(2):
+        resample({"shift": stats["shift"]}, units["shift"], n_replicates=20, seed=5, block_n=n, counts=cache)
+    assert cache == {} and drawn == [n] * 12  # per call 3 blocks, and again for the products (not kept either)
