@@ -80,11 +80,18 @@ def _score_ratio(path: Path, repeats: int, baseline: Path | None = None) -> dict
 #: A fresh process scores the archive ``repeats`` times with intervals and prints, per scoring, the CPU seconds of
 #: the resampling alone (every ``resample`` call of that scoring summed: a report resamples its splits a batch at
 #: a time; ``resample`` on one thread, BLAS on one thread by the environment): the work, apart from how the
-#: machine's load shares the cores out.
+#: machine's load shares the cores out. A batch that the report would resample beside the next split
+#: (``IntervalCollector.overlap``) is resampled in line instead, so that the process's CPU time is its own.
 _RESAMPLE_CHILD = """
 import json, sys, time
 import ubench.metrics.report_intervals as rim
 from ubench.scoring.score import run_score
+class Inline:
+    def __init__(self, fn, *args):
+        self.value = fn(*args)
+    def result(self):
+        return self.value
+rim._Resampling = Inline
 cpu = []
 resample = rim.resample
 def timed(*args, **kwargs):
