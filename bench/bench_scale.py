@@ -12,6 +12,9 @@
    2-worker ``LocalCluster`` (issue #29 item 4: the archive's splits spread over the workers), interleaved;
    the two reports must be equal.
 
+Both clusters start their workers with the malloc settings of ``score --workers`` / ``leaderboard --workers``
+(``scoring.distributed.worker_environ``), not Dask's ``MALLOC_TRIM_THRESHOLD_=65536``.
+
     python bench/bench_scale.py [--archives 20] [--repeats 3] [--keep DIR] [--one-archive] [--skip-board]
 """
 
@@ -51,6 +54,7 @@ def bench_one_archive(d: Path, args) -> tuple[list[dict], list[dict]]:
     from distributed import Client, LocalCluster
 
     from _archives import imagenet_like
+    from ubench.scoring.distributed import worker_environ
     from ubench.scoring.score import run_score
 
     path = imagenet_like(d / f"imagenet_c_m{args.members}_n{args.samples}_c{args.classes}_s{args.shift_splits}.h5",
@@ -64,8 +68,10 @@ def bench_one_archive(d: Path, args) -> tuple[list[dict], list[dict]]:
     # how much of the run kept both cores busy, and a sum above the one-process CPU is the cluster's overhead
     cpu: dict[str, list[dict]] = {"one process": [], "2 workers": []}
     loads: list[float] = []
-    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1", dashboard_address=None,
-                      silence_logs=50) as cluster:
+    with worker_environ():  # the workers' malloc settings of `score --workers` (scoring/distributed.py)
+        cluster = LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
+                               dashboard_address=None, silence_logs=50)
+    with cluster:
         with Client(cluster, set_as_default=False) as client:
             procs = [psutil.Process()] + [psutil.Process(pid) for pid in client.run(os.getpid).values()]
 
@@ -138,6 +144,7 @@ def bench_board(args) -> tuple[list[dict], list[dict]]:
     """The leaderboard: ``args.archives`` uploads on 1 and 2 workers."""
     from distributed import LocalCluster
 
+    from ubench.scoring.distributed import worker_environ
     from ubench.scoring.leaderboard import BoardConfig, score_directory
     from ubench.scoring.reference import write_reference
 
@@ -153,8 +160,10 @@ def bench_board(args) -> tuple[list[dict], list[dict]]:
         print(f"{args.archives} archives, {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f}")
         times: dict[int, list[float]] = {}
         for workers in args.workers:
-            with LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, host="127.0.0.1",
-                              dashboard_address=None, silence_logs=50) as cluster:
+            with worker_environ():
+                cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, host="127.0.0.1",
+                                       dashboard_address=None, silence_logs=50)
+            with cluster:
                 for r in range(args.repeats):
                     board = d / f"board-{workers}-{r}"
                     shutil.rmtree(board, ignore_errors=True)

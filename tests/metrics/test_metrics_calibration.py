@@ -133,6 +133,29 @@ def test_tace_matches_formula_transcription(n, c, n_bins, seed):
         _tace_reference(p, y, n_bins, 0.0), abs=1e-14)
 
 
+@pytest.mark.parametrize("block_entries,group_entries", [(7, 5), (64, 40), (1 << 16, 1 << 21)])
+def test_tace_gathered_in_blocks_and_class_groups_matches_the_transcription(monkeypatch, block_entries,
+                                                                            group_entries):
+    """TACE's entries are gathered row block by row block straight into each class's run, a group of classes at
+    a time: with blocks of a few rows (some holding no entry above the threshold), a class group per class or
+    two, or one block and one group, it equals the formula's transcription and is the same float bit for bit."""
+    from ubench.metrics import calibration
+    from ubench.metrics.row_ranking import row_blocks
+
+    rng = np.random.default_rng(11)
+    n, c = 500, 9
+    p = softmax64(rng.normal(scale=4, size=(n, c)))
+    y = rng.integers(0, c, n)
+    whole = M.tace_error(p, y, n_bins=6)
+    monkeypatch.setattr(calibration, "row_blocks", lambda rows, cols: row_blocks(rows, cols, block_entries))
+    monkeypatch.setattr(calibration, "_TACE_GROUP_ENTRIES", group_entries)
+    groups = calibration._class_groups((p > 1e-3).sum(0), group_entries)
+    assert len(groups) == (c if group_entries < n else 1)  # a group per class when the limit is below a column
+    got = M.tace_error(p, y, n_bins=6)
+    assert got == whole
+    assert got == pytest.approx(_tace_reference(p, y, 6, 1e-3), abs=1e-14)
+
+
 def test_tace_class_with_no_points_above_threshold_adds_zero():
     """A class whose probabilities all lie at or below the threshold contributes 0 (not NaN)."""
     p = np.array([[0.9995, 0.0005], [0.9995, 0.0005]])

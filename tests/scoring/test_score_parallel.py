@@ -4,6 +4,7 @@ and of ``ubench score --scheduler`` is the one-process report, number for number
 
 from __future__ import annotations
 
+import contextlib
 import json
 
 import numpy as np
@@ -48,10 +49,35 @@ def archive(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def cluster():
-    distributed = pytest.importorskip("distributed")  # the test extra installs it (pyproject.toml)
-    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
-                                  dashboard_address=None, silence_logs=50) as c:
-        yield c.scheduler_address
+    pytest.importorskip("distributed")  # the test extra installs it (pyproject.toml)
+    from ubench.scoring.distributed import local_cluster
+
+    with contextlib.ExitStack() as stack:
+        with pytest.MonkeyPatch.context() as mp:
+            # what a cluster started earlier in this process with Dask's defaults leaves in os.environ (the nanny
+            # writes its pre-spawn variables there), and which overrides Dask's configuration
+            mp.setenv("MALLOC_TRIM_THRESHOLD_", "65536")
+            address = stack.enter_context(local_cluster(2))  # the cluster `score --workers 2` starts
+        yield address
+
+
+def test_local_cluster_workers_run_with_the_malloc_settings(cluster):
+    """The workers of ``local_cluster`` see :data:`WORKER_MALLOC_ENV` in a task, not Dask's
+    ``MALLOC_TRIM_THRESHOLD_=65536`` (which pins glibc's mmap threshold at 128 KiB: 230x the page faults), even
+    where an earlier cluster of the process left that value in ``os.environ``."""
+    import os
+
+    from distributed import Client
+
+    from ubench.scoring.distributed import WORKER_MALLOC_ENV
+
+    with Client(cluster, set_as_default=False) as client:
+        seen = client.gather(client.map(lambda k, _: os.environ.get(k), ["MALLOC_MMAP_THRESHOLD_",
+                                                                          "MALLOC_TRIM_THRESHOLD_"] * 2,
+                                        range(4), pure=False))
+        workers = client.run(lambda: {k: os.environ.get(k) for k in WORKER_MALLOC_ENV})
+    assert seen == [WORKER_MALLOC_ENV["MALLOC_MMAP_THRESHOLD_"], WORKER_MALLOC_ENV["MALLOC_TRIM_THRESHOLD_"]] * 2
+    assert len(workers) == 2 and all(w == WORKER_MALLOC_ENV for w in workers.values())
 
 
 @pytest.mark.parametrize("preset,settings", [("pitfalls", {"shift_temperature": True, "dee_point": True,
