@@ -170,6 +170,61 @@ EQUIVALENT: dict[str, str] = {
     **{f"ubench.metrics.temperature.x_fit_temperature__mutmut_{k}":
        "the fused path's kind None/'XXprobsXX'/'PROBS' instead of 'probs': temperature_solver only asks "
        "kind == 'logits', so every one of them takes the probabilities branch" for k in (31, 39, 40)},
+    # metrics/uncertainty.py
+    **{f"ubench.metrics.uncertainty.x_{f}__mutmut_{k}":
+       "np.empty's and np.zeros' default dtype and astype(None) are float64"
+       for f, ks in (("_confidence", (7,)), ("_entropy_rows", (9, 11, 29, 31)), ("_expected_entropy", (3, 5)),
+                     ("_uncertainty_decomposition", (5, 7, 10, 12, 30, 32, 35, 37, 40, 42))) for k in ks},
+    **{f"ubench.metrics.uncertainty.x_{f}__mutmut_{k}":
+       "a float64 scratch copy of float64 terms (or of the float64 mean) where the buffer itself was used: the "
+       "same values, one more copy" for f, ks in (("_entropy_rows", (25,)), ("_uncertainty_decomposition", (26, 44)))
+       for k in ks},
+    **{f"ubench.metrics.uncertainty.x_{f}__mutmut_{k}":
+       "the float32 p log p terms handed to einsum without the float64 copy: einsum into a float64 out computes in "
+       "float64 (the operand is cast as it is read), the same bits as the copy (checked bit for bit on float32 "
+       "terms of every magnitude, C = 2 to 1000)" for f, ks in (("_entropy_rows", (26, 27)),
+                                                              ("_uncertainty_decomposition", (27, 28))) for k in ks},
+    "ubench.metrics.uncertainty.x__entropy_rows__mutmut_34":
+        "a block copied into a buffer of its own dtype before the log: the same values, and clear() is the same "
+        "check as clear_sums() with the range read off the log (speed only)",
+    **{f"ubench.metrics.uncertainty.x__entropy_rows__mutmut_{k}":
+       "the check of a block cast to another log dtype: no caller passes both a check and a log dtype other than "
+       "the input's (the only cast caller, the report's member-at-a-time path, passes no check)" for k in (57, 58)},
+    **{f"ubench.metrics.uncertainty.x_{f}__mutmut_{k}":
+       "when a thread switches to the guarded log (or starts guarded, or keeps recomputing the NaN rows): the "
+       "guard leaves every finite log unchanged (log p >= log of the smallest subnormal > -max float), so a row "
+       "gets the same bits either way (speed only)"
+       for f, ks in (("_entropy_rows", (40, 41, 79, 82, 83, 84)),
+                     ("_uncertainty_decomposition", (112, 113, 148, 151, 152, 153))) for k in ks},
+    "ubench.metrics.uncertainty.x__entropy_rows__mutmut_89":
+        "einsum without an out buffer returns a new array, assigned to the same rows",
+    **{f"ubench.metrics.uncertainty.x__entropy_step__mutmut_{k}":
+       "at least 2 rows per block (only past 2^16 classes) or a block size halved for one class: blocking changes "
+       "no value" for k in (5, 11)},
+    "ubench.metrics.uncertainty.x__finish_entropy__mutmut_9":
+        "the lower clip at 0: every p log p term is <= 0 (p in [0, 1]), so their float sum is <= 0 and 0 - sum >= 0",
+    **{f"ubench.metrics.uncertainty.x__n_threads__mutmut_{k}":
+       "the thread count (at least 2, more than the cores or the blocks, or one): every row goes through the same "
+       "block code whichever thread holds it, so no value changes (tests/metrics/test_metrics_fused.py)"
+       for k in (6, 8, 13, 17, 18, 19, 20)},
+    **{f"ubench.metrics.uncertainty.x__n_threads__mutmut_{k}":
+       "the core count when os.sched_getaffinity is missing: Linux always has it (and the count changes no value)"
+       for k in (2, 3, 4)},
+    **{f"ubench.metrics.uncertainty.x__normalized_entropy__mutmut_{k}":
+       "the clip at 1 after H / log C: H is already clipped to <= log C, and a correctly rounded division of "
+       "x <= y by y is <= 1" for k in (9, 12, 13)},
+    **{f"ubench.metrics.uncertainty.x__plogp__mutmut_{k}":
+       "in_range False (or False for a block holding a 1.0, whose log is 0): the check then runs the whole-array "
+       "reference checks once, with the same errors and the same acceptance (speed only)" for k in (17, 20, 21)},
+    **{f"ubench.metrics.uncertainty.x_{f}__mutmut_{k}":
+       "einsum 'IJ->I' is the same contraction as 'ij->i' (subscripts are letters of either case)"
+       for f, k in (("_rowsum64", 10), ("_uncertainty_decomposition", 111))},
+    **{f"ubench.metrics.uncertainty.x__run_blocks__mutmut_{k}":
+       "failed.append(None/False): the list is non-empty either way, which is all 'while not failed' reads"
+       for k in (24, 25)},
+    **{f"ubench.metrics.uncertainty.x__run_blocks__mutmut_{k}":
+       "one thread run in a pool of one, or two threads' blocks run in the calling thread, or a pool with more "
+       "workers than tasks: the same blocks through the same code, no value changes" for k in (31, 32, 34)},
     **{f"ubench.scoring.reference.x_read_reference__mutmut_{k}":
        "required=None instead of False for an optional attribute: both falsy, the same branch"
        for k in (31, 45, 74, 111, 127, 223, 258, 272)},
