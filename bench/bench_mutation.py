@@ -225,6 +225,16 @@ EQUIVALENT: dict[str, str] = {
     **{f"ubench.metrics.uncertainty.x__run_blocks__mutmut_{k}":
        "one thread run in a pool of one, or two threads' blocks run in the calling thread, or a pool with more "
        "workers than tasks: the same blocks through the same code, no value changes" for k in (31, 32, 34)},
+    # metrics/dee.py
+    **{f"ubench.metrics.dee.x_dee_curve__mutmut_{k}":
+       "method_cll read without the float64 cast: each value goes through float() (and np.isfinite), which gives "
+       "every real numeric dtype's value the same float64 as the cast" for k in (3, 5)},
+    **{f"ubench.metrics.dee.x_dee_curve__mutmut_{k}": "np.arange of Python ints is int64 on a 64-bit machine"
+       for k in (56, 59)},
+    **{f"ubench.metrics.dee.x_dee_curve__mutmut_{k}":
+       "np.array of a non-empty list of Python bools is bool without dtype=bool"
+       for k in (67, 69, 71, 73, 75, 77, 79, 81, 83, 85, 87, 89)},
+    "ubench.metrics.dee.x_dee_reference__mutmut_16": "member_curves' default placement is 'post'",
     **{f"ubench.scoring.reference.x_read_reference__mutmut_{k}":
        "required=None instead of False for an optional attribute: both falsy, the same branch"
        for k in (31, 45, 74, 111, 127, 223, 258, 272)},
