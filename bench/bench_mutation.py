@@ -238,6 +238,51 @@ EQUIVALENT: dict[str, str] = {
     **{f"ubench.metrics.dee.x__check_reference__mutmut_{k}":
        "std read without the float64 cast: it is only compared with 0, printed, and added to the float64 mean, "
        "which promotes every real dtype to the same float64 values" for k in (8, 10)},
+    # metrics/conformal.py
+    "ubench.metrics.conformal.x__has_ties__mutmut_11":
+        "always looking for ties: the correction then runs on every block, and it changes only rows with more "
+        "kept entries than larger ones + 1 (a tie at the label), so no rank changes",
+    **{f"ubench.metrics.conformal.x__true_scores__mutmut_{k}":
+       "the tie correction over more rows (every row, or rows with kept >= larger + 1): it subtracts the tied "
+       "classes with a larger index, none for a row without a tie at its label" for k in (38, 40, 41)},
+    **{f"ubench.metrics.conformal.x_{f}__mutmut_{k}":
+       "row_blocks with other arguments: another block size, and blocking changes no value"
+       for f in ("_true_scores", "_set_sizes") for k in (10, 11)},
+    "ubench.metrics.conformal.x_conformal_quantile__mutmut_19": "float('INF') is float('inf')",
+    **{f"ubench.metrics.conformal.x_conformal_quantile__mutmut_{k}":
+       "scores sorted without the float64 cast: float() of the k-th gives the same value for every real dtype"
+       for k in (4, 6)},
+    **{f"ubench.metrics.conformal.x_conformal_scores__mutmut_{k}":
+       "axis=+1 or the default axis (-1) of argsort/take_along_axis/put_along_axis/shape on the 2-D scores is "
+       "axis -1; numpy reads kind='STABLE' as 'stable'" for k in (18, 21, 24, 35, 36, 38, 60, 65, 73, 76)},
+    **{f"ubench.metrics.conformal.x__prefix_set_sizes__mutmut_{k}":
+       "another cut-off for a row's ranked prefix (every class, the first cut-off skipped, p > instead of >=, "
+       "2 * -e, 3**-e, float ones as the mask, which np.flatnonzero reads alike): any set of the classes above "
+       "a value is a prefix of the ranking, and a prefix is only used once certified on its exact running sums, "
+       "else the next cut-off (finally the whole row) is tried: the same sizes, other speed"
+       for k in (102, 104, 106, 107, 108, 110, 111)},
+    **{f"ubench.metrics.conformal.x__prefix_set_sizes__mutmut_{k}":
+       "a smaller bound on the next class's score (the penalty subtracted or for one rank less, or none for "
+       "APS and RAPS alike): fewer prefixes certified, the rest ranked further, the same sizes"
+       for k in (121, 128, 25, 28, 29)},
+    "ubench.metrics.conformal.x__prefix_set_sizes__mutmut_134":
+        "certifying at after == q_max + margin too: the next class then scores >= q_max + margin > q_max, "
+        "outside every set, so the certificate still holds",
+    **{f"ubench.metrics.conformal.x__prefix_set_sizes__mutmut_{k}":
+       "the rows a prefix did not certify are counted too (or the filtered group keeps rows=None / counts=None, "
+       "which nothing reads after the filter): those rows are in 'later' and recounted at the next cut-off, "
+       "which overwrites them" for k in (138, 140, 143)},
+    **{f"ubench.metrics.conformal.x__prefix_set_sizes__mutmut_{k}":
+       "'later' is never empty after a pass (every kept row of the todo rows lands in a group, and each group "
+       "appends), so the else branch is unreachable" for k in (185, 188)},
+    **{f"ubench.metrics.conformal.x__prefix_set_sizes__mutmut_{k}":
+       "more rows taken as 'alone' (a larger penalty bound, >=, or q_max - margin) or all finite rows in todo: "
+       "todo is computed with the unmutated bound, so every row that is not alone there is recounted exactly "
+       "afterwards, overwriting the shortcut's size" for k in (39, 40, 41, 42, 43, 79, 82)},
+    **{f"ubench.metrics.conformal.x__prefix_set_sizes__mutmut_{k}":
+       "rank 1 as float ones instead of intp: penalty * max(1.0 - kreg, 0) is the same number"
+       for k in (61, 63)},
+    "ubench.metrics.conformal.x__prefix_set_sizes__mutmut_96": "p[todo] for all rows is a copy of p: same values",
     **{f"ubench.scoring.reference.x_read_reference__mutmut_{k}":
        "required=None instead of False for an optional attribute: both falsy, the same branch"
        for k in (31, 45, 74, 111, 127, 223, 258, 272)},
