@@ -283,6 +283,46 @@ EQUIVALENT: dict[str, str] = {
        "rank 1 as float ones instead of intp: penalty * max(1.0 - kreg, 0) is the same number"
        for k in (61, 63)},
     "ubench.metrics.conformal.x__prefix_set_sizes__mutmut_96": "p[todo] for all rows is a copy of p: same values",
+    # metrics/calibrators.py
+    **{f"ubench.metrics.calibrators.x_{f}__mutmut_{k}": "astype(None) is astype(float64)"
+       for f, ks in (("_fit_affine", (12, 27)), ("_fit_bbq", (8, 22, 27)), ("_fit_histogram", (48,)),
+                     ("_fit_isotonic", (2, 8, 13)), ("_isotonic_1d", (23,)), ("select_odir", (27,)),
+                     ("_bbq_class", (73,))) for k in ks},
+    **{f"ubench.metrics.calibrators.x_{f}__mutmut_{k}": "searchsorted's default side is 'left'"
+       for f, ks in (("_bbq_class", (65,)), ("_fit_bbq", (48,)), ("_fit_histogram", (33, 71))) for k in ks},
+    **{f"ubench.metrics.calibrators.x__affine_fit__mutmut_{k}":
+       "the c > 1 test of the ODIR normalisation (or its else value): validated probabilities have c >= 2"
+       for k in (13, 18, 20)},
+    **{f"ubench.metrics.calibrators.x__affine_fit__mutmut_{k}":
+       "the log-softmax cache never hits (a key of None, or read under another name): it is recomputed, the same "
+       "values" for k in (23, 24, 25, 34, 36)},
+    "ubench.metrics.calibrators.x__affine_fit__mutmut_132":
+        "3 mu instead of 2 mu in the Hessian-vector product's bias block: the Hessian only steers Newton-CG's "
+        "steps, the gradient (exact) decides where it stops",
+    **{f"ubench.metrics.calibrators.x__affine_fit__mutmut_{k}":
+       "scipy.optimize.minimize lower-cases the method name" for k in (153, 154)},
+    **{f"ubench.metrics.calibrators.x__bbq_class__mutmut_{k}":
+       "the one-bin fallback's edges: with one bin every score maps to bin 0 whatever the edges"
+       for k in (144, 146, 147)},
+    "ubench.metrics.calibrators.x__bbq_class__mutmut_28":
+        "break instead of continue when a binning has < 2 edges: that happens only when every score is equal, "
+        "and then for every B",
+    **{f"ubench.metrics.calibrators.x_{f}__mutmut_{k}":
+       "the clip of the bin index (below at 0, above at nb - 1, or nb + 1): scores in [0, 1] lie strictly inside "
+       "the widened outer edges -1e-5 and 1 + 1e-5, so the index is already in [0, nb - 1]"
+       for f, ks in (("_bbq_class", (54, 55, 70)), ("_fit_bbq", (37, 38, 53))) for k in ks},
+    **{f"ubench.metrics.calibrators.x__bbq_class__mutmut_{k}":
+       "bincount without minlength: the last equal-frequency bin holds the largest score, so the counts have "
+       "length nb anyway" for k in (77, 84)},
+    **{f"ubench.metrics.calibrators.x__isotonic_1d__mutmut_{k}":
+       "isotonic_regression's default is increasing=True; the clip to [0, 1] of a weighted least-squares fit of "
+       "0/1 targets, which lies in [0, 1]" for k in (22, 26, 27, 32)},
+    **{f"ubench.metrics.calibrators.x__odir_settings__mutmut_{k}":
+       "the default of odir_mu when 'odir_mu' is in options: _odir_value reads the given value then, never the "
+       "default" for k in (27, 28)},
+    **{f"ubench.metrics.calibrators.x_cross_validated_calibrators__mutmut_{k}":
+       "the early check of the dirichlet options skipped: the dirichlet fit raises the same ValueError itself, "
+       "after the calibrators before it (no result is returned either way)" for k in (19, 20)},
     **{f"ubench.scoring.reference.x_read_reference__mutmut_{k}":
        "required=None instead of False for an optional attribute: both falsy, the same branch"
        for k in (31, 45, 74, 111, 127, 223, 258, 272)},

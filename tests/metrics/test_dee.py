@@ -198,9 +198,12 @@ def test_errors_name_the_argument(call, name):
 @pytest.mark.parametrize(
     ("call", "message"),
     [
-        (lambda: dee_score(-1.0, [-1.0, -0.5, np.inf], _STD[:3]), "reference_cll_mean must be finite; found inf at index 2"),
-        (lambda: dee_score(-1.0, _MEAN[:3], [0.1, np.nan, 0.1]), "reference_cll_std must be finite; found nan at index 1"),
-        (lambda: dee_score(-1.0, _MEAN, [0.0, 0.1, 0.0, -0.2, 0.1]), "reference_cll_std must be >= 0; found -0.2 at index 3"),
+        (lambda: dee_score(-1.0, [-1.0, -0.5, np.inf], _STD[:3]),
+         "reference_cll_mean must be finite; found inf at index 2"),
+        (lambda: dee_score(-1.0, _MEAN[:3], [0.1, np.nan, 0.1]),
+         "reference_cll_std must be finite; found nan at index 1"),
+        (lambda: dee_score(-1.0, _MEAN, [0.0, 0.1, 0.0, -0.2, 0.1]),
+         "reference_cll_std must be >= 0; found -0.2 at index 3"),
         (lambda: dee_curve([-0.5, -0.4, np.nan], _MEAN, _STD), "method_cll must be finite; found nan at index 2"),
     ],
 )
