@@ -323,6 +323,23 @@ EQUIVALENT: dict[str, str] = {
     **{f"ubench.metrics.calibrators.x_cross_validated_calibrators__mutmut_{k}":
        "the early check of the dirichlet options skipped: the dirichlet fit raises the same ValueError itself, "
        "after the calibrators before it (no result is returned either way)" for k in (19, 20)},
+    # metrics/selective.py
+    "ubench.metrics.selective.x__checked_risks__mutmut_6":
+        "confidences as float64 (checked_top1's default) instead of the input's dtype: float32 values are exact in "
+        "float64, so the order and the ties are the same",
+    "ubench.metrics.selective.x__risk_by_kept__mutmut_2": "astype(None) is astype(float64)",
+    **{f"ubench.metrics.selective.x_generalized_risk_coverage_auc__mutmut_{k}":
+       "the coverage k / N from an int arange: the division gives the same float64 values" for k in (14, 17)},
+    "ubench.metrics.selective.x__integrate__mutmut_14": "float('NAN') is nan",
+    # metrics/rejection.py
+    **{f"ubench.metrics.rejection.x__accuracy_by_kept__mutmut_{k}":
+       "np.empty's default dtype is float64, and the cumulative sum of float64 0/1 values (every caller passes "
+       "them) is float64 without dtype=" for k in (8, 10, 17, 20)},
+    **{f"ubench.metrics.rejection.x__accuracy_by_kept__mutmut_{k}":
+       "runs of one score marked tied too: a run of length 1 has no k strictly inside it, so nothing is "
+       "interpolated for it" for k in (55, 56)},
+    **{f"ubench.metrics.rejection.x__rejection_curve__mutmut_{k}":
+       "astype(None) is float64; an int arange divided by n gives the same float64 fractions" for k in (2, 13, 15)},
     **{f"ubench.scoring.reference.x_read_reference__mutmut_{k}":
        "required=None instead of False for an optional attribute: both falsy, the same branch"
        for k in (31, 45, 74, 111, 127, 223, 258, 272)},

@@ -153,3 +153,15 @@ def test_bad_cost_matrix():
         M.bayes_decisions(p, np.array([[0, np.nan], [1, 0]]))
     with pytest.raises(ValueError, match="critical_classes"):
         M.cost_matrix(3, [3], false_negative_cost=1.0, other_error_cost=0.1)
+
+
+def test_rejection_errors_name_the_uncertainty():
+    p = np.array([[0.9, 0.1], [0.8, 0.2], [0.7, 0.3]])
+    y = np.array([0, 1, 0])
+    for fn in (M.rejection_curve, M.risk_coverage_auc):
+        with pytest.raises(ValueError) as ei:
+            fn(p, y, uncertainty=[0.1, np.inf, 0.2])
+        assert str(ei.value) == "uncertainty must be finite; found inf at index 1"
+        with pytest.raises(ValueError) as ei:
+            fn(p, y, uncertainty=[0.1, 0.2])
+        assert str(ei.value) == "probs has 3 samples but uncertainty has 2"
