@@ -141,6 +141,13 @@ def test_float32_probs_are_scored_in_float64():
         s = conformal_scores(p32, method)
         assert s.dtype == np.float64
         np.testing.assert_array_equal(s, conformal_scores(p32.astype(np.float64), method))
+    # 1 - p in float32 rounds 1 - 0.1f = 0.8999999985 down to 0.89999998, below a threshold 1 - (the next float32
+    # after 0.1) = 0.8999999911 that the exact score exceeds: the class must stay out of the THR set
+    p = np.array([[0.1, 0.9], [0.5, 0.5]], dtype=np.float32)
+    q = np.full((2, 1), 1.0 - float(np.nextafter(np.float32(0.1), np.float32(1))))
+    assert np.float32(1) - p[0, 0] <= q[0, 0] < 1.0 - float(p[0, 0])
+    np.testing.assert_array_equal(_set_sizes(p, q, "thr", None, 0.1, 1)[:, 0],
+                                  conformal_sets(conformal_scores(p, "thr"), q).sum(axis=1))
 
 
 def test_defaults_and_the_result_fields():
