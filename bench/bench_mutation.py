@@ -340,6 +340,24 @@ EQUIVALENT: dict[str, str] = {
        "interpolated for it" for k in (55, 56)},
     **{f"ubench.metrics.rejection.x__rejection_curve__mutmut_{k}":
        "astype(None) is float64; an int arange divided by n gives the same float64 fractions" for k in (2, 13, 15)},
+    # metrics/decision.py
+    **{f"ubench.metrics.decision.x_{f}__mutmut_1": "the default gamma: every caller passes it"
+       for f in ("_bayes_decisions", "_decision_cost")},
+    **{f"ubench.metrics.decision.x__bayes_decisions__mutmut_{k}":
+       "np.finfo(None) is np.finfo(float64); astype(None) is astype(float64)" for k in (16, 23, 34)},
+    "ubench.metrics.decision.x__bayes_decisions__mutmut_31":
+        "a block starting at every row: each row's decision is written last by a block that holds it, computed "
+        "as before (only slower)",
+    "ubench.metrics.decision.x__bayes_decisions__mutmut_43":
+        "risk < min + tol instead of <=: tol = C eps max|cost| exceeds half an ulp of every risk (<= max|cost|), "
+        "so min + tol > min and the minimum is always near it",
+    **{f"ubench.metrics.decision.x__check_cost__mutmut_{k}":
+       "'X' is no dtype kind; astype(None) is float64; copy=True/None/default only decides whether the float64 "
+       "cost matrix is a copy, and nothing writes to it" for k in (4, 8, 9, 11, 12)},
+    **{f"ubench.metrics.decision.x_cost_matrix__mutmut_{k}":
+       "'X' is no dtype kind; np.full with a Python float fills float64" for k in (13, 38, 41)},
+    "ubench.metrics.decision.x_dataset_key__mutmut_6":
+        "also dropping 'X': the name is lower-cased first, so it holds no 'X'",
     **{f"ubench.scoring.reference.x_read_reference__mutmut_{k}":
        "required=None instead of False for an optional attribute: both falsy, the same branch"
        for k in (31, 45, 74, 111, 127, 223, 258, 272)},
