@@ -358,6 +358,13 @@ EQUIVALENT: dict[str, str] = {
        "'X' is no dtype kind; np.full with a Python float fills float64" for k in (13, 38, 41)},
     "ubench.metrics.decision.x_dataset_key__mutmut_6":
         "also dropping 'X': the name is lower-cased first, so it holds no 'X'",
+    # metrics/shift.py
+    **{f"ubench.metrics.shift.x__stats__mutmut_{k}":
+       "np.asarray of lists of Python floats is float64; np.quantile's default method is 'linear'"
+       for k in (17, 19, 28)},
+    **{f"ubench.metrics.shift.x_shift_summary__mutmut_{k}":
+       "the splits at an intensity sorted by the whole (kind, intensity, values) tuple: their kinds differ "
+       "(a repeated (kind, intensity) is refused), so the kind alone decides the order" for k in (57, 59)},
     **{f"ubench.scoring.reference.x_read_reference__mutmut_{k}":
        "required=None instead of False for an optional attribute: both falsy, the same branch"
        for k in (31, 45, 74, 111, 127, 223, 258, 272)},
