@@ -365,6 +365,17 @@ EQUIVALENT: dict[str, str] = {
     **{f"ubench.metrics.shift.x_shift_summary__mutmut_{k}":
        "the splits at an intensity sorted by the whole (kind, intensity, values) tuple: their kinds differ "
        "(a repeated (kind, intensity) is refused), so the kind alone decides the order" for k in (57, 59)},
+    # metrics/ensemble.py
+    **{f"ubench.metrics.ensemble.x__ensemble_mean__mutmut_{k}":
+       "another row-block size (at least 2 rows, a divisor of at least 2, the product over no axis = 1 row "
+       "element, np.prod's default int64) or a block starting at every row: each row's mean is the same member "
+       "sum in the same order whatever block holds it" for k in (15, 21, 24, 26, 27, 33)},
+    **{f"ubench.metrics.ensemble.x_{f}__mutmut_{k}":
+       "np.empty's and np.zeros' default dtype and astype(None) are float64"
+       for f, ks in (("_ensemble_mean", (6, 8, 56, 58, 67)), ("_smooth", (2,))) for k in ks},
+    **{f"ubench.metrics.ensemble.x_ensemble_mean_probs__mutmut_{k}":
+       "weights read without the float64 cast: integer or float weights times the float64 members give the same "
+       "float64 mean" for k in (7, 9)},
     **{f"ubench.scoring.reference.x_read_reference__mutmut_{k}":
        "required=None instead of False for an optional attribute: both falsy, the same branch"
        for k in (31, 45, 74, 111, 127, 223, 258, 272)},

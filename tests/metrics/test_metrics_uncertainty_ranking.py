@@ -327,3 +327,29 @@ def test_ranking_across_chunk_boundaries_matches_sklearn():
     s = np.round(rng.normal(size=y.size) + 0.5 * y, 2).astype(np.float32)
     assert M.auroc_score(s, y) == pytest.approx(skm.roc_auc_score(y, s), abs=1e-12)
     assert M.average_precision_score(s, y) == pytest.approx(skm.average_precision_score(y, s), abs=1e-12)
+
+
+def test_weights_and_smoothing_edges():
+    """A zero weight drops a member; gamma = 0 leaves the probabilities as they are (in float64)."""
+    mp = np.array([[[0.5, 0.5]], [[0.2, 0.8]]])
+    np.testing.assert_array_equal(M.ensemble_mean_probs(mp, weights=[1, 0]), [[0.5, 0.5]])
+    s = M.smooth_probs(mp.astype(np.float32), gamma=0.0)
+    assert s.dtype == np.float64
+    np.testing.assert_array_equal(s, mp.astype(np.float32).astype(np.float64))
+
+
+@pytest.mark.parametrize(("call", "message"), [
+    (lambda mp: M.ensemble_mean_probs(mp, weights=[0.5]),
+     "weights must have shape (2,) to match member_probs; found shape (1,)"),
+    (lambda mp: M.ensemble_mean_probs(mp, weights=[1.5, -0.5]),
+     "weights must be finite and non-negative; found [ 1.5 -0.5]"),
+    (lambda mp: M.ensemble_mean_probs(mp, weights=[np.nan, 1.0]),
+     "weights must be finite and non-negative; found [nan  1.]"),
+    (lambda mp: M.smooth_probs(np.where(mp == 0.2, np.nan, mp), gamma=0.1),
+     "probs must be finite; found nan at index (1, 0, 0)"),
+])
+def test_ensemble_errors_say_what_is_wrong(call, message):
+    mp = np.array([[[0.5, 0.5]], [[0.2, 0.8]]])
+    with pytest.raises(ValueError) as ei:
+        call(mp)
+    assert str(ei.value) == message
