@@ -344,7 +344,11 @@ def test_odir_options_by_hand():
     assert c.params["selected"]["lambda"] == 0.5 and [row[:2] for row in c.params["odir_grid"]] == [(0.5, 0.0),
                                                                                                      (0.5, 0.1)]
     sel = select_odir(p, y, lambdas=(0.5,), mus=(0.0, 1e-1), n_folds=3, seed=4)
-    assert c.params["selected"] == {k: sel[k] for k in ("lambda", "mu", "inner_nll")}
+    assert c.params["selected"] == {k: sel[k] for k in ("lambda", "mu", "inner_nll")} and c.name == "dirichlet"
+    e = fit_calibrator("dirichlet", p, y, odir_lambda=0.5, odir_mu="cv", odir_grid=(0.0, 1e-1), odir_folds=3,
+                       odir_seed=4, eps=1e-2)  # eps reaches the inner cross-validation too
+    assert e.params["selected"]["inner_nll"] == select_odir(p, y, lambdas=(0.5,), mus=(0.0, 1e-1), n_folds=3,
+                                                             seed=4, eps=1e-2)["inner_nll"] != sel["inner_nll"]
     assert select_odir(p, y, lambdas=(0.5,), mus=(0.0, 1e-1), n_folds=5, seed=4)["grid"] != sel["grid"]
     d = fit_calibrator("dirichlet", p, y, odir_lambda="cv", odir_grid=(1e-1, 1e-3))
     assert d.params["odir_grid"] == select_odir(p, y, lambdas=(1e-1, 1e-3), n_folds=5, seed=0)["grid"]
