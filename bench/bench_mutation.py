@@ -379,6 +379,22 @@ EQUIVALENT: dict[str, str] = {
     **{f"ubench.metrics.ensemble.x_ensemble_mean_probs__mutmut_{k}":
        "weights read without the float64 cast: integer or float weights times the float64 members give the same "
        "float64 mean" for k in (7, 9)},
+    # metrics/paired.py
+    **{f"ubench.metrics.paired.x_{f}__mutmut_{k}":
+       "np.asarray without the float64 cast of float values (or Python floats), astype(None) of floored "
+       "quantiles read back through int(): the same numbers"
+       for f, ks in (("bootstrap_p_value", (3, 5)), ("group_runs", (4, 6, 10, 12)), ("holm", (3, 5)),
+                     ("paired_comparisons", (26, 28)), ("rank_intervals", (27, 29, 31, 45)),
+                     ("replicate_ranks", (3, 5))) for k in ks},
+    "ubench.metrics.paired.x_group_runs__mutmut_18": "rng.integers(k) is rng.integers(0, k)",
+    **{f"ubench.metrics.paired.x_holm__mutmut_{k}":
+       "the sort of the p-values unstable: tied p-values get the same adjusted value whichever comes first "
+       "(the running maximum carries the first one's to the next)" for k in (9, 11, 13)},
+    **{f"ubench.metrics.paired.x_paired_comparisons__mutmut_{k}":
+       "the sign scaled by 2 in the choice of the best: max over (2 x value, -index) picks the same method"
+       for k in (7, 9)},
+    **{f"ubench.metrics.paired.x_replicate_ranks__mutmut_{k}":
+       "argsort/take_along_axis along the default axis -1 of the 2-D (B, rows) array is axis 1" for k in (19, 27)},
     **{f"ubench.scoring.reference.x_read_reference__mutmut_{k}":
        "required=None instead of False for an optional attribute: both falsy, the same branch"
        for k in (31, 45, 74, 111, 127, 223, 258, 272)},
