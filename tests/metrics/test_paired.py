@@ -243,3 +243,29 @@ def test_group_runs_by_hand():
     two = group_runs([0.7, 0.9], [np.full(50, 0.7), np.full(50, 0.9)], rng=rng)
     assert two["n_runs"] == 2 and two["sd"] == pytest.approx(0.2 / np.sqrt(2), rel=1e-15)
     assert set(np.round(two["replicates"], 12)) <= {0.7, 0.8, 0.9}
+
+
+def test_shift_median_and_ood_detection_replicates_on_constant_columns():
+    """Columns constant within a split give every replicate the same value whatever the counts: the shift key is
+    the median over the shift splits that have an accuracy column (0.2, 0.9, 0.5 -> 0.5; a split without one is
+    skipped), and OOD scores that separate perfectly give AUROC 1, AUPR 1 and FPR at 95 % TPR 0 in every
+    replicate, under the report's key names."""
+    n = 6
+    splits = {"test": {"role": "in_domain", "unit": "ids:test", "n": n,
+                       "columns": encode_samples({"accuracy": np.full(n, 0.75), "score_total": np.full(n, 0.1)})},
+              "far": {"role": "ood", "unit": "ood:far", "n": 4,
+                      "columns": encode_samples({"score_total": np.full(4, 0.9)})}}
+    for j, acc in enumerate((0.2, 0.9, 0.5)):
+        splits[f"s{j}"] = {"role": "shift", "unit": "ids:test", "n": n,
+                           "columns": encode_samples({"accuracy": np.full(n, acc)})}
+    splits["s_none"] = {"role": "shift", "unit": "ids:test", "n": n, "columns": encode_samples({"cll": np.zeros(n)})}
+    samples = {"encoding": "base64-float64-le", "seed": 0, "primary": "test", "scores": ["total"], "splits": splits}
+    (reps,) = sample_replicates([samples], n_replicates=7, seed=3)
+    assert set(reps) == {"accuracy", "shift_accuracy_median", "ood_auroc_total", "ood_aupr_total", "ood_fpr95_total"}
+    want = {"accuracy": 0.75, "shift_accuracy_median": 0.5, "ood_auroc_total": 1.0, "ood_aupr_total": 1.0,
+            "ood_fpr95_total": 0.0}
+    for key, value in want.items():
+        assert reps[key].shape == (7,), key
+        np.testing.assert_allclose(reps[key], value, rtol=1e-12, atol=1e-15, err_msg=key)
+    (only,) = sample_replicates([samples], n_replicates=7, seed=3, keys=("accuracy",))
+    assert set(only) == {"accuracy"}
