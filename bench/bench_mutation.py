@@ -395,6 +395,15 @@ EQUIVALENT: dict[str, str] = {
        for k in (7, 9)},
     **{f"ubench.metrics.paired.x_replicate_ranks__mutmut_{k}":
        "argsort/take_along_axis along the default axis -1 of the 2-D (B, rows) array is axis 1" for k in (19, 27)},
+    # metrics/agreement.py, metrics/row_stats.py
+    **{f"ubench.metrics.agreement.x_total_variation__mutmut_{k}": "astype(None) is astype(float64)"
+       for k in (16, 17)},
+    **{f"ubench.metrics.row_stats.x_scaled_top1_entropy__mutmut_{k}":
+       "another row-block size (the function's rows are row-local: blocking changes no value)"
+       for k in (13, 14, 15, 16, 17)},
+    **{f"ubench.metrics.row_stats.x_scaled_top1_entropy__mutmut_{k}":
+       "_prep_probs' with_lse only adds a second result; [0], the log-probabilities, is the same"
+       for k in (25, 28, 29)},
     **{f"ubench.scoring.reference.x_read_reference__mutmut_{k}":
        "required=None instead of False for an optional attribute: both falsy, the same branch"
        for k in (31, 45, 74, 111, 127, 223, 258, 272)},
