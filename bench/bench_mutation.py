@@ -398,6 +398,10 @@ EQUIVALENT: dict[str, str] = {
     # metrics/agreement.py, metrics/row_stats.py
     **{f"ubench.metrics.agreement.x_total_variation__mutmut_{k}": "astype(None) is astype(float64)"
        for k in (16, 17)},
+    "ubench.metrics.agreement.x__pair__mutmut_5": "check_probs' default name is 'probs'",
+    **{f"ubench.metrics.diversity.x_{f}__mutmut_4": "astype(None) is astype(float64)"
+       for f in ("disagreement_per_sample", "variation_ratio_per_sample")},
+    "ubench.metrics.diversity.x_vote_agreement__mutmut_6": "np.sort's default axis -1 of the 2-D (N, M) votes is 1",
     **{f"ubench.metrics.row_stats.x_scaled_top1_entropy__mutmut_{k}":
        "another row-block size (the function's rows are row-local: blocking changes no value)"
        for k in (13, 14, 15, 16, 17)},
