@@ -170,6 +170,244 @@ EQUIVALENT: dict[str, str] = {
     **{f"ubench.metrics.temperature.x_fit_temperature__mutmut_{k}":
        "the fused path's kind None/'XXprobsXX'/'PROBS' instead of 'probs': temperature_solver only asks "
        "kind == 'logits', so every one of them takes the probabilities branch" for k in (31, 39, 40)},
+    # metrics/uncertainty.py
+    **{f"ubench.metrics.uncertainty.x_{f}__mutmut_{k}":
+       "np.empty's and np.zeros' default dtype and astype(None) are float64"
+       for f, ks in (("_confidence", (7,)), ("_entropy_rows", (9, 11, 29, 31)), ("_expected_entropy", (3, 5)),
+                     ("_uncertainty_decomposition", (5, 7, 10, 12, 30, 32, 35, 37, 40, 42))) for k in ks},
+    **{f"ubench.metrics.uncertainty.x_{f}__mutmut_{k}":
+       "a float64 scratch copy of float64 terms (or of the float64 mean) where the buffer itself was used: the "
+       "same values, one more copy" for f, ks in (("_entropy_rows", (25,)), ("_uncertainty_decomposition", (26, 44)))
+       for k in ks},
+    **{f"ubench.metrics.uncertainty.x_{f}__mutmut_{k}":
+       "the float32 p log p terms handed to einsum without the float64 copy: einsum into a float64 out computes in "
+       "float64 (the operand is cast as it is read), the same bits as the copy (checked bit for bit on float32 "
+       "terms of every magnitude, C = 2 to 1000)" for f, ks in (("_entropy_rows", (26, 27)),
+                                                              ("_uncertainty_decomposition", (27, 28))) for k in ks},
+    "ubench.metrics.uncertainty.x__entropy_rows__mutmut_34":
+        "a block copied into a buffer of its own dtype before the log: the same values, and clear() is the same "
+        "check as clear_sums() with the range read off the log (speed only)",
+    **{f"ubench.metrics.uncertainty.x__entropy_rows__mutmut_{k}":
+       "the check of a block cast to another log dtype: no caller passes both a check and a log dtype other than "
+       "the input's (the only cast caller, the report's member-at-a-time path, passes no check)" for k in (57, 58)},
+    **{f"ubench.metrics.uncertainty.x_{f}__mutmut_{k}":
+       "when a thread switches to the guarded log (or starts guarded, or keeps recomputing the NaN rows): the "
+       "guard leaves every finite log unchanged (log p >= log of the smallest subnormal > -max float), so a row "
+       "gets the same bits either way (speed only)"
+       for f, ks in (("_entropy_rows", (40, 41, 79, 82, 83, 84)),
+                     ("_uncertainty_decomposition", (112, 113, 148, 151, 152, 153))) for k in ks},
+    "ubench.metrics.uncertainty.x__entropy_rows__mutmut_89":
+        "einsum without an out buffer returns a new array, assigned to the same rows",
+    **{f"ubench.metrics.uncertainty.x__entropy_step__mutmut_{k}":
+       "at least 2 rows per block (only past 2^16 classes) or a block size halved for one class: blocking changes "
+       "no value" for k in (5, 11)},
+    "ubench.metrics.uncertainty.x__finish_entropy__mutmut_9":
+        "the lower clip at 0: every p log p term is <= 0 (p in [0, 1]), so their float sum is <= 0 and 0 - sum >= 0",
+    **{f"ubench.metrics.uncertainty.x__n_threads__mutmut_{k}":
+       "the thread count (at least 2, more than the cores or the blocks, or one): every row goes through the same "
+       "block code whichever thread holds it, so no value changes (tests/metrics/test_metrics_fused.py)"
+       for k in (6, 8, 13, 17, 18, 19, 20)},
+    **{f"ubench.metrics.uncertainty.x__n_threads__mutmut_{k}":
+       "the core count when os.sched_getaffinity is missing: Linux always has it (and the count changes no value)"
+       for k in (2, 3, 4)},
+    **{f"ubench.metrics.uncertainty.x__normalized_entropy__mutmut_{k}":
+       "the clip at 1 after H / log C: H is already clipped to <= log C, and a correctly rounded division of "
+       "x <= y by y is <= 1" for k in (9, 12, 13)},
+    **{f"ubench.metrics.uncertainty.x__plogp__mutmut_{k}":
+       "in_range False (or False for a block holding a 1.0, whose log is 0): the check then runs the whole-array "
+       "reference checks once, with the same errors and the same acceptance (speed only)" for k in (17, 20, 21)},
+    **{f"ubench.metrics.uncertainty.x_{f}__mutmut_{k}":
+       "einsum 'IJ->I' is the same contraction as 'ij->i' (subscripts are letters of either case)"
+       for f, k in (("_rowsum64", 10), ("_uncertainty_decomposition", 111))},
+    **{f"ubench.metrics.uncertainty.x__run_blocks__mutmut_{k}":
+       "failed.append(None/False): the list is non-empty either way, which is all 'while not failed' reads"
+       for k in (24, 25)},
+    **{f"ubench.metrics.uncertainty.x__run_blocks__mutmut_{k}":
+       "one thread run in a pool of one, or two threads' blocks run in the calling thread, or a pool with more "
+       "workers than tasks: the same blocks through the same code, no value changes" for k in (31, 32, 34)},
+    # metrics/dee.py
+    **{f"ubench.metrics.dee.x_dee_curve__mutmut_{k}":
+       "method_cll read without the float64 cast: each value goes through float() (and np.isfinite), which gives "
+       "every real numeric dtype's value the same float64 as the cast" for k in (3, 5)},
+    **{f"ubench.metrics.dee.x_dee_curve__mutmut_{k}": "np.arange of Python ints is int64 on a 64-bit machine"
+       for k in (56, 59)},
+    **{f"ubench.metrics.dee.x_dee_curve__mutmut_{k}":
+       "np.array of a non-empty list of Python bools is bool without dtype=bool"
+       for k in (67, 69, 71, 73, 75, 77, 79, 81, 83, 85, 87, 89)},
+    "ubench.metrics.dee.x_dee_reference__mutmut_16": "member_curves' default placement is 'post'",
+    **{f"ubench.metrics.dee.x__check_reference__mutmut_{k}":
+       "std read without the float64 cast: it is only compared with 0, printed, and added to the float64 mean, "
+       "which promotes every real dtype to the same float64 values" for k in (8, 10)},
+    # metrics/conformal.py
+    "ubench.metrics.conformal.x__has_ties__mutmut_11":
+        "always looking for ties: the correction then runs on every block, and it changes only rows with more "
+        "kept entries than larger ones + 1 (a tie at the label), so no rank changes",
+    **{f"ubench.metrics.conformal.x__true_scores__mutmut_{k}":
+       "the tie correction over more rows (every row, or rows with kept >= larger + 1): it subtracts the tied "
+       "classes with a larger index, none for a row without a tie at its label" for k in (38, 40, 41)},
+    **{f"ubench.metrics.conformal.x_{f}__mutmut_{k}":
+       "row_blocks with other arguments: another block size, and blocking changes no value"
+       for f in ("_true_scores", "_set_sizes") for k in (10, 11)},
+    "ubench.metrics.conformal.x_conformal_quantile__mutmut_19": "float('INF') is float('inf')",
+    **{f"ubench.metrics.conformal.x_conformal_quantile__mutmut_{k}":
+       "scores sorted without the float64 cast: float() of the k-th gives the same value for every real dtype"
+       for k in (4, 6)},
+    **{f"ubench.metrics.conformal.x_conformal_scores__mutmut_{k}":
+       "axis=+1 or the default axis (-1) of argsort/take_along_axis/put_along_axis/shape on the 2-D scores is "
+       "axis -1; numpy reads kind='STABLE' as 'stable'" for k in (18, 21, 24, 35, 36, 38, 60, 65, 73, 76)},
+    **{f"ubench.metrics.conformal.x__prefix_set_sizes__mutmut_{k}":
+       "another cut-off for a row's ranked prefix (every class, the first cut-off skipped, p > instead of >=, "
+       "2 * -e, 3**-e, float ones as the mask, which np.flatnonzero reads alike): any set of the classes above "
+       "a value is a prefix of the ranking, and a prefix is only used once certified on its exact running sums, "
+       "else the next cut-off (finally the whole row) is tried: the same sizes, other speed"
+       for k in (102, 104, 106, 107, 108, 110, 111)},
+    **{f"ubench.metrics.conformal.x__prefix_set_sizes__mutmut_{k}":
+       "a smaller bound on the next class's score (the penalty subtracted or for one rank less, or none for "
+       "APS and RAPS alike): fewer prefixes certified, the rest ranked further, the same sizes"
+       for k in (121, 128, 25, 28, 29)},
+    "ubench.metrics.conformal.x__prefix_set_sizes__mutmut_134":
+        "certifying at after == q_max + margin too: the next class then scores >= q_max + margin > q_max, "
+        "outside every set, so the certificate still holds",
+    **{f"ubench.metrics.conformal.x__prefix_set_sizes__mutmut_{k}":
+       "the rows a prefix did not certify are counted too (or the filtered group keeps rows=None / counts=None, "
+       "which nothing reads after the filter): those rows are in 'later' and recounted at the next cut-off, "
+       "which overwrites them" for k in (138, 140, 143)},
+    **{f"ubench.metrics.conformal.x__prefix_set_sizes__mutmut_{k}":
+       "'later' is never empty after a pass (every kept row of the todo rows lands in a group, and each group "
+       "appends), so the else branch is unreachable" for k in (185, 188)},
+    **{f"ubench.metrics.conformal.x__prefix_set_sizes__mutmut_{k}":
+       "more rows taken as 'alone' (a larger penalty bound, >=, or q_max - margin) or all finite rows in todo: "
+       "todo is computed with the unmutated bound, so every row that is not alone there is recounted exactly "
+       "afterwards, overwriting the shortcut's size" for k in (39, 40, 41, 42, 43, 79, 82)},
+    **{f"ubench.metrics.conformal.x__prefix_set_sizes__mutmut_{k}":
+       "rank 1 as float ones instead of intp: penalty * max(1.0 - kreg, 0) is the same number"
+       for k in (61, 63)},
+    "ubench.metrics.conformal.x__prefix_set_sizes__mutmut_96": "p[todo] for all rows is a copy of p: same values",
+    # metrics/calibrators.py
+    **{f"ubench.metrics.calibrators.x_{f}__mutmut_{k}": "astype(None) is astype(float64)"
+       for f, ks in (("_fit_affine", (12, 27)), ("_fit_bbq", (8, 22, 27)), ("_fit_histogram", (48,)),
+                     ("_fit_isotonic", (2, 8, 13)), ("_isotonic_1d", (23,)), ("select_odir", (27,)),
+                     ("_bbq_class", (73,))) for k in ks},
+    **{f"ubench.metrics.calibrators.x_{f}__mutmut_{k}": "searchsorted's default side is 'left'"
+       for f, ks in (("_bbq_class", (65,)), ("_fit_bbq", (48,)), ("_fit_histogram", (33, 71))) for k in ks},
+    **{f"ubench.metrics.calibrators.x__affine_fit__mutmut_{k}":
+       "the c > 1 test of the ODIR normalisation (or its else value): validated probabilities have c >= 2"
+       for k in (13, 18, 20)},
+    **{f"ubench.metrics.calibrators.x__affine_fit__mutmut_{k}":
+       "the log-softmax cache never hits (a key of None, or read under another name): it is recomputed, the same "
+       "values" for k in (23, 24, 25, 34, 36)},
+    "ubench.metrics.calibrators.x__affine_fit__mutmut_132":
+        "3 mu instead of 2 mu in the Hessian-vector product's bias block: the Hessian only steers Newton-CG's "
+        "steps, the gradient (exact) decides where it stops",
+    **{f"ubench.metrics.calibrators.x__affine_fit__mutmut_{k}":
+       "scipy.optimize.minimize lower-cases the method name" for k in (153, 154)},
+    **{f"ubench.metrics.calibrators.x__bbq_class__mutmut_{k}":
+       "the one-bin fallback's edges: with one bin every score maps to bin 0 whatever the edges"
+       for k in (144, 146, 147)},
+    "ubench.metrics.calibrators.x__bbq_class__mutmut_28":
+        "break instead of continue when a binning has < 2 edges: that happens only when every score is equal, "
+        "and then for every B",
+    **{f"ubench.metrics.calibrators.x_{f}__mutmut_{k}":
+       "the clip of the bin index (below at 0, above at nb - 1, or nb + 1): scores in [0, 1] lie strictly inside "
+       "the widened outer edges -1e-5 and 1 + 1e-5, so the index is already in [0, nb - 1]"
+       for f, ks in (("_bbq_class", (54, 55, 70)), ("_fit_bbq", (37, 38, 53))) for k in ks},
+    **{f"ubench.metrics.calibrators.x__bbq_class__mutmut_{k}":
+       "bincount without minlength: the last equal-frequency bin holds the largest score, so the counts have "
+       "length nb anyway" for k in (77, 84)},
+    **{f"ubench.metrics.calibrators.x__isotonic_1d__mutmut_{k}":
+       "isotonic_regression's default is increasing=True; the clip to [0, 1] of a weighted least-squares fit of "
+       "0/1 targets, which lies in [0, 1]" for k in (22, 26, 27, 32)},
+    **{f"ubench.metrics.calibrators.x__odir_settings__mutmut_{k}":
+       "the default of odir_mu when 'odir_mu' is in options: _odir_value reads the given value then, never the "
+       "default" for k in (27, 28)},
+    **{f"ubench.metrics.calibrators.x_cross_validated_calibrators__mutmut_{k}":
+       "the early check of the dirichlet options skipped: the dirichlet fit raises the same ValueError itself, "
+       "after the calibrators before it (no result is returned either way)" for k in (19, 20)},
+    # metrics/selective.py
+    "ubench.metrics.selective.x__checked_risks__mutmut_6":
+        "confidences as float64 (checked_top1's default) instead of the input's dtype: float32 values are exact in "
+        "float64, so the order and the ties are the same",
+    "ubench.metrics.selective.x__risk_by_kept__mutmut_2": "astype(None) is astype(float64)",
+    **{f"ubench.metrics.selective.x_generalized_risk_coverage_auc__mutmut_{k}":
+       "the coverage k / N from an int arange: the division gives the same float64 values" for k in (14, 17)},
+    "ubench.metrics.selective.x__integrate__mutmut_14": "float('NAN') is nan",
+    # metrics/rejection.py
+    **{f"ubench.metrics.rejection.x__accuracy_by_kept__mutmut_{k}":
+       "np.empty's default dtype is float64, and the cumulative sum of float64 0/1 values (every caller passes "
+       "them) is float64 without dtype=" for k in (8, 10, 17, 20)},
+    **{f"ubench.metrics.rejection.x__accuracy_by_kept__mutmut_{k}":
+       "runs of one score marked tied too: a run of length 1 has no k strictly inside it, so nothing is "
+       "interpolated for it" for k in (55, 56)},
+    **{f"ubench.metrics.rejection.x__rejection_curve__mutmut_{k}":
+       "astype(None) is float64; an int arange divided by n gives the same float64 fractions" for k in (2, 13, 15)},
+    # metrics/decision.py
+    **{f"ubench.metrics.decision.x_{f}__mutmut_1": "the default gamma: every caller passes it"
+       for f in ("_bayes_decisions", "_decision_cost")},
+    **{f"ubench.metrics.decision.x__bayes_decisions__mutmut_{k}":
+       "np.finfo(None) is np.finfo(float64); astype(None) is astype(float64)" for k in (16, 23, 34)},
+    "ubench.metrics.decision.x__bayes_decisions__mutmut_31":
+        "a block starting at every row: each row's decision is written last by a block that holds it, computed "
+        "as before (only slower)",
+    "ubench.metrics.decision.x__bayes_decisions__mutmut_43":
+        "risk < min + tol instead of <=: tol = C eps max|cost| exceeds half an ulp of every risk (<= max|cost|), "
+        "so min + tol > min and the minimum is always near it",
+    **{f"ubench.metrics.decision.x__check_cost__mutmut_{k}":
+       "'X' is no dtype kind; astype(None) is float64; copy=True/None/default only decides whether the float64 "
+       "cost matrix is a copy, and nothing writes to it" for k in (4, 8, 9, 11, 12)},
+    **{f"ubench.metrics.decision.x_cost_matrix__mutmut_{k}":
+       "'X' is no dtype kind; np.full with a Python float fills float64" for k in (13, 38, 41)},
+    "ubench.metrics.decision.x_dataset_key__mutmut_6":
+        "also dropping 'X': the name is lower-cased first, so it holds no 'X'",
+    # metrics/shift.py
+    **{f"ubench.metrics.shift.x__stats__mutmut_{k}":
+       "np.asarray of lists of Python floats is float64; np.quantile's default method is 'linear'"
+       for k in (17, 19, 28)},
+    **{f"ubench.metrics.shift.x_shift_summary__mutmut_{k}":
+       "the splits at an intensity sorted by the whole (kind, intensity, values) tuple: their kinds differ "
+       "(a repeated (kind, intensity) is refused), so the kind alone decides the order" for k in (57, 59)},
+    # metrics/ensemble.py
+    **{f"ubench.metrics.ensemble.x__ensemble_mean__mutmut_{k}":
+       "another row-block size (at least 2 rows, a divisor of at least 2, the product over no axis = 1 row "
+       "element, np.prod's default int64) or a block starting at every row: each row's mean is the same member "
+       "sum in the same order whatever block holds it" for k in (15, 21, 24, 26, 27, 33)},
+    **{f"ubench.metrics.ensemble.x_{f}__mutmut_{k}":
+       "np.empty's and np.zeros' default dtype and astype(None) are float64"
+       for f, ks in (("_ensemble_mean", (6, 8, 56, 58, 67)), ("_smooth", (2,))) for k in ks},
+    "ubench.metrics.ensemble.x_ensemble_mean_probs__mutmut_26":
+        "|sum - 1| >= 1e-9 instead of > 1e-9: near 1 the difference sum - 1 is exact and a multiple of 2**-53, "
+        "and the double 1e-9 is not one, so the two never meet",
+    **{f"ubench.metrics.ensemble.x_ensemble_mean_probs__mutmut_{k}":
+       "weights read without the float64 cast: integer or float weights times the float64 members give the same "
+       "float64 mean" for k in (7, 9)},
+    # metrics/paired.py
+    **{f"ubench.metrics.paired.x_{f}__mutmut_{k}":
+       "np.asarray without the float64 cast of float values (or Python floats), astype(None) of floored "
+       "quantiles read back through int(): the same numbers"
+       for f, ks in (("bootstrap_p_value", (3, 5)), ("group_runs", (4, 6, 10, 12)), ("holm", (3, 5)),
+                     ("paired_comparisons", (26, 28)), ("rank_intervals", (27, 29, 31, 45)),
+                     ("replicate_ranks", (3, 5))) for k in ks},
+    "ubench.metrics.paired.x_group_runs__mutmut_18": "rng.integers(k) is rng.integers(0, k)",
+    **{f"ubench.metrics.paired.x_holm__mutmut_{k}":
+       "the sort of the p-values unstable: tied p-values get the same adjusted value whichever comes first "
+       "(the running maximum carries the first one's to the next)" for k in (9, 11, 13)},
+    **{f"ubench.metrics.paired.x_paired_comparisons__mutmut_{k}":
+       "the sign scaled by 2 in the choice of the best: max over (2 x value, -index) picks the same method"
+       for k in (7, 9)},
+    **{f"ubench.metrics.paired.x_replicate_ranks__mutmut_{k}":
+       "argsort/take_along_axis along the default axis -1 of the 2-D (B, rows) array is axis 1" for k in (19, 27)},
+    # metrics/agreement.py, metrics/row_stats.py
+    **{f"ubench.metrics.agreement.x_total_variation__mutmut_{k}": "astype(None) is astype(float64)"
+       for k in (16, 17)},
+    "ubench.metrics.agreement.x__pair__mutmut_5": "check_probs' default name is 'probs'",
+    **{f"ubench.metrics.diversity.x_{f}__mutmut_4": "astype(None) is astype(float64)"
+       for f in ("disagreement_per_sample", "variation_ratio_per_sample")},
+    "ubench.metrics.diversity.x_vote_agreement__mutmut_6": "np.sort's default axis -1 of the 2-D (N, M) votes is 1",
+    **{f"ubench.metrics.row_stats.x_scaled_top1_entropy__mutmut_{k}":
+       "another row-block size (the function's rows are row-local: blocking changes no value)"
+       for k in (13, 14, 15, 16, 17)},
+    **{f"ubench.metrics.row_stats.x_scaled_top1_entropy__mutmut_{k}":
+       "_prep_probs' with_lse only adds a second result; [0], the log-probabilities, is the same"
+       for k in (25, 28, 29)},
     **{f"ubench.scoring.reference.x_read_reference__mutmut_{k}":
        "required=None instead of False for an optional attribute: both falsy, the same branch"
        for k in (31, 45, 74, 111, 127, 223, 258, 272)},

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from ._validation import check_n_samples, check_probs
+from ._validation import check_probs
 from .classification import _block_rows, _check_probs_labels, _check_smoothing
 
 __all__ = [
@@ -313,7 +313,6 @@ def decision_cost(
     >>> decision_cost(np.array([[0.8, 0.2], [0.95, 0.05]]), np.array([0, 1]), c).mean
     5.5
     """
-    probs, labels = _check_probs_labels(probs, labels)
+    probs, labels = _check_probs_labels(probs, labels)  # also checks that they have as many samples
     cost = _check_cost(cost_matrix, probs.shape[1])
-    check_n_samples(probs, "probs", labels, "labels")
     return _decision_cost(probs, labels, cost, _check_smoothing(smoothing))

@@ -119,12 +119,6 @@ def rejection_curve(
     return _rejection_curve(probs, labels, _uncertainty_or_default(probs, uncertainty))
 
 
-def _risk_coverage_auc(probs: NDArray, labels: NDArray, uncertainty: NDArray) -> float:
-    """AURC; assumes validated input."""
-    curve = _rejection_curve(probs, labels, uncertainty)
-    return float(1.0 - curve.accuracy.mean())
-
-
 def risk_coverage_auc(probs: ArrayLike, labels: ArrayLike, *, uncertainty: ArrayLike | None = None,
                       integration: str = "riemann") -> float:
     r"""Area under the risk-coverage curve (AURC); lower is better.

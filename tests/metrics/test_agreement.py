@@ -46,3 +46,19 @@ def test_mismatched_inputs_are_refused():
         total_variation(np.full((2, 3), 1 / 3), np.full((2, 4), 0.25))
     with pytest.raises(ValueError, match="samples"):
         predictive_agreement(np.full((2, 3), 1 / 3), np.full((3, 3), 1 / 3))
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    ((0, 1), "probs must be finite; found nan at index (1, 0)"),
+    ((1, 0), "reference_probs must be finite; found nan at index (1, 0)"),
+    ((2, 3), "probs has 3 samples but reference_probs has 2"),
+])
+def test_agreement_errors_name_the_argument(args, message):
+    p = np.array([[0.5, 0.5], [0.2, 0.8], [0.9, 0.1]])
+    bad = p.copy()
+    bad[1, 0] = np.nan
+    arrays = [bad, p, p, p[:2]]
+    for fn in (predictive_agreement, total_variation):
+        with pytest.raises(ValueError) as ei:
+            fn(arrays[args[0]], arrays[args[1]])
+        assert str(ei.value) == message

@@ -18,7 +18,13 @@ from hypothesis import strategies as st
 from scipy.special import log_softmax
 
 from ubench import metrics as m
-from ubench.metrics.calibrators import CALIBRATORS, cross_validated_calibrators, fit_calibrator
+from ubench.metrics.calibrators import (
+    CALIBRATORS,
+    cross_validated_calibrators,
+    fit_calibrator,
+    odir_inner_folds,
+    select_odir,
+)
 
 ORACLE = Path(__file__).parent.parent / "data" / "peer_oracle"
 
@@ -257,3 +263,211 @@ def test_odir_cv_on_the_digits_example():
         best = table[int(np.argmin([row[2] for row in table]))]
         assert (sel["lambda"], sel["mu"], sel["inner_nll"]) == best[:3]
     assert res.unconverged_folds == 0
+
+
+# --- names, parameters and options reach what they name ----------------------------------------------------------
+
+def test_every_calibrator_names_itself_and_keeps_its_parameters():
+    """fit_calibrator's result and the cross-validated scores carry the calibrator's name; the parameters are the
+    ones the named fit returns (temperature, vector) or was given (dirichlet's λ and μ), and apply() is the
+    documented map with them."""
+    p, y = _overconfident(200, 3, 7)
+    for name in CALIBRATORS:
+        assert fit_calibrator(name, p, y).name == name
+    scores = cross_validated_calibrators(p, y, names=("histogram", "isotonic"), n_repeats=1)
+    assert [s.name for s in scores.values()] == ["histogram", "isotonic"]
+    for eps in (1e-12, 1e-3):  # eps reaches the fit and the map
+        t = fit_calibrator("temperature", p, y, eps=eps)
+        assert t.params["temperature"] == m.fit_temperature(p, y, eps=eps).temperature
+        np.testing.assert_array_equal(t.apply(p), m.apply_temperature(p, t.params["temperature"], eps=eps))
+        v = fit_calibrator("vector", p, y, eps=eps)
+        np.testing.assert_array_equal(v.params["temperatures"], m.fit_vector_scaling(p, y, eps=eps).temperatures)
+        np.testing.assert_array_equal(v.apply(p), m.apply_vector_scaling(p, v.params["temperatures"], eps=eps))
+    assert fit_calibrator("temperature", p, y, eps=1e-3).params["temperature"] != \
+        fit_calibrator("temperature", p, y).params["temperature"]
+    d = fit_calibrator("dirichlet", p, y, odir_lambda=0.5, odir_mu=0.25)
+    assert (d.params["lambda"], d.params["mu"]) == (0.5, 0.25)
+    assert fit_calibrator("bbq", p, y, bbq_estimate="frequency").params["estimate"] == "frequency"
+    np.testing.assert_array_equal(fit_calibrator("histogram", p, y, histogram_bins=4).params["edges"],
+                                  [0, 0.25, 0.5, 0.75, 1])
+
+
+def test_held_out_scores_use_eps_and_n_bins():
+    """Each fold's NLL is -mean log(q_y + eps) and its ECE the n_bins-bin ECE of the held-out calibrated
+    probabilities (one-hot-ish inputs: eps matters), the defaults 5 repeats from seed 0."""
+    p, y = _overconfident(120, 3, 8)
+    kw = dict(names=("histogram",), n_repeats=1, seed=2, eps=1e-2, n_bins=4)
+    res = cross_validated_calibrators(p, y, **kw)["histogram"]
+    for (fit_idx, held), fold in zip(m.cv_splits(120, n_repeats=1, seed=2), res.folds):
+        q = fit_calibrator("histogram", p[fit_idx], y[fit_idx]).apply(p[held])
+        assert fold["nll"] == pytest.approx(-np.mean(np.log(q[np.arange(len(held)), y[held]] + 1e-2)), rel=1e-12)
+        assert fold["ece"] == pytest.approx(m.expected_calibration_error(q, y[held], n_bins=4), rel=1e-12)
+    assert res.ece != cross_validated_calibrators(p, y, **{**kw, "n_bins": 15})["histogram"].ece
+    default = cross_validated_calibrators(p, y, names=("histogram",))["histogram"]
+    assert default == cross_validated_calibrators(p, y, names=("histogram",), n_repeats=5, seed=0)["histogram"]
+    assert len(default.folds) == 10
+
+
+def test_binary_dirichlet_minimises_kull_et_als_objective():
+    """Two classes: the ODIR penalty is λ/(C(C-1)) = λ/2 on the off-diagonal weights. ubench's fit reaches the
+    minimum of the objective written out here (scipy's BFGS on it, from W = I, b = 0, to a gradient of 1e-10) to
+    1e-9 and the same parameters to 1e-4, at a λ that matters (the unpenalised optimum is far off)."""
+    from scipy.optimize import minimize
+
+    p, y = _overconfident(300, 2, 9)
+    lam = mu = 3.0
+
+    def objective(theta, lam, mu):
+        return _odir_objective(theta[:4].reshape(2, 2), theta[4:], p, y, lam, mu)
+
+    ref = minimize(objective, np.r_[np.eye(2).ravel(), 0, 0], args=(lam, mu), method="BFGS", options={"gtol": 1e-10})
+    free = minimize(objective, np.r_[np.eye(2).ravel(), 0, 0], args=(0.0, mu), method="BFGS")
+    cal = fit_calibrator("dirichlet", p, y, odir_lambda=lam, odir_mu=mu)
+    ours = np.r_[cal.params["weight"].ravel(), cal.params["bias"]]
+    assert objective(ours, lam, mu) <= ref.fun + 1e-9
+    np.testing.assert_allclose(ours, ref.x, atol=1e-4)
+    assert np.abs(free.x - ref.x).max() > 0.1
+
+
+def test_odir_options_by_hand():
+    """The option parsing: numbers as text are numbers, 0 is allowed (λ = μ = 0: matrix scaling), booleans are
+    not numbers; a fixed λ with μ = "cv" selects μ alone; odir_folds and odir_seed reach the inner
+    cross-validation (defaults 5 folds, seed 0); the grid may hold 0."""
+    p, y = _overconfident(60, 3, 10)
+    assert fit_calibrator("dirichlet", p, y, odir_lambda="0.01").params["lambda"] == 0.01
+    assert fit_calibrator("dirichlet", p, y, odir_lambda=0, odir_mu=0).params["lambda"] == 0.0
+    with pytest.raises(ValueError) as ei:
+        fit_calibrator("dirichlet", p, y, odir_lambda=True)
+    assert str(ei.value) == "odir_lambda must be a non-negative number or 'cv'; got True"
+    c = fit_calibrator("dirichlet", p, y, odir_lambda=0.5, odir_mu="cv", odir_grid=(0.0, 1e-1), odir_folds=3,
+                       odir_seed=4)
+    assert c.params["selected"]["lambda"] == 0.5 and [row[:2] for row in c.params["odir_grid"]] == [(0.5, 0.0),
+                                                                                                     (0.5, 0.1)]
+    sel = select_odir(p, y, lambdas=(0.5,), mus=(0.0, 1e-1), n_folds=3, seed=4)
+    assert c.params["selected"] == {k: sel[k] for k in ("lambda", "mu", "inner_nll")} and c.name == "dirichlet"
+    e = fit_calibrator("dirichlet", p, y, odir_lambda=0.5, odir_mu="cv", odir_grid=(0.0, 1e-1), odir_folds=3,
+                       odir_seed=4, eps=1e-2)  # eps reaches the inner cross-validation too
+    assert e.params["selected"]["inner_nll"] == select_odir(p, y, lambdas=(0.5,), mus=(0.0, 1e-1), n_folds=3,
+                                                             seed=4, eps=1e-2)["inner_nll"] != sel["inner_nll"]
+    assert select_odir(p, y, lambdas=(0.5,), mus=(0.0, 1e-1), n_folds=5, seed=4)["grid"] != sel["grid"]
+    d = fit_calibrator("dirichlet", p, y, odir_lambda="cv", odir_grid=(1e-1, 1e-3))
+    assert d.params["odir_grid"] == select_odir(p, y, lambdas=(1e-1, 1e-3), n_folds=5, seed=0)["grid"]
+    full = select_odir(p, y, lambdas=(1e-1, 1e-3))  # mus=None: the same grid
+    assert [row[:2] for row in full["grid"]] == [(0.1, 0.1), (0.1, 0.001), (0.001, 0.1), (0.001, 0.001)]
+    assert full == select_odir(p, y, lambdas=(1e-1, 1e-3), mus=(1e-1, 1e-3), n_folds=5, seed=0)
+    folds = odir_inner_folds(5, 5)  # as many folds as samples: one held out each
+    assert [held.tolist() for _, held in folds] == [[i] for i in np.random.default_rng(0).permutation(5)]
+    assert all(np.array_equal(a[0], b[0]) for a, b in zip(folds, odir_inner_folds(5, 5, 0)))
+
+
+def test_select_odir_counts_the_capped_folds_and_scores_with_eps():
+    """The 4th entry of each grid row counts the inner fits that stopped at the cap (none on labels drawn from
+    the predictions), and the inner NLL is -mean log(q_y + eps) of the inner held-out parts."""
+    rng = np.random.default_rng(0)
+    q = np.exp(log_softmax(rng.normal(size=(200, 3)) * 2.0, axis=1))
+    y = np.array([rng.choice(3, p=row) for row in q])
+    sel = select_odir(q, y, lambdas=(1e-1,), n_folds=2, eps=1e-2)
+    assert sel["grid"][0][3] == 0
+    nll = []
+    for fit_idx, held in odir_inner_folds(200, 2, 0):
+        cal = fit_calibrator("dirichlet", q[fit_idx], y[fit_idx], odir_lambda=0.1, odir_mu=0.1, eps=1e-2)
+        r = cal.apply(q[held])
+        nll.append(-np.mean(np.log(r[np.arange(len(held)), y[held]] + 1e-2)))
+    assert sel["inner_nll"] == pytest.approx(np.mean(nll), rel=1e-12)
+
+
+@pytest.mark.parametrize(("call", "message"), [
+    (lambda p, y: fit_calibrator("platt", p, y),
+     "unknown calibrator 'platt'; known: temperature, vector, matrix, dirichlet, histogram, isotonic, bbq"),
+    (lambda p, y: cross_validated_calibrators(p, y, names=("temperature", "platt")),
+     "unknown calibrator 'platt'; known: temperature, vector, matrix, dirichlet, histogram, isotonic, bbq"),
+    (lambda p, y: fit_calibrator("bbq", p, y, bbq_estimate="mean"),
+     "estimate must be 'posterior' or 'frequency', got 'mean'"),
+    (lambda p, y: fit_calibrator("dirichlet", p, y, odir_lambda="cv", odir_grid=5),
+     "odir_grid must be a sequence of non-negative numbers; got 5"),
+    (lambda p, y: fit_calibrator("dirichlet", p, y, odir_lambda="cv", odir_folds=1),
+     "odir_folds must be an integer >= 2; got 1"),
+    (lambda p, y: fit_calibrator("dirichlet", p, y, odir_lambda="cv", odir_seed=-1),
+     "odir_seed must be an integer >= 0; got -1"),
+    (lambda p, y: select_odir(p, y, n_folds=1), "odir_folds must be an integer >= 2; got 1"),
+    (lambda p, y: select_odir(p, y, seed=-1), "odir_seed must be an integer >= 0; got -1"),
+    (lambda p, y: odir_inner_folds(4, 5), "odir_lambda='cv' needs at least odir_folds=5 samples; got 4"),
+])
+def test_calibrator_errors_say_what_is_wrong(call, message):
+    p, y = _overconfident(30, 3, 6)
+    with pytest.raises(ValueError) as ei:
+        call(p, y)
+    assert str(ei.value) == message
+
+
+def test_odir_options_are_checked_only_for_dirichlet():
+    p, y = _overconfident(40, 3, 6)
+    cross_validated_calibrators(p, y, names=("histogram",), n_repeats=1, odir_lambda=-1.0)
+
+
+# --- BBQ's binnings --------------------------------------------------------------------------------------------
+
+def _bbq_binnings(x, max_bins):
+    """The documented model set: for B = 2..max_bins, np.unique of the (B + 1) equal-frequency quantiles, kept
+    when it has at least 2 edges, outer edges widened to -1e-5 and 1 + 1e-5, the first of equal edge sets."""
+    out = []
+    for b in range(2, max_bins + 1):
+        e = np.unique(np.quantile(x, np.linspace(0, 1, b + 1)))
+        if e.shape[0] < 2:
+            continue
+        e[0], e[-1] = -1e-5, 1 + 1e-5
+        if not any(np.array_equal(e, o) for o in out):
+            out.append(e)
+    return out
+
+
+@pytest.mark.parametrize("max_bins", [2, 3, 6])
+def test_bbq_binnings_are_the_documented_ones(max_bins):
+    """With pruning off (bbq_prune=0) every binning of 2..max_bins equal-frequency bins is a model, duplicates
+    (ties in the scores) once; the prior weight N' enters the posterior estimate as a0 = N'/B."""
+    rng = np.random.default_rng(0)
+    x = rng.choice([0.1, 0.3, 0.5, 0.7, 0.9], 60, p=[0.4, 0.1, 0.1, 0.1, 0.3])  # ties: B = 4, 5 repeat B = 3
+    p = np.stack([1 - x, x], axis=1)
+    y = (rng.random(60) < x).astype(int)
+    cal = fit_calibrator("bbq", p, y, bbq_max_bins=max_bins, bbq_prune=0.0, bbq_prior_weight=5.0)
+    models, weights = cal.params["models"][1]
+    want = _bbq_binnings(x, max_bins)
+    assert len(models) == len(want) == len(weights)
+    for (edges, value), e in zip(models, want):
+        np.testing.assert_array_equal(edges, e)
+        idx = np.clip(np.searchsorted(e, x, side="left") - 1, 0, len(e) - 2)
+        n_b = np.bincount(idx, minlength=len(e) - 1)
+        m_b = np.bincount(idx, weights=y, minlength=len(e) - 1)
+        a0 = 5.0 / (len(e) - 1)
+        mid = (e[:-1] + e[1:]) / 2
+        np.testing.assert_allclose(value, (m_b + a0 * mid) / (n_b + a0), rtol=1e-14)
+    assert weights.sum() == pytest.approx(1.0)
+    # bbq_prune drops the binnings of smaller posterior weight (the others keep theirs)
+    pruned = fit_calibrator("bbq", p, y, bbq_max_bins=max_bins, bbq_prune=0.3, bbq_prior_weight=5.0)
+    pruned = pruned.params["models"][1][1]
+    np.testing.assert_array_equal(pruned, weights[weights >= 0.3])
+
+
+def test_bbq_two_values_and_a_constant_class():
+    """Scores taking two values, the smaller the median, up to 3 bins: the only binning is one bin (edges -1e-5,
+    1 + 1e-5) with the posterior estimate (m + a0/2) / (n + a0), a0 = 2; a constant column has the one-bin
+    fallback (its label share) with weight 1, as every class's weights sum to 1."""
+    x = np.array([0.2] * 6 + [0.8] * 2)
+    p = np.stack([1 - x, x], axis=1)
+    y = np.array([0, 1, 0, 0, 0, 0, 1, 1])
+    cal = fit_calibrator("bbq", p, y, bbq_max_bins=3)
+    models, weights = cal.params["models"][1]
+    assert len(models) == 1 and weights.tolist() == [1.0]
+    np.testing.assert_array_equal(models[0][0], [-1e-5, 1 + 1e-5])
+    assert models[0][1][0] == pytest.approx((3 + 2 * 0.5) / (8 + 2), rel=1e-14)
+    pc = np.array([[0.5, 0.2, 0.3], [0.3, 0.2, 0.5], [0.6, 0.2, 0.2], [0.1, 0.2, 0.7]] * 5)
+    yc = np.array([0, 2, 0, 1] * 5)
+    cal = fit_calibrator("bbq", pc, yc)
+    for models, weights in cal.params["models"]:
+        assert weights.sum() == pytest.approx(1.0, abs=1e-12)
+    models, weights = cal.params["models"][1]
+    assert weights.tolist() == [1.0] and models[0][1].tolist() == [0.25]
+    q = np.stack([sum(w * v[np.clip(np.searchsorted(e, pc[:, k], side="left") - 1, 0, len(v) - 1)]
+                      for (e, v), w in zip(*cal.params["models"][k])) for k in range(3)], axis=1)
+    q = np.clip(q / (q.sum(axis=1, keepdims=True) + 1e-12), 1e-6, 1 - 1e-6)
+    np.testing.assert_allclose(cal.apply(pc), q / q.sum(axis=1, keepdims=True), rtol=1e-15)

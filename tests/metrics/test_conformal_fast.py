@@ -26,11 +26,11 @@ from ubench.metrics.conformal import (
 from ubench.metrics.protocol import cv_splits
 
 
-def full_sort_conformal(probs, labels, *, method, alpha, n_repeats, seed, randomized):
+def full_sort_conformal(probs, labels, *, method, alpha, n_repeats, seed, randomized, **raps):
     """The implementation before issue #29: every (sample, class) score, every fold's sets counted whole."""
     n = labels.shape[0]
     noise = np.random.default_rng(seed).random(n) if randomized else None
-    scores = conformal_scores(probs, method, noise=noise)
+    scores = conformal_scores(probs, method, noise=noise, **raps)
     true = scores[np.arange(n), labels]
     coverages, sizes, thresholds = [], [], []
     for fit, held in cv_splits(n, n_repeats=n_repeats, seed=seed):
@@ -97,6 +97,133 @@ def test_long_prefixes_and_the_whole_row_fallback(method):
         np.testing.assert_array_equal(_set_sizes(p, q, method, noise, 0.1, 1), want)
     np.testing.assert_array_equal(_true_scores(p, y, method, noise, 0.1, 1),
                                   conformal_scores(p, method, noise=noise)[np.arange(n), y])
+
+
+def _full(p, y, **kw):
+    """cross_validated_conformal's (coverages, set sizes, thresholds) in the full-sort's form."""
+    r = cross_validated_conformal(p, y, **kw)
+    return list(r.coverages), list(r.set_sizes), list(r.thresholds)
+
+
+@pytest.mark.parametrize(("penalty", "kreg", "alpha"), [(0.05, 0, 0.2), (0.05, 3, 0.05), (0.02, 6, 0.1)])
+def test_raps_penalty_and_kreg_equal_the_full_sort(penalty, kreg, alpha):
+    """RAPS with other regularisation than the default (k_reg 0: the top class pays too; k_reg > 1: several
+    classes free, so a prefix's bound on the next class must not add a penalty it does not pay, nor skip one it
+    does): still exact on peaked rows with labels drawn from them, whose sets often end in a short prefix's tail.
+    Each option is seen to reach the result (it differs from the default's)."""
+    p, _ = _problem(3, 300, 25, 5)
+    u = np.random.default_rng(9).random(300)
+    y = np.minimum((p.cumsum(axis=1) < u[:, None]).sum(axis=1), 24)  # y ~ p: mostly top-ranked labels
+    kw = dict(method="raps", alpha=alpha, n_repeats=2, seed=1, randomized=True)
+    want = full_sort_conformal(p, y, **kw, penalty=penalty, kreg=kreg)
+    assert _full(p, y, **kw, penalty=penalty, kreg=kreg) == want
+    assert want != full_sort_conformal(p, y, **kw)
+    assert max(want[1]) > 1
+
+
+@pytest.mark.parametrize("method", ["thr", "aps"])
+def test_several_row_blocks(method):
+    """More entries than one row block (2**18): every block's scores and sets are computed."""
+    p, y = _problem(3, 2700, 100, 2)
+    kw = dict(method=method, alpha=0.1, n_repeats=1, seed=0, randomized=True)
+    assert _full(p, y, **kw) == full_sort_conformal(p, y, **kw)
+
+
+def test_float32_probs_are_scored_in_float64():
+    """float32 probabilities give exactly the results of their float64 values (scores, sums and thresholds in
+    float64: 1 - p or a running sum in float32 would move the thresholds)."""
+    p, y = _problem(0, 400, 12, 3)
+    p32 = p.astype(np.float32)
+    p32 /= p32.sum(axis=1, keepdims=True)
+    for method in ("thr", "aps", "raps"):
+        assert cross_validated_conformal(p32, y, method=method, n_repeats=2) == \
+            cross_validated_conformal(p32.astype(np.float64), y, method=method, n_repeats=2)
+        s = conformal_scores(p32, method)
+        assert s.dtype == np.float64
+        np.testing.assert_array_equal(s, conformal_scores(p32.astype(np.float64), method))
+    # 1 - p in float32 rounds 1 - 0.1f = 0.8999999985 down to 0.89999998, below a threshold 1 - (the next float32
+    # after 0.1) = 0.8999999911 that the exact score exceeds: the class must stay out of the THR set
+    p = np.array([[0.1, 0.9], [0.5, 0.5]], dtype=np.float32)
+    q = np.full((2, 1), 1.0 - float(np.nextafter(np.float32(0.1), np.float32(1))))
+    assert np.float32(1) - p[0, 0] <= q[0, 0] < 1.0 - float(p[0, 0])
+    np.testing.assert_array_equal(_set_sizes(p, q, "thr", None, 0.1, 1)[:, 0],
+                                  conformal_sets(conformal_scores(p, "thr"), q).sum(axis=1))
+
+
+def test_defaults_and_the_result_fields():
+    """The documented defaults (APS, alpha 0.1, 5 repeats, seed 0, randomised, lambda 0.1, k_reg 1), and the
+    result names its method and level."""
+    p, y = _problem(0, 80, 6, 4)
+    r = cross_validated_conformal(p, y)
+    assert r == cross_validated_conformal(p, y, method="aps", alpha=0.1, n_repeats=5, seed=0, randomized=True,
+                                          penalty=0.1, kreg=1)
+    assert (r.method, r.alpha, len(r.thresholds)) == ("aps", 0.1, 10)
+    r = cross_validated_conformal(p, y, method="raps", alpha=0.25, n_repeats=1)
+    assert (r.method, r.alpha) == ("raps", 0.25)
+
+
+def test_label_tied_with_a_later_class():
+    """Ties rank by class index: in (0.5, 0.25, 0.25) label 1 has rank 2 and APS score 0.5 + 0.25 = 0.75 (label 2
+    would be 1.0), also in a block whose other rows have no tie at their label."""
+    p = np.array([[0.5, 0.25, 0.25]] * 40 + [[0.7, 0.2, 0.1]] * 40)
+    y = np.array([1] * 40 + [0] * 40)
+    scores = _true_scores(p, y, "aps", None, 0.1, 1)
+    np.testing.assert_array_equal(scores, [0.75] * 40 + [0.7] * 40)
+    r = cross_validated_conformal(p[:40], y[:40], method="aps", randomized=False, n_repeats=1)
+    assert r.thresholds == (0.75, 0.75)
+
+
+def test_conformal_quantile_by_hand():
+    """The ceil((n + 1)(1 - alpha))-th smallest score: n = 9, alpha = 0.1 -> the 9th (the largest, still finite);
+    n = 8 -> the 9th of 8: inf; n = 19 -> the 18th."""
+    assert conformal_quantile(np.arange(9.0)[::-1], 0.1) == 8.0
+    assert conformal_quantile(np.arange(8.0), 0.1) == float("inf")
+    assert conformal_quantile(np.arange(19.0), 0.1) == 17.0
+    assert conformal_quantile([3, 1, 2], 0.5) == 2.0
+
+
+def test_thresholds_on_a_score_and_at_the_shortcut_margin():
+    """Edges of the set-size shortcuts, against conformal_sets on every score: a threshold equal to the top
+    class's randomised score counts it (score <= q), and a threshold exactly one margin below the top
+    probability (q + 1e-9 == p_max in float64, where the shortcut for rows whose top class alone decides stops)."""
+    from ubench.metrics.conformal import _PREFIX_MARGIN
+
+    p, _ = _problem(3, 200, 10, 6)
+    noise = np.random.default_rng(0).random(200)
+    scores = conformal_scores(p, "aps", noise=noise)
+    top = p.max(axis=1)
+    q = scores[np.arange(200), p.argmax(axis=1)][:, None]  # the top class's own score
+    want = conformal_sets(scores, q).sum(axis=1)
+    assert (want >= 1).all()
+    np.testing.assert_array_equal(_set_sizes(p, q, "aps", noise, 0.1, 1)[:, 0], want)
+    q = top - _PREFIX_MARGIN
+    for _ in range(4):  # nudge onto q + margin == top where rounding allows
+        q = np.where(q + _PREFIX_MARGIN < top, np.nextafter(q, 2), np.where(q + _PREFIX_MARGIN > top,
+                                                                             np.nextafter(q, -1), q))
+    on_edge = q + _PREFIX_MARGIN == top
+    assert on_edge.sum() > 100
+    plain = conformal_scores(p, "aps")
+    want = conformal_sets(plain, q[:, None]).sum(axis=1)
+    np.testing.assert_array_equal(_set_sizes(p, q[:, None], "aps", None, 0.1, 1)[:, 0], want)
+
+
+@pytest.mark.parametrize(
+    ("call", "message"),
+    [
+        (lambda p, y: cross_validated_conformal(p, y, alpha=0.0), "alpha must lie in (0, 1), got 0.0"),
+        (lambda p, y: cross_validated_conformal(p, y, alpha=1), "alpha must lie in (0, 1), got 1"),
+        (lambda p, y: cross_validated_conformal(p, y, alpha=1.5), "alpha must lie in (0, 1), got 1.5"),
+        (lambda p, y: cross_validated_conformal(p, y, alpha=float("nan")), "alpha must lie in (0, 1), got nan"),
+        (lambda p, y: cross_validated_conformal(p, y, method="lac"),
+         "method must be one of ('thr', 'aps', 'raps'), got 'lac'"),
+        (lambda p, y: conformal_scores(p, "APS"), "method must be one of ('thr', 'aps', 'raps'), got 'APS'"),
+    ],
+)
+def test_errors_say_what_is_wrong(call, message):
+    p, y = _problem(0, 20, 3, 0)
+    with pytest.raises(ValueError) as ei:
+        call(p, y)
+    assert str(ei.value) == message
 
 
 class _RowsOnly:

@@ -65,8 +65,11 @@ def test_beyond_reference_is_flagged_not_silently_capped():
     s = dee_score(-0.17, _MEAN, _STD)
     assert s.beyond_reference and s.dee == 5.0
     assert s.upper_beyond and s.upper == 5.0
-    assert not s.lower_beyond and s.lower == pytest.approx(4.6)
+    assert s.lower_beyond is False and s.lower == pytest.approx(4.6)
     assert s.to_dict()["beyond_reference"] is True
+    s = dee_score(-0.1, _MEAN, _STD)  # above mean(5) + std = -0.15 too: every bound beyond
+    assert (s.beyond_reference, s.lower_beyond, s.upper_beyond) == (True, True, True)
+    assert all(type(v) is bool for k, v in s.to_dict().items() if k.endswith(("beyond", "below", "reference")))
 
 
 def test_non_monotone_reference_takes_the_first_crossing():
@@ -83,6 +86,16 @@ def test_curve_points_are_searched_independently():
         s = dee_score(v, _MEAN, _STD)
         assert (c.dee[i], c.lower[i], c.upper[i], c.beyond_reference[i]) == (s.dee, s.lower, s.upper,
                                                                              s.beyond_reference)
+    # every field, with each flag set somewhere: -1.1 is below all three curves, -0.97 below mean + std only,
+    # -0.1 beyond all three, -0.17 beyond mean and mean - std
+    flagged = np.array([-1.1, -0.97, -0.75, -0.17, -0.1])
+    fc = dee_curve(flagged, _MEAN, _STD)
+    fields = [f for f in fc.to_dict() if f != "n_members"]
+    for f in fields:
+        got = getattr(fc, f)
+        assert got.shape == flagged.shape, f
+        assert got.tolist() == [getattr(dee_score(v, _MEAN, _STD), f) for v in flagged], f
+    assert all(getattr(fc, f).any() for f in fields if f.endswith(("beyond", "below", "reference")))
     rev = dee_curve(values[::-1], _MEAN, _STD)
     np.testing.assert_array_equal(rev.dee[::-1], c.dee)
     assert c.n_members.tolist() == [1, 2, 3, 4, 5]
@@ -130,6 +143,40 @@ def test_reference_sweep_on_a_real_ensemble():
     assert curve.dee[0] == 1.0 and curve.dee[-1] <= k and not curve.beyond_reference.any()
 
 
+def test_one_point_curve_and_float32_references():
+    """A one-point method curve is a curve; float32 reference curves are read as float64 (a float32 interpolation
+    would be off by ~1e-7): the crossing equals the hand interpolation on the float64 values of the float32
+    inputs."""
+    c = dee_curve([-0.75], _MEAN, _STD)
+    assert c.dee.tolist() == [1.5] and c.n_members.tolist() == [1]
+    mean32, std32 = _MEAN.astype(np.float32), _STD.astype(np.float32)
+    lo, hi = float(mean32[2]), float(mean32[3])
+    s = dee_score(-0.32, mean32, std32)
+    assert s.dee == pytest.approx(3 + (-0.32 - lo) / (hi - lo), rel=1e-15)
+    lo, hi = float(mean32[1]) + float(std32[1]), float(mean32[2]) + float(std32[2])
+    assert s.lower == pytest.approx(2 + (-0.32 - lo) / (hi - lo), rel=1e-15)
+    lo, hi = float(mean32[2]) - float(std32[2]), float(mean32[3]) - float(std32[3])
+    assert s.upper == pytest.approx(3 + (-0.32 - lo) / (hi - lo), rel=1e-15)
+
+
+def test_dee_reference_is_member_curves_after_calibration():
+    """dee_reference is member_curves with placement "post", every option passed through and its defaults
+    (5 orders, seed 0, 5 halvings) the same; each option given here changes the curve (checked)."""
+    rng = np.random.default_rng(1)
+    n, c, k = 60, 3, 3
+    y = rng.integers(0, c, n)
+    mp = softmax64(2.0 * (rng.normal(size=(k, n, c)) + 2.0 * np.eye(c)[y]))
+    mp[:, :5] = np.eye(c)[(y[:5] + 1) % c]  # confidently wrong rows: eps decides their log-likelihood
+    opts = dict(n_orders=2, seed=3, n_repeats=2, eps=1e-3, bounds=(0.9, 1.1))
+    ref = dee_reference(mp, y, **opts)
+    np.testing.assert_array_equal(ref.cll_mean, member_curves(mp, y, placement="post", **opts).cll_mean)
+    for key, default in (("n_orders", 5), ("seed", 0), ("n_repeats", 5), ("eps", 1e-12), ("bounds", (1e-2, 1e2))):
+        other = member_curves(mp, y, placement="post", **{**opts, key: default})
+        assert not np.array_equal(other.cll_mean, ref.cll_mean) or not np.array_equal(other.cll_std, ref.cll_std), key
+    np.testing.assert_array_equal(dee_reference(mp, y).cll_std,
+                                  member_curves(mp, y, n_orders=5, seed=0, placement="post", n_repeats=5).cll_std)
+
+
 @pytest.mark.parametrize(
     ("call", "name"),
     [
@@ -146,3 +193,22 @@ def test_reference_sweep_on_a_real_ensemble():
 def test_errors_name_the_argument(call, name):
     with pytest.raises(ValueError, match=name):
         call()
+
+
+@pytest.mark.parametrize(
+    ("call", "message"),
+    [
+        (lambda: dee_score(-1.0, [-1.0, -0.5, np.inf], _STD[:3]),
+         "reference_cll_mean must be finite; found inf at index 2"),
+        (lambda: dee_score(-1.0, _MEAN[:3], [0.1, np.nan, 0.1]),
+         "reference_cll_std must be finite; found nan at index 1"),
+        (lambda: dee_score(-1.0, _MEAN, [0.0, 0.1, 0.0, -0.2, 0.1]),
+         "reference_cll_std must be >= 0; found -0.2 at index 3"),
+        (lambda: dee_curve([-0.5, -0.4, np.nan], _MEAN, _STD), "method_cll must be finite; found nan at index 2"),
+    ],
+)
+def test_errors_say_what_and_where(call, message):
+    """The whole message: which argument, the bad value and the first bad index (not the first good one)."""
+    with pytest.raises(ValueError) as ei:
+        call()
+    assert str(ei.value) == message

@@ -12,6 +12,7 @@ from ubench import metrics as M
 from ubench.metrics import _validation as V
 from ubench.metrics import ensemble as E
 from ubench.metrics import uncertainty as U
+from ubench.metrics.report_sections import SplitAccumulator, split_arrays
 
 
 def _probs(rng, n, c, dtype=np.float32):
@@ -91,7 +92,9 @@ def test_results_independent_of_block_size_and_threads(monkeypatch, dtype):
     p /= p.sum(axis=1, keepdims=True, dtype=np.float64).astype(dtype)
     members = np.stack([_probs(rng, 1037, 13, dtype) for _ in range(3)])
     results = []
-    for elems, min_blocks, threads in [(1 << 17, 4, 1), (13, 1, 1), (13 * 50, 1, 3), (13 * 333, 1, 2)]:
+    # (13 * 400, 1, 4): 3 blocks of 400 rows for up to 4 threads: the block count (not the cores) sets 3 threads
+    for elems, min_blocks, threads in [(1 << 17, 4, 1), (13, 1, 1), (13 * 50, 1, 3), (13 * 333, 1, 2),
+                                       (13 * 400, 1, 4)]:
         monkeypatch.setattr(U, "_ENTROPY_BLOCK_ELEMS", elems)
         monkeypatch.setattr(U, "_MIN_BLOCKS_PER_THREAD", min_blocks)
         monkeypatch.setattr(U, "_MAX_THREADS", threads)
@@ -173,3 +176,26 @@ def test_zeros_negative_zeros_and_subnormals_over_blockings(monkeypatch, dtype):
     np.testing.assert_allclose(total, entr(m64.mean(axis=0)).sum(axis=1), rtol=0, atol=tol)
     np.testing.assert_allclose(data, entr(m64).sum(axis=2).mean(axis=0), rtol=0, atol=tol)
     assert np.isfinite(knowledge).all() and (knowledge >= 0).all()
+
+
+def test_member_at_a_time_uncertainties_equal_the_one_pass_kernel():
+    """The report's member-at-a-time path (memory N x C whatever M) logs the float64 ensemble mean in the members'
+    float32, as the one-pass kernel does: the same total and mean to the last bit, the same data and knowledge to
+    rounding (the member entropies are summed in another order), and both equal entr on the float64 values."""
+    rng = np.random.default_rng(8)
+    members = np.stack([_probs(rng, 600, 9) for _ in range(3)])
+    members[1, ::4, 0] = 0.0
+    members[1] /= members[1].sum(axis=1, keepdims=True, dtype=np.float64).astype(np.float32)
+    whole = split_arrays(members)
+    acc = SplitAccumulator(*members.shape, dtype=members.dtype)
+    for start in range(0, 600, 250):
+        for j in range(3):
+            acc.add_member_rows(start, j, members[j, start : start + 250])
+    rows = acc.result()
+    np.testing.assert_array_equal(rows.mean_probs, whole.mean_probs)
+    np.testing.assert_array_equal(rows.total, whole.total)
+    np.testing.assert_allclose(rows.data, whole.data, rtol=1e-14)
+    np.testing.assert_allclose(rows.knowledge, whole.knowledge, rtol=1e-9, atol=1e-15)
+    m64 = members.astype(np.float64)
+    np.testing.assert_allclose(rows.total, entr(m64.mean(axis=0)).sum(axis=1), rtol=0, atol=2e-6)
+    np.testing.assert_allclose(rows.data, entr(m64).sum(axis=2).mean(axis=0), rtol=0, atol=2e-6)

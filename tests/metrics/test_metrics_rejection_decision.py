@@ -153,3 +153,70 @@ def test_bad_cost_matrix():
         M.bayes_decisions(p, np.array([[0, np.nan], [1, 0]]))
     with pytest.raises(ValueError, match="critical_classes"):
         M.cost_matrix(3, [3], false_negative_cost=1.0, other_error_cost=0.1)
+
+
+def test_rejection_errors_name_the_uncertainty():
+    p = np.array([[0.9, 0.1], [0.8, 0.2], [0.7, 0.3]])
+    y = np.array([0, 1, 0])
+    for fn in (M.rejection_curve, M.risk_coverage_auc):
+        with pytest.raises(ValueError) as ei:
+            fn(p, y, uncertainty=[0.1, np.inf, 0.2])
+        assert str(ei.value) == "uncertainty must be finite; found inf at index 1"
+        with pytest.raises(ValueError) as ei:
+            fn(p, y, uncertainty=[0.1, 0.2])
+        assert str(ei.value) == "probs has 3 samples but uncertainty has 2"
+
+
+def test_smoothing_is_deciding_on_the_smoothed_probabilities():
+    """smoothing = g decides as the arg min of ((1 - g) p + g / C) @ cost, written out here (a cost matrix whose
+    columns sum differently, so the g / C term is not a constant shift), and charges cost[y, decided]."""
+    rng = np.random.default_rng(3)
+    p = softmax64(rng.normal(size=(300, 5)) * 2)
+    y = rng.integers(0, 5, 300)
+    cost = rng.uniform(0, 5, size=(5, 5))
+    np.fill_diagonal(cost, 0.0)
+    for g in (0.0, 0.3, 0.7):
+        risk = ((1 - g) * p + g / 5) @ cost
+        part = np.sort(risk, axis=1)
+        assert (part[:, 1] - part[:, 0] > 1e-9).all()  # no near-ties: the arg min is unambiguous
+        want = risk.argmin(axis=1)
+        np.testing.assert_array_equal(M.bayes_decisions(p, cost, smoothing=g), want)
+        assert M.decision_cost(p, y, cost, smoothing=g).total == pytest.approx(cost[y, want].sum(), rel=1e-12)
+    assert not np.array_equal(M.bayes_decisions(p, cost, smoothing=0.7), M.bayes_decisions(p, cost))
+
+
+def test_cost_matrix_edges_and_dataset_presets():
+    """Zero costs are costs (>= 0); dataset names map to presets ignoring case, '-', '_', spaces and dots."""
+    np.testing.assert_array_equal(M.cost_matrix(3, [1], false_negative_cost=2.0, other_error_cost=0.0),
+                                  [[0, 0, 0], [2, 0, 2], [0, 0, 0]])
+    np.testing.assert_array_equal(M.cost_matrix(2, [], false_negative_cost=0.0, other_error_cost=1.0),
+                                  [[0, 1], [1, 0]])
+    names = {"CIFAR-10": "cifar10", "cifar_10": "cifar10", "Cifar 100": "cifar100", "c.i.f.a.r.100": "cifar100",
+             "MNIST": "mnist", "ImageNet": "imagenet", "imagenet-1k": "imagenet", "ILSVRC2012": "imagenet",
+             "fashion-mnist": None, "svhn": None}
+    from ubench.metrics.decision import cost_preset_for_dataset, dataset_key
+
+    for name, preset in names.items():
+        assert cost_preset_for_dataset(name) == preset, name
+    assert dataset_key("Tiny-ImageNet 200.v2") == "tinyimagenet200v2"
+
+
+@pytest.mark.parametrize(("call", "message"), [
+    (lambda: M.cost_matrix(1, [], false_negative_cost=1.0, other_error_cost=0.1), "n_classes must be >= 2; found 1"),
+    (lambda: M.cost_matrix(3, [[1]], false_negative_cost=1.0, other_error_cost=0.1),
+     "critical_classes must be a 1-d sequence of integers; found [[1]]"),
+    (lambda: M.cost_matrix(3, [1.5], false_negative_cost=1.0, other_error_cost=0.1),
+     "critical_classes must be a 1-d sequence of integers; found [1.5]"),
+    (lambda: M.cost_matrix(3, [1], false_negative_cost=np.inf, other_error_cost=0.1),
+     "false_negative_cost must be finite and >= 0; found inf"),
+    (lambda: M.cost_matrix(3, [1], false_negative_cost=1.0, other_error_cost=-0.1),
+     "other_error_cost must be finite and >= 0; found -0.1"),
+    (lambda: M.bayes_decisions(np.array([[0.5, 0.5]]), np.array([[0, np.nan], [1, 0]])),
+     "cost_matrix must be finite"),
+    (lambda: M.bayes_decisions(np.array([[0.5, 0.5]]), [["a", "b"], ["c", "d"]]),
+     "cost_matrix must be numeric; found dtype <U1"),
+])
+def test_decision_errors_say_what_is_wrong(call, message):
+    with pytest.raises((ValueError, TypeError)) as ei:
+        call()
+    assert str(ei.value) == message

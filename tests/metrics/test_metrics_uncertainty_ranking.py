@@ -4,6 +4,9 @@ scikit-learn and the Mann-Whitney U statistic."""
 
 from __future__ import annotations
 
+import math
+import warnings
+
 import numpy as np
 import pytest
 from hypothesis import given
@@ -100,6 +103,94 @@ def test_float32_entropy_matches_float64_oracle(c):
     p = np.exp(z - z.max(1, keepdims=True))
     p = (p / p.sum(1, keepdims=True)).astype(np.float32)
     np.testing.assert_allclose(M.predictive_entropy(p), _entropy(p), rtol=0, atol=2e-6)
+
+
+def _plogp_in_precision(p):
+    """-sum_c p log p as the module docstring states it: each p log p rounded in p's own dtype (log and product),
+    0 log 0 = 0, and the row sum exact (math.fsum of the terms in float64): float32 input gives float32 terms."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        t = np.where(p > 0, p * np.log(p), p.dtype.type(0))
+    return np.array([-math.fsum(row) for row in t.astype(np.float64).reshape(-1, p.shape[-1])]).reshape(p.shape[:-1])
+
+
+def _float32_probs(rng, shape):
+    z = rng.normal(scale=3, size=shape)
+    p = np.exp(z - z.max(-1, keepdims=True))
+    p[..., ::5, 1] = 0.0  # exact zeros in some rows (0 log 0 = 0)
+    return (p / p.sum(-1, keepdims=True)).astype(np.float32)
+
+
+def test_float32_logs_and_float64_sums():
+    """The documented precision: float32 input is logged (and multiplied) in float32, every sum is float64. Pinned
+    to 1e-13 against the terms rounded in float32 and summed exactly; a float64 log (or a float32 product or sum)
+    moves the result by ~1e-8, which the first assertion shows this input can see. The decomposition logs the
+    float64 ensemble mean rounded to the members' dtype."""
+    rng = np.random.default_rng(11)
+    p = _float32_probs(rng, (400, 37))
+    h = M.predictive_entropy(p)
+    assert np.abs(h - _entropy(p)).max() > 1e-9  # float32 terms differ from float64 ones here
+    np.testing.assert_allclose(h, _plogp_in_precision(p), rtol=1e-13, atol=0)
+    np.testing.assert_allclose(M.normalized_entropy(p), _plogp_in_precision(p) / np.log(37), rtol=1e-13, atol=0)
+    members = _float32_probs(rng, (3, 400, 37))
+    mean = np.add.reduce(members, axis=0, dtype=np.float64) / 3  # the float64 mean, summed in member order
+    terms = _plogp_in_precision(members)  # (M, N)
+    data = np.array([math.fsum(col) for col in terms.T]) / 3
+    total = _plogp_in_precision(mean.astype(np.float32))
+    d = M.uncertainty_decomposition(members)
+    np.testing.assert_allclose(d.data, data, rtol=1e-13, atol=0)
+    np.testing.assert_allclose(M.expected_entropy(members), data, rtol=1e-13, atol=0)
+    np.testing.assert_allclose(d.total, total, rtol=1e-13, atol=0)
+    np.testing.assert_allclose(d.knowledge, np.maximum(total - data, 0), rtol=1e-9, atol=1e-15)
+
+
+def test_zeros_raise_no_floating_point_warnings():
+    """0 log 0 = 0 is the convention, not an accident: rows with exact zeros (one-hot rows, -0.0) emit no
+    'divide by zero' or 'invalid value' RuntimeWarning from any of the entropy functions."""
+    p = np.array([[1.0, 0.0, 0.0], [0.5, -0.0, 0.5], [0.2, 0.3, 0.5]])
+    members = np.stack([p, p[::-1], np.eye(3)])
+    for dtype in (np.float32, np.float64):
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            h = M.predictive_entropy(p.astype(dtype))
+            M.normalized_entropy(p.astype(dtype))
+            M.expected_entropy(members.astype(dtype))
+            M.mutual_information(members.astype(dtype))
+            d = M.uncertainty_decomposition(members.astype(dtype))
+        np.testing.assert_allclose(h, [0.0, np.log(2), _entropy(p[2])], rtol=1e-6)
+        np.testing.assert_allclose(d.data, _entropy(members).mean(0), rtol=1e-6)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_uniform_rows_stay_within_log_c(dtype):
+    """Uniform rows have entropy log C, and the result never exceeds log C (normalized: 1), although their rounded
+    terms sum above it for some C (float32: 49 of these 63, from C = 2; float64: C = 5, 13, 19, 26, even summed
+    exactly: counted here, so the clip is exercised)."""
+    cs = np.arange(2, 65)
+    above = 0
+    for c in cs:
+        p = np.full((2, c), 1 / c, dtype=dtype)
+        above += _plogp_in_precision(p)[0] > np.log(c)
+        h, u = M.predictive_entropy(p), M.normalized_entropy(p)
+        d = M.uncertainty_decomposition(np.stack([p, p]))
+        for v in (h, d.total, d.data):
+            assert (v <= np.log(c)).all(), c
+            np.testing.assert_allclose(v, np.log(c), rtol=2e-7)
+        assert (u <= 1.0).all() and np.allclose(u, 1.0, rtol=2e-7), c
+    assert above >= (40 if dtype == np.float32 else 4)
+
+
+def test_mutual_information_is_never_negative():
+    """MI >= 0 (Jensen), also where the rounding of identical float64 members' mean puts H(mean) below their mean
+    entropy (about a third of these rows, asserted): those rows give exactly 0, the others total - data."""
+    rng = np.random.default_rng(0)
+    z = rng.normal(size=(300, 5))
+    p = np.exp(z) / np.exp(z).sum(1, keepdims=True)
+    members = np.stack([p] * 3)
+    d = M.uncertainty_decomposition(members)
+    assert (d.total < d.data).sum() > 10
+    assert (d.knowledge >= 0).all() and (M.mutual_information(members) >= 0).all()
+    np.testing.assert_array_equal(d.knowledge, np.maximum(d.total - d.data, 0.0))
+    assert d.knowledge.max() < 1e-15
 
 
 def test_weighted_ensemble_and_smoothing():
@@ -236,3 +327,29 @@ def test_ranking_across_chunk_boundaries_matches_sklearn():
     s = np.round(rng.normal(size=y.size) + 0.5 * y, 2).astype(np.float32)
     assert M.auroc_score(s, y) == pytest.approx(skm.roc_auc_score(y, s), abs=1e-12)
     assert M.average_precision_score(s, y) == pytest.approx(skm.average_precision_score(y, s), abs=1e-12)
+
+
+def test_weights_and_smoothing_edges():
+    """A zero weight drops a member; gamma = 0 leaves the probabilities as they are (in float64)."""
+    mp = np.array([[[0.5, 0.5]], [[0.2, 0.8]]])
+    np.testing.assert_array_equal(M.ensemble_mean_probs(mp, weights=[1, 0]), [[0.5, 0.5]])
+    s = M.smooth_probs(mp.astype(np.float32), gamma=0.0)
+    assert s.dtype == np.float64
+    np.testing.assert_array_equal(s, mp.astype(np.float32).astype(np.float64))
+
+
+@pytest.mark.parametrize(("call", "message"), [
+    (lambda mp: M.ensemble_mean_probs(mp, weights=[0.5]),
+     "weights must have shape (2,) to match member_probs; found shape (1,)"),
+    (lambda mp: M.ensemble_mean_probs(mp, weights=[1.5, -0.5]),
+     "weights must be finite and non-negative; found [ 1.5 -0.5]"),
+    (lambda mp: M.ensemble_mean_probs(mp, weights=[np.nan, 1.0]),
+     "weights must be finite and non-negative; found [nan  1.]"),
+    (lambda mp: M.smooth_probs(np.where(mp == 0.2, np.nan, mp), gamma=0.1),
+     "probs must be finite; found nan at index (1, 0, 0)"),
+])
+def test_ensemble_errors_say_what_is_wrong(call, message):
+    mp = np.array([[[0.5, 0.5]], [[0.2, 0.8]]])
+    with pytest.raises(ValueError) as ei:
+        call(mp)
+    assert str(ei.value) == message

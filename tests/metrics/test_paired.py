@@ -182,3 +182,90 @@ def test_grouped_runs_hold_run_to_run_and_test_sample_variance():
     assert g["sd"] == pytest.approx(np.std(runs, ddof=1))
     width = g["interval"][1] - g["interval"][0]
     assert width > 2 * (np.quantile(one, 0.975) - np.quantile(one, 0.025))
+
+
+# --- by hand: p-values, Holm, rounding, rank intervals, grouped runs ---------------------------------------------
+
+def test_p_value_holm_and_rounding_edges_by_hand():
+    """p = min(1, 2 min(1 + #{d <= 0}, 1 + #{d >= 0}) / (B + 1)): 9 negative and 1 positive difference give
+    2 * 2 / 11. Holm caps at 1 and rounds to 15 digits (7 x 0.1 is 0.7000000000000001 in floats)."""
+    assert bootstrap_p_value(np.array([-1.0] * 9 + [0.5])) == pytest.approx(4 / 11, rel=1e-15)
+    assert holm([0.6, 0.7]) == [1.0, 1.0]
+    assert holm([0.1] + [0.9] * 6)[0] == 0.7
+
+
+def _comparison(a, b, d, n=39, **kw):
+    """paired_comparisons of two methods with point values a, b and constant replicate difference d (B = n)."""
+    reps = {"x": np.full(n, a + d), "y": np.full(n, a)}
+    _, rows = paired_comparisons({"x": a, "y": b}, reps, metric="m", **kw)
+    return rows[0]
+
+
+def test_paired_comparison_rounding_scale_ties_and_the_level_edge():
+    """Replicate differences within 1e-12 x max(1, |a|, |b|) are rounding (p = 1); larger ones are not. With
+    B = 3 replicates all favouring the best, p = 2 / 4 = 0.5 exactly: not distinguishable at level 0.5
+    (p_holm < 1 - level is required). Tied point values go to the first method listed."""
+    assert _comparison(0.02, 0.01, 5e-13, higher_is_better=True)["p"] == 1.0  # scale 1, not 0.02
+    assert _comparison(0.02, 0.01, 1.5e-12, higher_is_better=True)["p"] == 0.05  # above 1e-12, below 2e-12
+    assert _comparison(100.0, 0.5, 5e-11, higher_is_better=True)["p"] == 1.0  # scale |a| = 100
+    assert _comparison(0.5, 100.0, 5e-11, higher_is_better=False)["p"] == 1.0  # scale |b| = 100
+    row = _comparison(0.02, 0.01, 0.01, n=3, higher_is_better=True, level=0.5)
+    assert {k: row[k] for k in ("a", "b", "metric", "p", "p_holm", "distinguishable")} == \
+        {"a": "x", "b": "y", "metric": "m", "p": 0.5, "p_holm": 0.5, "distinguishable": False}
+    best, _ = paired_comparisons({"x": 0.3, "y": 0.3}, {"x": np.zeros(9), "y": np.zeros(9)}, metric="m",
+                                 higher_is_better=True)
+    assert best == "x"
+
+
+def test_rank_intervals_by_hand():
+    """Two methods over B = 100 replicates, b beating a in k of them; linear quantiles at positions
+    q (B - 1). k = 5: b's sorted ranks are 1 x 5, 2 x 95, so the 2.5 % quantile (position 2.475) is 1 and the
+    97.5 % one 2: [1, 2] for both, b tied with the leader. k = 2: position 2.475 falls on a 2 for b and 96.525 on a
+    1 for a: [1, 1] and [2, 2], not tied. The leader is found wherever it is listed."""
+    for k, want in ((5, ([1, 2], [1, 2], True)), (2, ([1, 1], [2, 2], False))):
+        b = np.zeros(100)
+        b[:k] = 2.0
+        r = rank_intervals({"b": 0.0, "a": 1.0}, {"b": b, "a": np.ones(100)}, higher_is_better=True)
+        assert (r["a"]["rank_interval"], r["b"]["rank_interval"], r["b"]["tied_with_leader"]) == want
+        assert (r["a"]["rank"], r["b"]["rank"], r["a"]["tied_with_leader"]) == (1, 2, False)
+    assert replicate_ranks(np.array([[1.0, 2.0], [2.0, 1.0]])).dtype == np.int32
+    with pytest.raises(ValueError) as ei:
+        replicate_ranks(np.array([[1.0, np.nan]]))
+    assert str(ei.value) == "replicate values must be finite to be ranked"
+
+
+def test_group_runs_by_hand():
+    """One run: sd 0 (not NaN), its replicates unchanged; two runs: sd = |x1 - x2| / sqrt(2) (ddof = 1)."""
+    rng = np.random.default_rng(0)
+    one = group_runs([0.7], [np.array([0.6, 0.8])], rng=rng)
+    assert (one["n_runs"], one["mean"], one["sd"]) == (1, 0.7, 0.0)
+    np.testing.assert_array_equal(one["replicates"], [0.6, 0.8])
+    two = group_runs([0.7, 0.9], [np.full(50, 0.7), np.full(50, 0.9)], rng=rng)
+    assert two["n_runs"] == 2 and two["sd"] == pytest.approx(0.2 / np.sqrt(2), rel=1e-15)
+    assert set(np.round(two["replicates"], 12)) <= {0.7, 0.8, 0.9}
+
+
+def test_shift_median_and_ood_detection_replicates_on_constant_columns():
+    """Columns constant within a split give every replicate the same value whatever the counts: the shift key is
+    the median over the shift splits that have an accuracy column (0.2, 0.9, 0.5 -> 0.5; a split without one is
+    skipped), and OOD scores that separate perfectly give AUROC 1, AUPR 1 and FPR at 95 % TPR 0 in every
+    replicate, under the report's key names."""
+    n = 6
+    splits = {"test": {"role": "in_domain", "unit": "ids:test", "n": n,
+                       "columns": encode_samples({"accuracy": np.full(n, 0.75), "score_total": np.full(n, 0.1)})},
+              "far": {"role": "ood", "unit": "ood:far", "n": 4,
+                      "columns": encode_samples({"score_total": np.full(4, 0.9)})}}
+    for j, acc in enumerate((0.2, 0.9, 0.5)):
+        splits[f"s{j}"] = {"role": "shift", "unit": "ids:test", "n": n,
+                           "columns": encode_samples({"accuracy": np.full(n, acc)})}
+    splits["s_none"] = {"role": "shift", "unit": "ids:test", "n": n, "columns": encode_samples({"cll": np.zeros(n)})}
+    samples = {"encoding": "base64-float64-le", "seed": 0, "primary": "test", "scores": ["total"], "splits": splits}
+    (reps,) = sample_replicates([samples], n_replicates=7, seed=3)
+    assert set(reps) == {"accuracy", "shift_accuracy_median", "ood_auroc_total", "ood_aupr_total", "ood_fpr95_total"}
+    want = {"accuracy": 0.75, "shift_accuracy_median": 0.5, "ood_auroc_total": 1.0, "ood_aupr_total": 1.0,
+            "ood_fpr95_total": 0.0}
+    for key, value in want.items():
+        assert reps[key].shape == (7,), key
+        np.testing.assert_allclose(reps[key], value, rtol=1e-12, atol=1e-15, err_msg=key)
+    (only,) = sample_replicates([samples], n_replicates=7, seed=3, keys=("accuracy",))
+    assert set(only) == {"accuracy"}

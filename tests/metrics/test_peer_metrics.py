@@ -203,3 +203,44 @@ def test_report_section_equals_the_public_functions(oracle):
     np.testing.assert_array_equal(streamed.disagreement, arrays.disagreement)
     np.testing.assert_array_equal(streamed.variation_ratio, arrays.variation_ratio)
     assert split_arrays(members[:1]).disagreement is None
+
+
+# --- selective metrics by hand ------------------------------------------------------------------------------
+
+def test_selective_metrics_by_hand_with_and_without_an_uncertainty():
+    """Four samples, confidences 0.9 > 0.8 > 0.7 > 0.6, the most confident one wrong. Ranked by confidence the
+    risks at k = 1..4 are 1, 1/2, 1/3, 1/4; ranked by the given uncertainty (that sample rejected first) 0, 0, 0,
+    1/4. AUGRC = sum_k #errors(k) / N^2; the trapezoid rule is (sum - (first + last) / 2) / (N - 1) over
+    k/N risk(k)."""
+    p = np.array([[0.9, 0.1], [0.8, 0.2], [0.7, 0.3], [0.6, 0.4]])
+    y = np.array([1, 0, 0, 0])
+    u = np.array([0.9, 0.1, 0.2, 0.3])
+    assert m.coverage_at_risk(p, y, risk=0.2) is None
+    assert m.coverage_at_risk(p, y, risk=0.2, uncertainty=u) == 0.75
+    assert m.risk_at_coverage(p, y, coverage=0.5) == 0.5
+    assert m.risk_at_coverage(p, y, coverage=0.5, uncertainty=u) == 0.0
+    assert m.generalized_risk_coverage_auc(p, y) == 4 / 16
+    assert m.generalized_risk_coverage_auc(p, y, uncertainty=u) == 1 / 16
+    assert m.generalized_risk_coverage_auc(p, y, uncertainty=u, integration="trapezoid") == \
+        pytest.approx((0.25 - 0.125) / 3, rel=1e-15)
+    y = np.array([0, 1, 0, 0])  # k/N risk(k) = 0, 1/4, 1/4, 1/4
+    assert m.generalized_risk_coverage_auc(p, y, integration="trapezoid") == pytest.approx(0.625 / 3, rel=1e-15)
+    assert m.generalized_risk_coverage_auc(p[:2], y[:2], integration="trapezoid") == 0.25  # (0 + 1/2) / 2
+    assert np.isnan(m.generalized_risk_coverage_auc(p[:1], y[:1], integration="trapezoid"))
+
+
+@pytest.mark.parametrize(("call", "message"), [
+    (lambda p, y: m.risk_at_coverage(p, y, coverage=1.5), "coverage must lie in [0, 1], got 1.5"),
+    (lambda p, y: m.coverage_at_risk(p, y, risk=-0.1), "risk must lie in [0, 1], got -0.1"),
+    (lambda p, y: m.coverage_at_risk(p, y, risk=1.01), "risk must lie in [0, 1], got 1.01"),
+    (lambda p, y: m.generalized_risk_coverage_auc(p, y, integration="simpson"),
+     "integration must be one of ('riemann', 'trapezoid'), got 'simpson'"),
+    (lambda p, y: m.coverage_at_risk(p, y, uncertainty=[0.1, 0.2]), "probs has 4 samples but uncertainty has 2"),
+    (lambda p, y: m.risk_at_coverage(p, y, uncertainty=[0.1, np.nan, 0.2, 0.3]),
+     "uncertainty must be finite; found nan at index 1"),
+])
+def test_selective_errors_say_what_is_wrong(call, message):
+    p = np.array([[0.9, 0.1], [0.8, 0.2], [0.7, 0.3], [0.6, 0.4]])
+    with pytest.raises(ValueError) as ei:
+        call(p, np.array([1, 0, 0, 0]))
+    assert str(ei.value) == message

@@ -75,3 +75,33 @@ def test_properties(values, rnd):
 def test_errors_name_the_split(splits, exc, match):
     with pytest.raises(exc, match=match):
         shift_summary(splits)
+
+
+def test_to_dict_holds_every_field():
+    s = shift_summary(_splits()[:2])
+    d = s.to_dict()
+    assert set(d) == {"rows", "quartiles", "metrics", "intensities", "kinds", "quantile_method"}
+    assert d["rows"] == [{"kind": "blur", "intensity": 1, "ece": 0.1, "accuracy": 0.9},
+                         {"kind": "noise", "intensity": 1, "ece": 0.4, "accuracy": 0.6}]
+    assert (d["metrics"], d["intensities"], d["kinds"]) == (["ece", "accuracy"], [1], ["blur", "noise"])
+
+
+@pytest.mark.parametrize(
+    ("splits", "message"),
+    [
+        ([], "split_metrics is empty: it has 0 splits"),
+        ({"kind": "a"}, "split_metrics must be a sequence of mappings; found dict"),
+        (5, "split_metrics must be a sequence of mappings; found int"),
+        ([3], "split_metrics[0] must be a mapping; found int"),
+        ([{"kind": "", "intensity": 1}], "split_metrics[0]['kind'] must be a non-empty string; found ''"),
+        ([{"kind": 7, "intensity": 1}], "split_metrics[0]['kind'] must be a non-empty string; found 7"),
+        ([{"kind": "a", "intensity": True}], "split_metrics[0]['intensity'] must be a finite number; found True"),
+        ([{"kind": "a", "intensity": 1, "ece": 0.1}, {"kind": "b", "intensity": 2, "ece": 0.2},
+          {"kind": "a", "intensity": 1, "ece": 0.3}],
+         "split_metrics[2] repeats (kind, intensity) ('a', 1) of split_metrics[0]"),
+    ],
+)
+def test_errors_say_what_and_where(splits, message):
+    with pytest.raises((ValueError, TypeError)) as ei:
+        shift_summary(splits)
+    assert str(ei.value) == message
