@@ -160,7 +160,7 @@ def test_sandbox_budgets_the_address_space_its_imports_leave(tmp_path):
     every split in memory and ended in a bare ``memory-limit``."""
     from ubench.scoring.protocols import Protocol
 
-    path = _archive(tmp_path / "run.h5", m=3, n=3000, c=200)  # mean 4.6 MiB: wider than the rounding below
+    path = _archive(tmp_path / "run.h5", m=3, n=3000, c=600)  # mean 14 MiB: wider than the rounding below
     start = _sandboxed_score(path, 64 * 2**20)
     assert (start.status, start.exit_code, [f["check"] for f in start.findings]) == ("memory-limit", 1,
                                                                                       ["memory-limit"])
@@ -171,7 +171,7 @@ def test_sandbox_budgets_the_address_space_its_imports_leave(tmp_path):
     refused = _sandboxed_score(path, imports + 4 * 2**20)
     assert (refused.status, refused.exit_code, len(refused.findings)) == ("memory-limit", 1, 1)
     message = refused.findings[0]["message"]
-    assert message.startswith("split 'test' (3,000 samples x 200 classes) cannot be scored within the memory "
+    assert message.startswith("split 'test' (3,000 samples x 600 classes) cannot be scored within the memory "
                               "limit: it needs at least ") and "\n" not in message, message
     assert f"under the sandbox's memory limit of {(imports + 4 * 2**20) // 2**20:,} MiB" in message
     in_passes = _mib_in(message, r"a --memory-limit of ([\d,]+) MiB would score it in passes")
