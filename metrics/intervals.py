@@ -280,7 +280,7 @@ def resample(statistics: Mapping[str, Any], units: Mapping[str, int], *, n_repli
                 continue
             out[u] = bootstrap_counts(units[u], stop - start, g)
             if cached is not None:
-                cached.append(out[u].astype(np.uint8) if out[u].size and int(out[u].max()) < 256 else out[u])
+                cached.append(_as_bytes(out[u]))
         return out
 
     def add(name: str, values: Mapping[str, NDArray]) -> None:
@@ -295,8 +295,7 @@ def resample(statistics: Mapping[str, Any], units: Mapping[str, int], *, n_repli
                 if counts is not None and u in counts:  # the same bytes
                     kept_u.append(counts[u][i])
                     continue
-                w = weights[u]
-                kept_u.append(w.astype(np.uint8) if w.size and int(w.max()) < 256 else w)
+                kept_u.append(_as_bytes(weights[u]))
             if i + 1 < len(blocks):
                 weights = draw(*blocks[i + 1], rngs)
             for name, future in futures:
@@ -309,6 +308,11 @@ def resample(statistics: Mapping[str, Any], units: Mapping[str, int], *, n_repli
             for name, sl in where.items():
                 add(name, statistics[name].linear(weights[u], product[:, sl]))
     return {name: {k: np.concatenate(v) for k, v in d.items()} for name, d in parts.items()}
+
+
+def _as_bytes(w: NDArray) -> NDArray:
+    """Counts as uint8 when every count is below 256 (a byte per cell while kept), else as they are."""
+    return w.astype(np.uint8) if w.size and int(w.max()) < 256 else w
 
 
 def _jobs(stat: Any, weights: Mapping[str, NDArray]) -> list[Callable[[], dict]]:
