@@ -155,6 +155,11 @@ class LabelledStatistics:
         self.scores = tuple(scores)
         self.tables = _harmonic_table(n)
 
+    @property
+    def sorted_kernels(self) -> bool:
+        """Whether :meth:`jobs` has work (selective classification and detection by score: the full statistics)."""
+        return self.full and bool(self.ranked)
+
     def jobs(self, weights: Mapping[str, NDArray]) -> list[Callable[[], dict]]:
         """The sorted kernels of a block, one job per score, to run in any order or thread (the linear columns'
         values come from :meth:`linear`)."""
@@ -212,6 +217,7 @@ class OODStatistics:
         self.order = {name: _Sorted.of(ood_arrays.score(name), in_arrays.score(name)) for name in scores}
 
     cols = None  # no linear columns
+    sorted_kernels = True  # a detection kernel per score
 
     def jobs(self, weights: Mapping[str, NDArray]) -> list[Callable[[], dict]]:
         """One detection kernel per score (:meth:`LabelledStatistics.jobs`)."""
@@ -236,11 +242,14 @@ def resample(statistics: Mapping[str, Any], units: Mapping[str, int], *, n_repli
     (:func:`resampling_unit`), drawn in blocks of replicates; every statistic sees the counts of its units.
     Per block, every statistic's sorted kernels (:meth:`LabelledStatistics.jobs`, one job per score) run on
     ``threads`` threads (default: up to 2, as many as there are CPUs; numpy releases the GIL in the kernels)
-    while this thread draws the next block's counts. The linear columns of all splits of a unit are then summed
-    in one matrix product per block, after the pool is done, from the counts kept meanwhile (a byte per sample
+    while this thread draws the next block's counts. Each split's linear columns are then summed in a matrix
+    product of their own per block, after the pool is done, from the counts kept meanwhile (a byte per sample
     and replicate, up to :data:`KEEP_CELLS`; beyond, drawn again): BLAS may use threads of its own, and those
-    keep spinning after each product, which slowed the kernels running beside them. Threads change no number:
-    each value comes from the same counts by the same kernel. The blocks hold
+    keep spinning after each product, which slowed the kernels running beside them. Not one product of all of a
+    unit's splits side by side: a product's last bits change with the columns beside a split's (measured: 339 of
+    51,800 values of a 259-column split alone and beside a 19-column one), so a split's numbers would depend on
+    the batch it was resampled in. Threads change no number: each value comes from the same counts by the same
+    kernel. The blocks hold
     :func:`~ubench.metrics.bootstrap.count_blocks` replicates of ``block_n`` samples (default: the largest unit):
     the matrix products' last bits depend on the block's rows, so a caller that resamples a report's splits a few
     at a time passes the report's largest unit to get the numbers of resampling them all at once.
@@ -254,11 +263,11 @@ def resample(statistics: Mapping[str, Any], units: Mapping[str, int], *, n_repli
 
     rngs = {u: interval_rng(seed, _unit_key(u)) for u in units}
     parts: dict[str, dict[str, list]] = {name: {} for name in statistics}
-    stacked = _stacked_columns(statistics)
+    linear = _linear_columns(statistics)
     # the counts of the units with linear columns are kept for the products when they fit in KEEP_CELLS bytes,
     # else drawn again afterwards from a fresh generator (the same counts)
-    keep = sum(n_replicates * units[u] for u in stacked) <= KEEP_CELLS
-    kept: dict[str, list[NDArray]] = {u: [] for u in stacked} if keep else {}
+    keep = sum(n_replicates * units[u] for u in linear) <= KEEP_CELLS
+    kept: dict[str, list[NDArray]] = {u: [] for u in linear} if keep else {}
     workers = threads if threads is not None else max(1, min(2, os.cpu_count() or 1))
     blocks = list(count_blocks(n_replicates, block_n or max(units.values(), default=1)))
 
@@ -300,13 +309,13 @@ def resample(statistics: Mapping[str, Any], units: Mapping[str, int], *, n_repli
                 weights = draw(*blocks[i + 1], rngs)
             for name, future in futures:
                 add(name, future.result())
-    again = {u: interval_rng(seed, _unit_key(u)) for u in stacked if u not in kept}
+    again = {u: interval_rng(seed, _unit_key(u)) for u in linear if u not in kept}
     for start, stop in blocks:
         weights = {u: kept[u].pop(0) for u in kept} | draw(start, stop, again)
-        for u, (matrix, where) in stacked.items():
-            product = weights[u] @ matrix
-            for name, sl in where.items():
-                add(name, statistics[name].linear(weights[u], product[:, sl]))
+        for u, matrices in linear.items():
+            w = np.asarray(weights[u], dtype=np.float64)  # once for all of the unit's products
+            for name, matrix in matrices:
+                add(name, statistics[name].linear(weights[u], w @ matrix))
     return {name: {k: np.concatenate(v) for k, v in d.items()} for name, d in parts.items()}
 
 
@@ -322,25 +331,14 @@ def _jobs(stat: Any, weights: Mapping[str, NDArray]) -> list[Callable[[], dict]]
     return jobs(weights) if jobs is not None else [lambda: stat.replicates(weights)]
 
 
-def _stacked_columns(statistics: Mapping[str, Any]) -> dict[str, tuple[NDArray, dict[str, slice]]]:
-    """Per resampling unit: the linear columns of all its statistics side by side (one matrix product per block
-    instead of one per split) and each statistic's columns in it."""
-    parts: dict[str, list[tuple[slice, LinearColumns]]] = {}
-    where: dict[str, dict[str, slice]] = {}
+def _linear_columns(statistics: Mapping[str, Any]) -> dict[str, list[tuple[str, NDArray]]]:
+    """Per resampling unit: each of its statistics' linear columns as an (N, width) matrix, the one-hot blocks
+    written out only now (kept as their nonzeros until here)."""
+    out: dict[str, list[tuple[str, NDArray]]] = {}
     for name, stat in statistics.items():
         cols = getattr(stat, "cols", None)
-        if cols is None or not cols.width:
-            continue
-        start = sum(sl.stop - sl.start for sl, _ in parts.get(stat.unit, ()))
-        sl = slice(start, start + cols.width)
-        parts.setdefault(stat.unit, []).append((sl, cols))
-        where.setdefault(stat.unit, {})[name] = sl
-    out = {}
-    for u, unit_parts in parts.items():
-        matrix = np.empty((unit_parts[0][1].n, unit_parts[-1][0].stop))
-        for sl, cols in unit_parts:
-            cols.write(matrix[:, sl])  # the one-hot blocks written out only now (kept as nonzeros until here)
-        out[u] = (matrix, where[u])
+        if cols is not None and cols.width:
+            out.setdefault(stat.unit, []).append((name, cols.matrix()))
     return out
 
 

@@ -179,6 +179,7 @@ class ReportBuilder:
         self._primary_arrays: SplitArrays | None = None
         self._ood: dict[str, SplitArrays] = {}
         self._ood_own: dict[str, dict[str, Any]] = {}
+        self._ood_resampled: set[str] = set()  # OOD splits whose interval statistics went to self.intervals
         self._rows: dict[str, RowSums] = {}
         # The shift paper's "Temp Scaling": (name, TemperatureFit, n_samples) of the splits the shift temperature
         # may be fitted on (a validation-named in-domain split, else the primary one), and the one chosen.
@@ -304,6 +305,14 @@ class ReportBuilder:
         self._ood[name] = arrays.scores_only()
         self._ood_own[name] = {**diversity_section(arrays),
                                "confidence_curves": _confidence_curves(_confidence(arrays.mean_probs), None)}
+        self._ood_intervals(name)
+
+    def _ood_intervals(self, name: str) -> None:
+        """Hand OOD split ``name``'s interval statistics to the collector once the primary split's scores are here
+        (its section waits for :meth:`finish`): resampled beside the splits scored after it, not at the end."""
+        if name not in self._ood_resampled and self._primary_arrays is not None:
+            self._ood_resampled.add(name)
+            self.intervals.add_ood(name, self._primary_arrays, self._ood[name], self.primary)
 
     def add_shift(self, name: str, arrays: SplitArrays, labels: NDArray | None, *, kind: str,
                   intensity: float) -> None:
@@ -382,6 +391,7 @@ class ReportBuilder:
             self._primary_arrays = result["primary"]
         if result["ood"] is not None:
             self._ood[name], self._ood_own[name] = result["ood"], result["ood_own"]
+            self._ood_intervals(name)
         for role, source in result["ts_sources"].items():
             self._ts_sources.setdefault(role, source)
         if result["method_scores"] is not None:
@@ -420,7 +430,7 @@ class ReportBuilder:
                     sec["method_scores"] = method_scores_ood(self._method_scores[self.primary],
                                                              self._method_scores[name], tpr=p.tpr)
                 report["ood"][name] = sec
-                self.intervals.add_ood(name, self._primary_arrays, arrays, self.primary)
+                self._ood_intervals(name)
         report["shift_summary"] = shift_summary_section(report["shift"]) if report["shift"] else None
         if report["shift_summary"] is not None and self._shift_ts:
             report["shift_summary"]["temperature"] = self._shift_ts

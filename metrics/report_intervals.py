@@ -45,20 +45,27 @@ class IntervalCollector:
     replicate values (B per key) and, when ``samples`` are asked for, its exported columns, so the memory of a
     report does not grow with its number of splits beyond those (issue #29 item 2). The numbers are those of
     resampling every split at once: each unit's counts come from its own generator, and every call cuts the
-    replicates into the same blocks (``block_n``). A Dask worker's collector, given one split, resamples nothing:
+    replicates into the same blocks (``block_n``). A Dask worker's collector (:attr:`resampling` off) resamples nothing:
     :meth:`split_result` hands the statistics to the report's collector, which resamples them as they arrive,
     beside the workers (``scoring/score_parallel.py``: the matrix products' last bits depend on the number of BLAS
     threads of the process, so all of a report's replicates come from one process).
 
     With :attr:`overlap` set (by ``scoring/score.py``, for splits small enough that memory is not what binds:
-    :data:`~ubench.scoring.memory_plan.OVERLAP_MAX_MEAN_BYTES`), a full batch is resampled on a thread of its own
-    while the next split is read and scored, at most one batch at a time: the scoring of a split leaves most of
-    the second core idle, and the resampling fills it. The replicate values are taken in, in batch order, by the
-    thread that called :meth:`settle`; the numbers are the same either way (tested).
+    :data:`~ubench.scoring.memory_plan.OVERLAP_MAX_MEAN_BYTES`), a batch is resampled on a thread of its own
+    while the next splits are read and scored: the scoring of a split leaves most of the second core idle, and the
+    resampling fills it. A batch goes as soon as it is full, or at once when it holds a split with sorted kernels
+    (the in-domain split, an OOD split: most of the resampling's work, which should start first; so without the
+    overlap too, for the same batches). The batches run
+    one after another (each thread waits for the one before), at most :data:`IN_FLIGHT` of them handed off and not
+    yet taken in, so the scoring waits only when the resampling falls that far behind. The replicate values are
+    taken in, in batch order, by the thread that called :meth:`settle`; the numbers are the same either way
+    (tested).
     """
 
     #: Splits resampled together: as many as :func:`~ubench.metrics.intervals.resample` evaluates at once.
     BATCH = 2
+    #: With :attr:`overlap`: batches handed to their threads and not yet taken in (the one running, the next).
+    IN_FLIGHT = 2
 
     def __init__(self, protocol: Any, *, scores, cost_preset, cost_matrix, primary: str | None = None):
         p = protocol
@@ -82,7 +89,10 @@ class IntervalCollector:
         self._pending: dict[str, Any] = {}
         #: resample a full batch on a thread of its own beside the next split (see the class docstring)
         self.overlap = False
-        self._running: _Resampling | None = None
+        #: False on a Dask worker (``scoring/score_parallel.py``): its split's statistics wait for
+        #: :meth:`split_result`, the report's collector resamples them
+        self.resampling = True
+        self._running: list[_Resampling] = []  # handed off, in batch order
         #: each resampling unit's count blocks, drawn once for the report's batches (with :attr:`overlap` only:
         #: up to ``KEEP_CELLS`` bytes, which the memory plan counts then)
         self._counts: dict[str, list[NDArray]] = {}
@@ -141,31 +151,35 @@ class IntervalCollector:
         self._pending[name] = stat
 
     def settle(self) -> None:
-        """Resample the waiting splits once they fill a batch: called when no split's (N, C) arrays are held (by
-        ``scoring/score.py`` after each split, so that the replicate blocks never sit beside a split's mean);
-        with :attr:`overlap`, on a thread of its own, after the batch before has been taken in."""
-        if len(self._pending) < self.BATCH:
+        """Resample the waiting splits once they fill a batch, or at once when they hold sorted kernels: called
+        when no split's (N, C) arrays are held (by ``scoring/score.py`` after each split, so that the replicate
+        blocks never sit beside a split's mean); with :attr:`overlap`, on a thread of its own, after taking in the
+        oldest batch when :data:`IN_FLIGHT` are out. The batches are the same either way, and so are the numbers
+        (tested)."""
+        if not self.resampling or len(self._pending) < self.BATCH and not any(
+                getattr(s, "sorted_kernels", False) for s in self._pending.values()):
             return
         if not self.overlap:
             self.flush()
             return
-        self._take_running()
+        while len(self._running) >= self.IN_FLIGHT:
+            self._take_oldest()
         batch, self._pending = self._pending, {}
-        self._running = _Resampling(self._resample, batch, self._units(batch))
+        after = self._running[-1] if self._running else None
+        self._running.append(_Resampling(self._resample, batch, self._units(batch), after))
 
     def flush(self) -> None:
         """Resample the splits added since the last flush; keep their replicate values, drop their statistics."""
-        self._take_running()
+        while self._running:
+            self._take_oldest()
         if self._pending:
             batch, self._pending = self._pending, {}
             self.replicates.update(self._resample(batch, self._units(batch)))
 
-    def _take_running(self) -> None:
-        """Wait for the batch resampled on its own thread, if any, and take its replicate values in (its error,
-        if it failed, is raised here)."""
-        running, self._running = self._running, None
-        if running is not None:
-            self.replicates.update(running.result())
+    def _take_oldest(self) -> None:
+        """Wait for the oldest batch resampled on its own thread and take its replicate values in (its error, if
+        it failed, is raised here, the later batches still taken in by the next call)."""
+        self.replicates.update(self._running.pop(0).result())
 
     def _units(self, batch: Mapping[str, Any]) -> dict[str, int]:
         """The resampling units a batch's statistics read, with their sample counts (read on the calling thread:
@@ -221,17 +235,22 @@ class IntervalCollector:
 
 
 class _Resampling(threading.Thread):
-    """``fn(batch, units)`` on a thread of its own; :meth:`result` joins it and returns its value or raises its error."""
+    """``fn(batch, units)`` on a thread of its own, once the thread ``after`` (the batch before, or None) is
+    done: one batch's replicate blocks and kernel threads at a time. :meth:`result` joins it and returns its value
+    or raises its error."""
 
-    def __init__(self, fn, batch, units):
+    def __init__(self, fn, batch, units, after: threading.Thread | None = None):
         super().__init__(name="ubench-resample", daemon=True)
-        self._fn, self._batch, self._units = fn, batch, units
+        self._fn, self._batch, self._units, self._after = fn, batch, units, after
         self._value: Any = None
         self._error: BaseException | None = None
         self.start()
 
     def run(self) -> None:
         try:
+            if self._after is not None:
+                self._after.join()
+                self._after = None
             self._value = self._fn(self._batch, self._units)
         except BaseException as e:  # noqa: BLE001 - handed to the caller of result()
             self._error = e

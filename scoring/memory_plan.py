@@ -74,9 +74,10 @@ def working_bytes(splits: dict[str, int], n_classes: int, *, bootstrap: int | No
     TACE's class groups (at most a split's N x C entries) and, with ``bootstrap`` replicates (None: no
     intervals), the bootstrap's replicate blocks (at most ``bootstrap`` x N cells), the statistics of one batch
     of splits (the largest ones) and every split's replicate values; and :data:`FIXED_BYTES`. With ``overlap``
-    (:func:`overlaps`), a batch is resampled while the next split is scored: the replicate blocks come on top of
-    TACE's groups instead of after them, two batches' statistics are alive, and the units' counts are kept from
-    one batch to the next (a byte per replicate and sample, at most ``KEEP_CELLS``)."""
+    (:func:`overlaps`), batches are resampled while the next splits are scored: the replicate blocks come on top
+    of TACE's groups instead of after them, the statistics of ``IntervalCollector.IN_FLIGHT`` batches handed off
+    and of the one filling are alive, and the units' counts are kept from one batch to the next (a byte per
+    replicate and sample, at most ``KEEP_CELLS``)."""
     from ..metrics.bootstrap import BLOCK_CELLS
     from ..metrics.calibration import _TACE_GROUP_ENTRIES
     from ..metrics.intervals import KEEP_CELLS
@@ -87,7 +88,8 @@ def working_bytes(splits: dict[str, int], n_classes: int, *, bootstrap: int | No
     if bootstrap is None:
         return FIXED_BYTES + tace
     cells = min(BLOCK_CELLS, bootstrap * largest)
-    batch = sum(sorted(splits.values(), reverse=True)[:IntervalCollector.BATCH * (2 if overlap else 1)])
+    in_flight = 1 + IntervalCollector.IN_FLIGHT if overlap else 1  # the batches handed off, and the one filling
+    batch = sum(sorted(splits.values(), reverse=True)[:IntervalCollector.BATCH * in_flight])
     blocks = tace + INTERVAL_CELL_BYTES * cells if overlap else max(tace, INTERVAL_CELL_BYTES * cells)
     kept = min(KEEP_CELLS, bootstrap * sum(splits.values())) if overlap else 0  # the units' counts, a byte each
     return (FIXED_BYTES + blocks + INTERVAL_BYTES_PER_SAMPLE * batch + REPLICATE_BYTES * bootstrap * len(splits)

@@ -305,13 +305,15 @@ def run_score(path: str | Path, *, reference: str | Path | None = None,
     from ..archive_schema import open_archive
     from ..archive_schema.scan import file_sha256
     from ..metrics.report import ReportBuilder, primary_split
+    from .blas import one_blas_thread
     from .memory_plan import MemoryBudgetError, memory_budget, overlaps, plan_split, working_bytes
     from .reference import read_reference
 
     protocol = _as_protocol(protocol)
     ref = read_reference(reference) if reference is not None else None
     # hashlib releases the GIL: the file's sha256 is computed beside the scoring instead of before it.
-    with ThreadPoolExecutor(max_workers=1) as pool, open_archive(path, limits, check_values=False) as reader:
+    with ThreadPoolExecutor(max_workers=1) as pool, open_archive(path, limits, check_values=False) as reader, \
+            one_blas_thread():
         digest = pool.submit(reader.sha256)  # host-integrity: the bytes HDF5 reads, not a second open of path
         h = reader.header
         labels, notes = _checked_labels(path, reader, ref)
@@ -428,6 +430,7 @@ def score_arrays(member_probs: ArrayLike, labels: ArrayLike, *,
     from ..metrics._validation import check_labels, check_n_samples
     from ..metrics.report import ReportBuilder
     from ..metrics.report_sections import split_arrays
+    from .blas import one_blas_thread
 
     protocol = _with_intervals(_as_protocol(protocol), intervals)
     if kind not in ("probs", "logits"):
@@ -453,11 +456,12 @@ def score_arrays(member_probs: ArrayLike, labels: ArrayLike, *,
     builder.intervals.block_n = max([n, *(arr.shape[1] for arr in ood_probs.values())])
     if kind == "logits":
         builder.note("predictions given as logits (kind='logits'): scored as their softmax, taken in float64")
-    builder.add_in_domain(split, split_arrays(probs, smoothing=protocol.smoothing,
-                                              keep_members=builder.keep_members(split, n)), y)
-    for name, arr in ood_probs.items():
-        builder.add_ood(name, split_arrays(arr, smoothing=protocol.smoothing))
-    body = builder.finish()
+    with one_blas_thread():  # as score_archive: the same numbers to the last bit
+        builder.add_in_domain(split, split_arrays(probs, smoothing=protocol.smoothing,
+                                                  keep_members=builder.keep_members(split, n)), y)
+        for name, arr in ood_probs.items():
+            builder.add_ood(name, split_arrays(arr, smoothing=protocol.smoothing))
+        body = builder.finish()
     splits = {split: {"role": "in_domain", "dataset": dataset, "n_samples": n, "shift_kind": None,
                       "shift_intensity": None, "sample_ids_sha256": None, "inputs_sha256": None,
                       "known_inputs": None}}

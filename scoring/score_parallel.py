@@ -11,9 +11,9 @@ temperature on, the in-domain and OOD splits go first: the shift splits need the
 
 The bootstrap intervals' replicates are computed by the client, from the per-sample statistics each result
 carries (a few (N,) columns), as the results arrive: the client's resampling runs beside the workers' scoring,
-not after it. Computed on the workers they would differ in the last bits (BLAS matrix products round
-differently with the number of BLAS threads, which Dask sets to 1 on its workers), and the report would no
-longer be the one-process report.
+not after it. Workers and client multiply on one BLAS thread (``scoring/blas.py``; Dask sets the same on its
+workers): BLAS products round differently with the number of threads, and the report must be the one-process
+report to the last bit.
 
 A split is never divided between workers: its metrics make several passes over its (N, C) mean, which lives in
 the worker that streamed it (moving it would cost more than computing it, 400 MB for ImageNet). Each worker plans
@@ -39,15 +39,17 @@ def score_split_task(path: str, name: str, labels: np.ndarray | None, unit: str 
     ids); its ``split_result``."""
     from ..archive_schema import open_archive
     from ..metrics.report import ReportBuilder
+    from .blas import one_blas_thread
     from .memory_plan import memory_budget, plan_split, working_bytes
     from .score import score_split
 
-    with open_archive(path, limits, check_values=False) as reader:
+    with open_archive(path, limits, check_values=False) as reader, one_blas_thread():  # as in one process
         h = reader.header
         builder = ReportBuilder(protocol, n_members=h.n_members, n_classes=h.n_classes, dataset=h.dataset,
                                 primary=primary)
         builder.notes.clear()  # the report's builder has the constructor's notes already
-        builder.intervals.units = {name: unit}  # the split's resampling unit (the client resamples it)
+        builder.intervals.units = {name: unit}  # the split's resampling unit
+        builder.intervals.resampling = False  # the client resamples it
         if shift_ts is not None:
             builder.shift_temperature(shift_ts)
         extra = working_bytes({name: h.splits[name].n_samples}, h.n_classes, bootstrap=None)  # intervals: client

@@ -84,7 +84,8 @@ def test_interval_statistics_are_not_kept_per_split(tmp_path, monkeypatch):
 
     def settle_and_measure(self):
         settle(self)
-        self._take_running()  # a batch resampled beside the next split (overlap): what it leaves, once done
+        while self._running:  # the batches resampled beside the next splits (overlap): what they leave, once done
+            self._take_oldest()
         held.append(tracemalloc.get_traced_memory()[0])
 
     monkeypatch.setattr(IntervalCollector, "settle", settle_and_measure)
