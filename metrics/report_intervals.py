@@ -45,21 +45,19 @@ class IntervalCollector:
     replicate values (B per key) and, when ``samples`` are asked for, its exported columns, so the memory of a
     report does not grow with its number of splits beyond those (issue #29 item 2). The numbers are those of
     resampling every split at once: each unit's counts come from its own generator, and every call cuts the
-    replicates into the same blocks (``block_n``). A Dask worker's collector (:attr:`resampling` off) resamples nothing:
-    :meth:`split_result` hands the statistics to the report's collector, which resamples them as they arrive,
-    beside the workers (``scoring/score_parallel.py``: the matrix products' last bits depend on the number of BLAS
-    threads of the process, so all of a report's replicates come from one process).
+    replicates into the same blocks (``block_n``). A Dask worker's collector (:attr:`resampling` off) resamples
+    nothing: :meth:`split_result` hands the statistics to the report's collector, which resamples them as they
+    arrive, beside the workers (``scoring/score_parallel.py``).
 
     With :attr:`overlap` set (by ``scoring/score.py``, for splits small enough that memory is not what binds:
     :data:`~ubench.scoring.memory_plan.OVERLAP_MAX_MEAN_BYTES`), a batch is resampled on a thread of its own
     while the next splits are read and scored: the scoring of a split leaves most of the second core idle, and the
     resampling fills it. A batch goes as soon as it is full, or at once when it holds a split with sorted kernels
     (the in-domain split, an OOD split: most of the resampling's work, which should start first; so without the
-    overlap too, for the same batches). The batches run
-    one after another (each thread waits for the one before), at most :data:`IN_FLIGHT` of them handed off and not
-    yet taken in, so the scoring waits only when the resampling falls that far behind. The replicate values are
-    taken in, in batch order, by the thread that called :meth:`settle`; the numbers are the same either way
-    (tested).
+    overlap too, for the same batches). The batches run one after another (each thread waits for the one before),
+    at most :data:`IN_FLIGHT` of them handed off and not yet taken in, so the scoring waits only when the
+    resampling falls that far behind. The replicate values are taken in, in batch order, by the thread that called
+    :meth:`settle`; the numbers are the same either way (tested).
     """
 
     #: Splits resampled together: as many as :func:`~ubench.metrics.intervals.resample` evaluates at once.
