@@ -87,8 +87,8 @@ import json, sys, time
 import ubench.metrics.report_intervals as rim
 from ubench.scoring.score import run_score
 class Inline:
-    def __init__(self, fn, *args):
-        self.value = fn(*args)
+    def __init__(self, fn, batch, units, after=None):
+        self.value = fn(batch, units)
     def result(self):
         return self.value
 rim._Resampling = Inline

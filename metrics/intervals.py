@@ -68,8 +68,8 @@ __all__ = ["LabelledStatistics", "OODStatistics", "resample", "resampling_unit",
 SCORE_NAMES = {"total": "total", "knowledge": "knowledge", "confidence": "neg_confidence"}
 #: How ``samples`` columns are stored in JSON: little-endian float64, base64 (exact, a third larger than binary).
 SAMPLE_ENCODING = "base64-float64-le"
-#: Counts (cells of replicates x samples, a byte each) :func:`resample` keeps for the linear columns' products
-#: after the sorted kernels; more are drawn again instead (the same counts, from a fresh generator).
+#: Counts (cells of replicates x samples, a byte each) :func:`resample` keeps from one call to the next when
+#: asked (``counts``); more are drawn again instead (the same counts, from a fresh generator).
 KEEP_CELLS = 1 << 26
 #: Shift keys whose medians and quartiles over shift splits are summary keys.
 SHIFT_SUMMARY_KEYS = ("accuracy", "nll", "brier", "ece")
@@ -242,14 +242,12 @@ def resample(statistics: Mapping[str, Any], units: Mapping[str, int], *, n_repli
     (:func:`resampling_unit`), drawn in blocks of replicates; every statistic sees the counts of its units.
     Per block, every statistic's sorted kernels (:meth:`LabelledStatistics.jobs`, one job per score) run on
     ``threads`` threads (default: up to 2, as many as there are CPUs; numpy releases the GIL in the kernels)
-    while this thread draws the next block's counts. Each split's linear columns are then summed in a matrix
-    product of their own per block, after the pool is done, from the counts kept meanwhile (a byte per sample
-    and replicate, up to :data:`KEEP_CELLS`; beyond, drawn again): BLAS may use threads of its own, and those
-    keep spinning after each product, which slowed the kernels running beside them. Not one product of all of a
-    unit's splits side by side: a product's last bits change with the columns beside a split's (measured: 339 of
-    51,800 values of a 259-column split alone and beside a 19-column one), so a split's numbers would depend on
-    the batch it was resampled in. Threads change no number: each value comes from the same counts by the same
-    kernel. The blocks hold
+    while this thread draws the next block's counts; beside them on the same threads, each split's linear columns
+    are summed in a matrix product of their own (scoring multiplies on one BLAS thread, ``scoring/blas.py``, so
+    a product is one more job among the kernels). Not one product of all of a unit's splits side by side: a
+    product's last bits change with the columns beside a split's (measured: 339 of 51,800 values of a 259-column
+    split alone and beside a 19-column one), so a split's numbers would depend on the batch it was resampled in.
+    Threads change no number: each value comes from the same counts by the same kernel. The blocks hold
     :func:`~ubench.metrics.bootstrap.count_blocks` replicates of ``block_n`` samples (default: the largest unit):
     the matrix products' last bits depend on the block's rows, so a caller that resamples a report's splits a few
     at a time passes the report's largest unit to get the numbers of resampling them all at once.
@@ -264,10 +262,6 @@ def resample(statistics: Mapping[str, Any], units: Mapping[str, int], *, n_repli
     rngs = {u: interval_rng(seed, _unit_key(u)) for u in units}
     parts: dict[str, dict[str, list]] = {name: {} for name in statistics}
     linear = _linear_columns(statistics)
-    # the counts of the units with linear columns are kept for the products when they fit in KEEP_CELLS bytes,
-    # else drawn again afterwards from a fresh generator (the same counts)
-    keep = sum(n_replicates * units[u] for u in linear) <= KEEP_CELLS
-    kept: dict[str, list[NDArray]] = {u: [] for u in linear} if keep else {}
     workers = threads if threads is not None else max(1, min(2, os.cpu_count() or 1))
     blocks = list(count_blocks(n_replicates, block_n or max(units.values(), default=1)))
 
@@ -296,26 +290,22 @@ def resample(statistics: Mapping[str, Any], units: Mapping[str, int], *, n_repli
         for key, v in values.items():
             parts[name].setdefault(key, []).append(v)
 
+    def products(u: str, w: NDArray) -> list[tuple[str, dict[str, NDArray]]]:
+        wf = np.asarray(w, dtype=np.float64)  # once for all of the unit's splits
+        return [(name, statistics[name].linear(w, wf @ matrix)) for name, matrix in linear[u]]
+
     with ThreadPoolExecutor(max_workers=workers) as pool:
         weights = draw(*blocks[0], rngs) if blocks else {}
         for i in range(len(blocks)):
+            sums = [pool.submit(products, u, weights[u]) for u in linear]  # first: the longest jobs
             futures = [(name, pool.submit(job)) for name, stat in statistics.items() for job in _jobs(stat, weights)]
-            for u, kept_u in kept.items():
-                if counts is not None and u in counts:  # the same bytes
-                    kept_u.append(counts[u][i])
-                    continue
-                kept_u.append(_as_bytes(weights[u]))
             if i + 1 < len(blocks):
                 weights = draw(*blocks[i + 1], rngs)
             for name, future in futures:
                 add(name, future.result())
-    again = {u: interval_rng(seed, _unit_key(u)) for u in linear if u not in kept}
-    for start, stop in blocks:
-        weights = {u: kept[u].pop(0) for u in kept} | draw(start, stop, again)
-        for u, matrices in linear.items():
-            w = np.asarray(weights[u], dtype=np.float64)  # once for all of the unit's products
-            for name, matrix in matrices:
-                add(name, statistics[name].linear(weights[u], w @ matrix))
+            for future in sums:
+                for name, values in future.result():
+                    add(name, values)
     return {name: {k: np.concatenate(v) for k, v in d.items()} for name, d in parts.items()}
 
 

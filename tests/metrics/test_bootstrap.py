@@ -182,13 +182,12 @@ def test_misclassification_detection_from_the_selective_sort_equals_weighted_det
         assert got["fpr"][b] == pytest.approx(fpr_at_tpr(s, y, tpr=0.95), abs=1e-12)
 
 
-@pytest.mark.parametrize("threads,keep", [(1, True), (2, False)])
-def test_resample_gives_each_split_its_replicates_on_the_same_counts(monkeypatch, threads, keep):
-    """``resample`` (every split's linear columns of a unit in one product after the sorted kernels, on one or two
-    threads, the counts kept or drawn again for the products, blocks of 7 replicates) gives each split the values
-    of its own ``replicates`` on the counts drawn block by block from the unit's generator: an in-domain split
-    with the protocol's columns, a shift split of the same unit (its columns beside them in the product) and an
-    OOD split of another unit."""
+@pytest.mark.parametrize("threads", [1, 2])
+def test_resample_gives_each_split_its_replicates_on_the_same_counts(monkeypatch, threads):
+    """``resample`` (each split's linear columns in a product of their own beside the sorted kernels, on one or
+    two threads, blocks of 7 replicates) gives each split the values of its own ``replicates`` on the counts drawn
+    block by block from the unit's generator: an in-domain split with the protocol's columns, a shift split of the
+    same unit and an OOD split of another unit."""
     from interval_model import draw
 
     from ubench.metrics import bootstrap, intervals
@@ -207,8 +206,6 @@ def test_resample_gives_each_split_its_replicates_on_the_same_counts(monkeypatch
              "shift": LabelledStatistics(split_arrays(shifted[None]), labels, **settings, full=False),
              "ood": OODStatistics(in_arrays, split_arrays(ood[None]), unit="o", against="u", scores=("total",))}
     monkeypatch.setattr(bootstrap, "BLOCK_CELLS", 7 * n)
-    if not keep:
-        monkeypatch.setattr(intervals, "KEEP_CELLS", 0)
     got = resample(stats, {"u": n, "o": n_ood}, n_replicates=20, seed=3, threads=threads)
     rngs = {u: interval_rng(3, intervals._unit_key(u)) for u in ("u", "o")}
     want: dict[str, dict[str, list]] = {name: {} for name in stats}
@@ -304,4 +301,4 @@ def test_counts_kept_from_one_call_to_the_next_are_drawn_once_and_give_the_same_
     cache, drawn[:] = {}, []
     for _ in range(2):
         resample({"shift": stats["shift"]}, units["shift"], n_replicates=20, seed=5, block_n=n, counts=cache)
-    assert cache == {} and drawn == [n] * 12  # per call 3 blocks, and again for the products (not kept either)
+    assert cache == {} and drawn == [n] * 6  # per call 3 blocks, not kept
