@@ -8,7 +8,9 @@ machine (``ubench score``, 5 members): at N = 10,000, C = 100 with intervals, 3.
 against 2.3 with one, and 3.3-4.2 s of wall time against 1.9-2.8; at ImageNet's N = 50,000, C = 1,000, 18.2
 against 12.1 CPU-s. Dask does the same on its workers (``OPENBLAS_NUM_THREADS=1`` and its siblings), so one
 process and a cluster's workers now multiply on one BLAS thread alike: the products' last bits no longer depend
-on where a split was scored.
+on where a split was scored, nor on how many cores the host has. What this gives up: on a many-core host the
+largest product (the bootstrap's linear columns, 1,000 x N x 259 for an in-domain split) would run faster on
+BLAS's threads; it now runs as one job beside the sorted kernels (``metrics/intervals.py``).
 
 :func:`threadpoolctl.threadpool_limits` sets the limit for the BLAS libraries loaded when it is entered and
 restores the caller's on exit. A sandboxed child (``scoring/sandbox.py``), which Landlock keeps from reading
