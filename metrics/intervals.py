@@ -5,8 +5,8 @@ r"""Confidence intervals over the test samples for the numbers of a report: per-
 Every split's per-sample statistics are computed once (:class:`LabelledStatistics` for in-domain and shift
 splits, :class:`OODStatistics` for OOD splits); :func:`resample` then draws B bootstrap replicates as count
 matrices (:mod:`ubench.metrics.bootstrap`) in blocks and evaluates every statistic of every split on each block:
-the sorted kernels (one job per score, on up to two threads) as the blocks are drawn, the linear columns of all
-splits of a resampling unit in one matrix product per block afterwards.
+the sorted kernels (one job per score, on up to two threads) as the blocks are drawn, and beside them each
+split's linear columns in one matrix product per block.
 Resampling units: an in-domain split is one unit, and so is every shift split with the same sample ids (the
 corrupted copies of the same test images are resampled together, so a replicate's shift median is over the same
 images); each OOD split is a unit of its own, resampled independently of the in-domain samples it is detected
