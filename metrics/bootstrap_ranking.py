@@ -52,10 +52,10 @@ class _Sorted:
 CHUNK_CELLS = 1 << 16
 
 
-def _in_chunks(kernel, n: int, *blocks: NDArray, cells: int | None = None, **kwargs) -> dict[str, NDArray]:
-    """``kernel(*blocks, **kwargs)`` over row chunks of ``cells`` (default :data:`CHUNK_CELLS`) cells (``n``
-    samples per row), concatenated (every row is computed on its own: the same values as in one call)."""
-    rows = max(1, (cells or CHUNK_CELLS) // max(n, 1))
+def _in_chunks(kernel, n: int, *blocks: NDArray, **kwargs) -> dict[str, NDArray]:
+    """``kernel(*blocks, **kwargs)`` over row chunks of :data:`CHUNK_CELLS` cells (``n`` samples per row),
+    concatenated (every row is computed on its own: the same values as in one call)."""
+    rows = max(1, CHUNK_CELLS // max(n, 1))
     if blocks[0].shape[0] <= rows:
         return kernel(*blocks, **kwargs)
     parts = [kernel(*(b[a:a + rows] for b in blocks), **kwargs) for a in range(0, blocks[0].shape[0], rows)]
@@ -130,10 +130,7 @@ def weighted_detection(pos_scores: NDArray, neg_scores: NDArray, pos_weights: ND
     conventions of :mod:`ubench.metrics.ranking`, which all-ones weights reproduce exactly).
     """
     o = order if order is not None else _Sorted.of(pos_scores, neg_scores)
-    # twice the cells: a row's gathers span both strata, its temporaries the positives only (measured at
-    # 10,000 + 10,000: 7.5 ns per positive at 6 rows a chunk against 8.5 at 3)
-    return _in_chunks(_detection, o.pos.size + o.neg.size, pos_weights, neg_weights, cells=2 * CHUNK_CELLS, o=o,
-                      tpr=tpr)
+    return _in_chunks(_detection, o.pos.size + o.neg.size, pos_weights, neg_weights, o=o, tpr=tpr)
 
 
 def _detection(pos_weights: NDArray, neg_weights: NDArray, *, o: _Sorted, tpr: float) -> dict[str, NDArray]:
