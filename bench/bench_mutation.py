@@ -393,6 +393,15 @@ EQUIVALENT: dict[str, str] = {
     **{f"ubench.metrics.paired.x_paired_comparisons__mutmut_{k}":
        "the sign scaled by 2 in the choice of the best: max over (2 x value, -index) picks the same method"
        for k in (7, 9)},
+    **{f"ubench.metrics.paired.x__evaluate__mutmut_{k}":
+       "weighted_detection given its order reads the scores from it (pos/neg None), or without it sorts the same "
+       "scores again: the same order, only slower" for k in (15, 16, 20, 26)},
+    "ubench.metrics.paired.x_sample_replicates__mutmut_49":
+        "max(..., default=2): the default only sizes the replicate blocks when there are no reports, whose loop "
+        "then computes nothing and returns []",
+    **{f"ubench.metrics.paired.x_sample_replicates__mutmut_{k}":
+       "split('|') / rsplit('|', 1) / split('|', 2) of 'report|key': report indices and the report keys "
+       "(PAIRED_KEYS, shift:j) hold no '|', so every variant cuts at the one '|'" for k in (75, 76, 78, 83, 84, 86)},
     **{f"ubench.metrics.paired.x_replicate_ranks__mutmut_{k}":
        "argsort/take_along_axis along the default axis -1 of the 2-D (B, rows) array is axis 1" for k in (19, 27)},
     # metrics/agreement.py, metrics/row_stats.py
@@ -402,6 +411,15 @@ EQUIVALENT: dict[str, str] = {
     **{f"ubench.metrics.diversity.x_{f}__mutmut_4": "astype(None) is astype(float64)"
        for f in ("disagreement_per_sample", "variation_ratio_per_sample")},
     "ubench.metrics.diversity.x_vote_agreement__mutmut_6": "np.sort's default axis -1 of the 2-D (N, M) votes is 1",
+    **{f"ubench.metrics.diversity.x_vote_agreement__mutmut_{k}":
+       "new_run as float ones instead of bool: its entries are set from a bool comparison and only read as the "
+       "condition of np.where, where 1.0/0.0 are True/False" for k in (12, 14)},
+    **{f"ubench.metrics.row_ranking.x__padded__mutmut_{k}":
+       "np.negative into a new array instead of in place: the same values, and the negated buffer is not read "
+       "again" for k in (28, 30)},
+    "ubench.metrics.row_ranking.x_ranked_prefix__mutmut_36":
+        "not stopping at a group limit equal to C: the groups after it need counts > C, and no row keeps more "
+        "than its C entries, so they are empty",
     **{f"ubench.metrics.row_stats.x_scaled_top1_entropy__mutmut_{k}":
        "another row-block size (the function's rows are row-local: blocking changes no value)"
        for k in (13, 14, 15, 16, 17)},
