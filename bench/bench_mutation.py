@@ -106,6 +106,12 @@ EQUIVALENT: dict[str, str] = {
     "ubench.metrics.calibration.x__equal_width_bin_index__mutmut_11":
         "the product in float32 for float32 input: it is off by less than a bin, and the two corrections against "
         "the float64 edges that follow put every value in its (lo, hi] bin (tests/metrics/test_bin_index.py)",
+    "ubench.metrics.calibration.x__equal_width_bin_index__mutmut_8":
+        "np.multiply(..., dtype=None): float64 input multiplies in float64 anyway, and float32 input in float32 is "
+        "mutant 11 (the corrections against the float64 edges fix it)",
+    "ubench.metrics.calibration.x__equal_width_bin_index__mutmut_31":
+        "the lower correction skipped at idx = 1: idx = 1 needs fl(v n) > 1, while v <= edges[1] = fl(1/n) gives "
+        "v n <= 1 + 2^-53 exactly, which rounds to 1.0 (a tie to even); so at idx = 1 the correction never fires",
     "ubench.metrics.calibration.x__equal_width_bin_index__mutmut_23":
         "clipping the first index to 1: the lower correction that follows moves every value <= edges[1] back",
     "ubench.metrics.calibration.x__equal_width_error__mutmut_7":
