@@ -432,6 +432,10 @@ EQUIVALENT: dict[str, str] = {
     **{f"ubench.metrics.row_stats.x_scaled_top1_entropy__mutmut_{k}":
        "_prep_probs' with_lse only adds a second result; [0], the log-probabilities, is the same"
        for k in (25, 28, 29)},
+    # serve/app.py
+    **{f"ubench.serve.app.x__html__mutmut_{k}":
+       "a security header's name in another case: HTTP field names are case-insensitive (RFC 9110, 5.1), and "
+       "starlette sends them lower-cased whatever the case given" for k in (9, 10, 12, 13, 17, 18)},
     **{f"ubench.scoring.reference.x_read_reference__mutmut_{k}":
        "required=None instead of False for an optional attribute: both falsy, the same branch"
        for k in (31, 45, 74, 111, 127, 209, 223, 258, 272)},
