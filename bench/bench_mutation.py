@@ -436,6 +436,20 @@ EQUIVALENT: dict[str, str] = {
     **{f"ubench.serve.app.x__html__mutmut_{k}":
        "a security header's name in another case: HTTP field names are case-insensitive (RFC 9110, 5.1), and "
        "starlette sends them lower-cased whatever the case given" for k in (9, 10, 12, 13, 17, 18)},
+    "ubench.serve.app.x_create_app__mutmut_51":
+        "headers.get('AUTHORIZATION'): starlette's Headers look a name up lower-cased",
+    "ubench.serve.app.x_create_app__mutmut_52":
+        "a missing Authorization header read as 'XXXX' instead of '': neither starts with 'bearer ', so no team",
+    "ubench.serve.app.x_create_app__mutmut_63":
+        "now <= hidden_until instead of <: they differ only in the one microsecond where now equals it",
+    **{f"ubench.serve.app.x_create_app__mutmut_{k}":
+       "the board's version or status counts re-read more often (never kept, or kept one tick less): every read "
+       "returns the database's current value, which the cache only saves a query for" for k in (68, 69, 72, 74)},
+    **{f"ubench.serve.app.x_create_app__mutmut_{k}":
+       "the page cache never hits (cleared on every call, its version or a page stored under another key or as "
+       "None, looked up as None, or never stored) or holds one page more (<= 256, < 257): a miss reads the page "
+       "from the stored board, the same bytes a hit would have served for that version (only slower)"
+       for k in (87, 88, 89, 91, 92, 93, 94, 95, 129, 130, 131, 133, 134, 135)},
     **{f"ubench.scoring.reference.x_read_reference__mutmut_{k}":
        "required=None instead of False for an optional attribute: both falsy, the same branch"
        for k in (31, 45, 74, 111, 127, 209, 223, 258, 272)},
@@ -612,13 +626,16 @@ def _names_to_run(module: str, codes: dict, *, force: bool, survivors: bool) -> 
     Every unit of a shard is mutated (trampolined) in every run, so that one stats run records which tests reach
     every function of the shard; a run is then restricted to one unit by naming its mutants. mutmut re-tests a
     named mutant even when it has a verdict, so an incremental run names only those without one (new, changed or
-    interrupted), ``--survivors`` those that survived, met no test or timed out, ``--force`` all of them (the glob)."""
+    interrupted; not those in :data:`EQUIVALENT`), ``--survivors`` those that survived, met no test or timed out,
+    ``--force`` all of them (the glob)."""
     glob = _unit_of("", module) + ".*"
     if force:
         return [glob]
     if survivors:  # survived, met no test or timed out (all not killed), and not judged equivalent
         return sorted(k for k, v in codes.items() if (v in (0, 5, 33) or v in TIMEOUT) and k not in EQUIVALENT)
-    todo = sorted(k for k, v in codes.items() if v is None)
+    # mutants judged equivalent are not tested (they do not count); a serve mutant that survives runs every
+    # server test (minutes)
+    todo = sorted(k for k, v in codes.items() if v is None and k not in EQUIVALENT)
     return [glob] if todo and len(todo) == len(codes) else todo
 
 

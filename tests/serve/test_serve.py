@@ -180,6 +180,8 @@ def test_upload_becomes_a_row_with_its_report(host):
     assert report.status_code == 200
     missing = httpx.get(f"{srv.url}/submissions/no-such-id")
     assert missing.status_code == 404 and "No scored submission with that id." in missing.text
+    assert httpx.get(srv.url + "/openapi.json").json()["info"] == {"title": "ubench serve", "version": "1"}
+    assert [httpx.get(srv.url + p).status_code for p in ("/docs", "/redoc")] == [404, 404]  # no interactive docs
     for html in (page, report, missing):  # every HTML answer carries the security headers
         assert html.headers["content-security-policy"].startswith("default-src 'none'; ")
         assert (html.headers["x-content-type-options"], html.headers["referrer-policy"]) == ("nosniff",
