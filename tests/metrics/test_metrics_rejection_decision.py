@@ -159,6 +159,15 @@ def test_tie_tolerance_is_relative_to_the_cost_scale():
     assert M.bayes_decisions(uniform, circulant).tolist() == [0]
 
 
+def test_bayes_decisions_over_several_row_blocks_equal_the_argmin():
+    """1000 classes: blocks of 131 rows (2^17 entries), so 400 rows are 4 blocks; every row's decision is the
+    argmin of its risk p @ C (a random cost has no ties), the last block's rows included."""
+    rng = np.random.default_rng(2)
+    p = rng.dirichlet(np.full(1000, 0.1), size=400)
+    cost = rng.random((1000, 1000))
+    np.testing.assert_array_equal(M.bayes_decisions(p, cost), np.argmin(p @ cost, axis=1))
+
+
 @given(data=probs_and_labels())
 def test_bayes_decision_minimises_expected_cost(data):
     """For any probs, no other decision has lower expected cost under the model (brute force)."""
