@@ -61,7 +61,8 @@ SHARDS = {
                 ["tests/metrics"]),
     # the archive tests that validate in-process (the crash tests' children import the installed ubench instead)
     "validator": (["archive_schema/validator.py"], [f"tests/archive_schema/test_archive_{t}.py" for t in
-                                                    ("hostile", "spec_plain", "frozen", "describe", "roundtrip")]),
+                                                    ("hostile", "spec_plain", "frozen", "describe", "roundtrip",
+                                                     "values", "v1_1")]),
     "reference": (["scoring/reference.py"], [f"tests/scoring/test_reference{t}.py" for t in ("", "_compare", "_files")]),
     "serve": (["serve/app.py"], ["tests/serve"]),
 }
