@@ -433,6 +433,22 @@ EQUIVALENT: dict[str, str] = {
     **{f"ubench.metrics.row_stats.x_scaled_top1_entropy__mutmut_{k}":
        "_prep_probs' with_lse only adds a second result; [0], the log-probabilities, is the same"
        for k in (25, 28, 29)},
+    # archive_schema/validator.py
+    **{f"ubench.archive_schema.validator.x_iter_logit_blocks__mutmut_{k}":
+       "another number of rows per logits block (half of max_chunks_per_read cut otherwise, the sample count for "
+       "the member count, a third of block_bytes, chunk_bounded_rows' default bound): the same values are checked "
+       "block after block and the first bad one is named the same (block sizes only bound memory)"
+       for k in (6, 8, 16, 19, 25, 26, 31, 32)},
+    "ubench.archive_schema.validator.x_iter_logit_blocks__mutmut_40":
+        "a logits block starting at every row: the first block holding the first bad value names it at the same "
+        "sample (start + i), and the check stops there (only slower)",
+    "ubench.archive_schema.validator.x_iter_logit_blocks__mutmut_42":
+        "blocks running to the end of the split: the first bad value is found at the same sample (more memory)",
+    **{f"ubench.archive_schema.validator.x_check_split_values__mutmut_{k}":
+       "another block size for probs (the sample count for the member count, iter_blocks' or read_all's default "
+       "chunk bound or block bytes): the same values checked in the same order, the same first bad one"
+       for k in (13, 18, 19, 61, 70)},
+    "ubench.archive_schema.validator.x_check_split_values__mutmut_96": "numpy reads kind='STABLE' as 'stable'",
     # serve/app.py
     **{f"ubench.serve.app.x__html__mutmut_{k}":
        "a security header's name in another case: HTTP field names are case-insensitive (RFC 9110, 5.1), and "

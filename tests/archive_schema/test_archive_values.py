@@ -152,3 +152,71 @@ def test_an_unfinished_producer_run_is_one_finding_counting_its_members(tmp_path
         "<file>", "partial-run", "error",
         f"{partial} is an unfinished producer run with 2 finished member(s); re-run the producer's command to "
         "resume it, or `ubench finalize` it to write the archive")]
+
+
+def test_probs_problem_points_at_the_value_out_of_range_and_row_sums_with_negative_zero():
+    """The named value is the first one < 0 or > 1 (not a 0 or a 1 before it, nor only values > 2); a block that
+    fails the bit test only for a -0.0 goes on to the row sums, named with its offsets."""
+    block = np.array([[[0.0, 1.0], [1.0, 0.0], [0.5, 1.5]]])
+    assert probs_problem(block) == ("range", "probability 1.5 outside [0, 1] at member 0, sample 2, class 1")
+    sums = np.array([[[1.0, -0.0], [0.5, 0.5]], [[0.5, 0.5], [0.25, 0.25]]])
+    tol = 1e-4 + 2 * 2.0**-23
+    assert probs_problem(sums, start=5, member_offset=3) == (
+        "row-sum", f"row of member 4, sample 6 sums to 0.5 (rows must sum to 1 within {tol:.1e})")
+
+
+def test_root_format_attributes_as_bytes_and_the_header_messages(tmp_path):
+    """ubench_format / ubench_format_version stored as fixed-length UTF-8 strings (bytes in h5py) are read as
+    text; bytes that are not UTF-8, or a number, are the one 'format' error; a 'created' without a zone and a
+    newer minor version (a note at '/') get their messages."""
+    def as_bytes(value):
+        return lambda f: f.attrs.create("ubench_format", np.array(value, dtype=f"S{len(value)}"))
+
+    ok = write_plain_archive(tmp_path / "ok.h5", mutate=as_bytes(b"prediction-archive"))
+    assert _errors(ok, ReadLimits()) == []
+    fmt = ("root attributes 'ubench_format' and 'ubench_format_version' must be (UTF-8) strings; this is not a "
+           "ubench prediction archive")
+    latin = write_plain_archive(tmp_path / "latin.h5", mutate=as_bytes(b"pr\xe9diction"))
+    assert _errors(latin, ReadLimits()) == [
+        ("/", "encoding", "attribute 'ubench_format': byte 0xe9 at byte offset 2 is not valid UTF-8"),
+        ("/", "format", fmt)]
+    version = write_plain_archive(tmp_path / "latin_version.h5", mutate=lambda f: f.attrs.create(
+        "ubench_format_version", np.array(b"1.\xff", dtype="S3")))
+    assert _errors(version, ReadLimits()) == [
+        ("/", "encoding", "attribute 'ubench_format_version': byte 0xff at byte offset 2 is not valid UTF-8"),
+        ("/", "format", fmt)]
+    number = write_plain_archive(tmp_path / "int.h5",
+                                 mutate=lambda f: f.attrs.__setitem__("ubench_format_version", 3))
+    assert _errors(number, ReadLimits()) == [("/", "format", fmt)]
+    created = write_plain_archive(tmp_path / "created.h5", root={"created": "2026-11-22T03:21:31"})
+    assert _errors(created, ReadLimits()) == [("/", "created", "attribute 'created' must be an ISO 8601 date and "
+                                               "time with a zone, e.g. '2026-11-22T03:21:31+00:00'; found "
+                                               "'2026-11-22T03:21:31'")]
+    newer = write_plain_archive(tmp_path / "newer.h5", root={"ubench_format_version": "1.9"})
+    notes = [(f.path, f.check) for f in validate_archive(newer) if f.severity == "note"]
+    assert notes == [("/", "version")] and _errors(newer, ReadLimits()) == []
+
+
+def test_check_values_false_reads_the_structure_only(tmp_path):
+    """inspect_file(check_values=False) parses a structurally valid archive whatever its values (the readers
+    check them block by block later); the default checks them."""
+    from ubench.archive_schema.validator import inspect_file
+
+    probs = softmax(np.random.default_rng(4).normal(size=(M, N, C)))
+    probs[0, 1, 1] = 1.5
+    path = write_plain_archive(tmp_path / "a.h5", n_classes=C, splits=_split(probs))
+    parsed, f, findings = inspect_file(path, check_values=False)
+    try:
+        assert parsed is not None and [x for x in findings if x.severity == "error"] == []
+    finally:
+        f.close()
+    parsed, f, findings = inspect_file(path)
+    assert parsed is None and f is None and [x.check for x in findings] == ["range"]
+
+
+def test_a_directory_with_a_header_but_no_partial_suffix_is_not_a_partial_run(tmp_path):
+    run = tmp_path / "run.h5"
+    (run / "members").mkdir(parents=True)
+    (run / "header.h5").write_bytes(b"")
+    assert "partial-run" not in [f.check for f in validate_archive(run)]
+    assert [f.check for f in validate_archive(tmp_path / "run.h5.partial")] != ["partial-run"]  # no such dir
