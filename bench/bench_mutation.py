@@ -434,6 +434,13 @@ EQUIVALENT: dict[str, str] = {
     **{f"ubench.metrics.row_stats.x_scaled_top1_entropy__mutmut_{k}":
        "_prep_probs' with_lse only adds a second result; [0], the log-probabilities, is the same"
        for k in (25, 28, 29)},
+    # metrics/vector_scaling.py
+    **{f"ubench.metrics.vector_scaling.x_fit_vector_scaling__mutmut_{k}":
+       "L-BFGS-B picked by scipy for a bounded problem without method=, or named in lower case (scipy lower-cases "
+       "it); np.asarray(res.x) of L-BFGS-B's float64 x is float64" for k in (52, 59, 65, 78, 80)},
+    "ubench.metrics.vector_scaling.x_apply_vector_scaling__mutmut_9": "'X' is no dtype kind",
+    "ubench.metrics.vector_scaling.x__vector_nll_grad__mutmut_34":
+        "einsum 'IJ,IJ->J' is the same contraction as 'ij,ij->j'",
     # archive_schema/validator.py
     **{f"ubench.archive_schema.validator.x_iter_logit_blocks__mutmut_{k}":
        "another number of rows per logits block (half of max_chunks_per_read cut otherwise, the sample count for "
