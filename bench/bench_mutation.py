@@ -128,6 +128,20 @@ EQUIVALENT: dict[str, str] = {
     **{f"ubench.metrics.calibration.x__top1_checked__mutmut_{k}":
        "the value check without the precomputed block max: it computes the same max itself (speed only)"
        for k in (44, 46)},
+    **{f"ubench.metrics.calibration.x__tace__mutmut_{k}":
+       "a TACE group's values gathered as float64 (float32 values are exact in it) or its hits as float 0/1 "
+       "(only compared and summed): the same (value, hit) pairs" for k in (33, 35, 41, 43)},
+    **{f"ubench.metrics.calibration.x__tace__mutmut_{k}":
+       "the class keys sorted as int64 or float64 instead of uint16 (or uint16 exactly up to 65,536 classes, "
+       "where every class index fits it): the same order of the same integers, a slower sort; numpy reads "
+       "'STABLE' as 'stable'" for k in (47, 48, 50, 51, 75, 77)},
+    **{f"ubench.metrics.calibration.x__tace__mutmut_{k}":
+       "an unstable sort of a block's entries by class: each entry still lands in its class's run with its own "
+       "hit, and _equal_count_abs_gaps sorts a run by (value, hit), so the run's order does not matter"
+       for k in (72, 74)},
+    **{f"ubench.metrics.calibration.x__tace__mutmut_{k}":
+       "the gathered values read by fancy indexing, or by flat indices from the C-order copy that reshape makes "
+       "of a non-contiguous block, or reshape(-2) (numpy 2 reads it as -1): the same values" for k in (93, 94, 97)},
     # metrics/classification.py
     **{f"ubench.metrics.classification.x_{f}__mutmut_{k}": "np.empty's default dtype is float64"
        for f in ("_log_softmax_true", "_row_sum_squares") for k in (4, 6, 11, 13)},
