@@ -149,6 +149,11 @@ EQUIVALENT: dict[str, str] = {
        "range(0, n) instead of range(0, n, step): a block starts at every row, and each row's value is written "
        "last by a block that holds it, computed as before (only slower)"
        for f in ("_log_softmax_true", "_row_sum_squares")},
+    **{f"ubench.metrics.classification.x__row_sum_squares__mutmut_{k}":
+       "which C-contiguous rows are summed in place and which through the float64 buffer (a float64 copy, or "
+       "float32 read by einsum into its float64 out, which casts as it reads: the same bits, checked for the "
+       "uncertainty kernels), the buffer's default float64 dtype, a block starting at every row, 'IJ,IJ->I': the "
+       "same einsum loop on the same float64 values" for k in (9, 10, 12, 14, 17, 19, 29, 47)},
     "ubench.metrics.classification.x__row_sum_squares__mutmut_39":
         "einsum 'IJ,IJ->I' is the same contraction as 'ij,ij->i' (subscripts are letters of either case)",
     **{f"ubench.metrics.classification.x__{f}__mutmut_{k}": "astype(None) is astype(float64)"
