@@ -477,6 +477,9 @@ EQUIVALENT: dict[str, str] = {
        "chunk bound or block bytes): the same values checked in the same order, the same first bad one"
        for k in (13, 18, 19, 61, 70)},
     "ubench.archive_schema.validator.x_check_split_values__mutmut_96": "numpy reads kind='STABLE' as 'stable'",
+    **{f"ubench.archive_schema.validator.x_check_split_values__mutmut_{k}":
+       "the probs' chunk cache of a logits split not dropped after it (the `finally` clause): memory only"
+       for k in (126, 127)},
     # serve/app.py
     **{f"ubench.serve.app.x__html__mutmut_{k}":
        "a security header's name in another case: HTTP field names are case-insensitive (RFC 9110, 5.1), and "
