@@ -454,6 +454,19 @@ EQUIVALENT: dict[str, str] = {
     **{f"ubench.metrics.row_stats.x_scaled_top1_entropy__mutmut_{k}":
        "_prep_probs' with_lse only adds a second result; [0], the log-probabilities, is the same"
        for k in (25, 28, 29)},
+    # metrics/_validation.py
+    **{f"ubench.metrics._validation.x__first_bad_simplex_row_nonneg__mutmut_{k}":
+       "reshape(-2) is reshape(-1) in numpy 2; einsum 'IJ->I' is 'ij->i'; axis=+1 of the 2-D rows is axis -1"
+       for k in (7, 18, 50)},
+    **{f"ubench.metrics._validation.x_first_bad_simplex_row__mutmut_{k}":
+       "reshape(-2) is reshape(-1) in numpy 2; axis=+1 of the 2-D rows is axis -1" for k in (11, 14)},
+    **{f"ubench.metrics._validation.x__first_bad_simplex_row_nonneg__mutmut_{k}":
+       "a wider screening margin (c / u, max(|sum|, 2), c / eps), every row unsure (|approx + 1|), or a row "
+       "exactly at tol - margin unsure too: more rows go to the exact float64 check, which decides alone "
+       "(same answer, slower)" for k in (25, 31, 32, 39, 41)},
+    **{f"ubench.metrics._validation.x__check_simplex__mutmut_{k}":
+       "when min/max are recomputed: the only caller (_check_probs_values) passes both, and recomputing them "
+       "from the array gives the same values" for k in (1, 2, 3, 4)},
     # metrics/vector_scaling.py
     **{f"ubench.metrics.vector_scaling.x_fit_vector_scaling__mutmut_{k}":
        "L-BFGS-B picked by scipy for a bounded problem without method=, or named in lower case (scipy lower-cases "

@@ -28,3 +28,28 @@ def test_the_bad_row_of_member_probs_is_named_with_the_class_count_tolerance(dty
     with pytest.raises(ValueError) as ei:
         check_member_probs(mp.astype(dtype))
     assert str(ei.value) == "member_probs rows must sum to 1 (tol 2.2e-04); row (1, 2) sums to 0.99"
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_first_bad_row_on_rows_at_the_tolerance_edge(dtype):
+    """Rows whose sums straddle 1 + tol by less than float32 rounding: the fast screen and the plain float64 check
+    both name the first row whose exactly rounded sum (math.fsum of the float64 values) is off by more than tol;
+    rows the screen cannot clear that are fine (before a bad one) are not named."""
+    import math
+
+    from ubench.metrics._validation import _first_bad_simplex_row_nonneg, first_bad_simplex_row
+
+    rng = np.random.default_rng(0)
+    c = 100
+    tol = simplex_tolerance(c)
+    rows = rng.dirichlet(np.ones(c), size=400)
+    target = 1.0 + tol + rng.uniform(-3e-7, 3e-7, size=(400, 1))
+    rows = (rows * (target / rows.sum(axis=1, keepdims=True))).astype(dtype)
+    bad = [abs(math.fsum(r.astype(np.float64)) - 1.0) > tol for r in rows]
+    assert 0 < sum(bad) < len(bad)
+    for k in range(0, 400, 7):  # every seventh row as the first, so fine rows precede bad ones
+        block = rows[k:]
+        want = next((i for i, b in enumerate(bad[k:]) if b), None)
+        assert first_bad_simplex_row(block, tol) == want
+        assert _first_bad_simplex_row_nonneg(block, tol) == want
+        assert _first_bad_simplex_row_nonneg(block.reshape(1, *block.shape), tol) == want  # (M, N, C) too
