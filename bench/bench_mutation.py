@@ -467,6 +467,13 @@ EQUIVALENT: dict[str, str] = {
     **{f"ubench.metrics._validation.x__check_simplex__mutmut_{k}":
        "when min/max are recomputed: the only caller (_check_probs_values) passes both, and recomputing them "
        "from the array gives the same values" for k in (1, 2, 3, 4)},
+    # metrics/calibration_debiased.py
+    **{f"ubench.metrics.calibration_debiased.x__bin_sums__mutmut_{k}":
+       "astype(None) is float64; searchsorted's default side is 'left'; bincount without minlength: the last bin "
+       "(up to the edge 1.0) holds the largest confidence, so every bincount has length k anyway"
+       for k in (7, 12, 16, 22, 28)},
+    "ubench.metrics.calibration_debiased.x_debiased_squared_error__mutmut_15":
+        "the placeholder count of bins under 2 samples (3 instead of 2): those bins' terms are masked to 0",
     # metrics/vector_scaling.py
     **{f"ubench.metrics.vector_scaling.x_fit_vector_scaling__mutmut_{k}":
        "L-BFGS-B picked by scipy for a bounded problem without method=, or named in lower case (scipy lower-cases "
