@@ -467,6 +467,17 @@ EQUIVALENT: dict[str, str] = {
     **{f"ubench.metrics._validation.x__check_simplex__mutmut_{k}":
        "when min/max are recomputed: the only caller (_check_probs_values) passes both, and recomputing them "
        "from the array gives the same values" for k in (1, 2, 3, 4)},
+    # metrics/diagnostics.py
+    **{f"ubench.metrics.diagnostics.x__autocovariance__mutmut_{k}":
+       "a longer FFT (2 << or 3 n: more zero padding than the 2 n a linear autocovariance needs), irfft's default "
+       "length (2 (m - 1) = the even size) or the default last axis (= axis 1): the same lags"
+       for k in (13, 18, 25, 29, 32, 33)},
+    "ubench.metrics.diagnostics.x__split__mutmut_8": "np.concatenate's default axis is 0",
+    "ubench.metrics.diagnostics.x__rank_normalise__mutmut_6": "scipy's rankdata ranks with method='average' by default",
+    **{f"ubench.metrics.diagnostics.x_{f}__mutmut_8": "float('NAN') is nan"
+       for f in ("split_rhat", "bulk_ess")},
+    "ubench.metrics.diagnostics.x_split_rhat__mutmut_28": "float('NAN') is nan",
+    "ubench.metrics.diagnostics.x__classic_rhat__mutmut_30": "float('NAN') is nan",
     # metrics/calibration_debiased.py
     **{f"ubench.metrics.calibration_debiased.x__bin_sums__mutmut_{k}":
        "astype(None) is float64; searchsorted's default side is 'left'; bincount without minlength: the last bin "

@@ -79,3 +79,16 @@ def test_smooth_ece_at_refuses_a_bandwidth_outside_0_1(sigma):
         smooth_ece_at(p, y, sigma=sigma)
     assert str(ei.value) == f"sigma must lie in (0, 1], got {sigma!r}"
     assert np.isfinite(smooth_ece_at(p, y, sigma=1.0))
+
+
+def test_split_rhat_tail_at_small_scale_and_constant_halves():
+    """Chains of equal means and scales 0.01 vs 0.1: the folded (tail) R-hat, large, decides even though the
+    folded draws span less than 1; half-chains that are each constant (zero within-chain variance) give NaN."""
+    import warnings
+
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(4, 1000)) * np.array([0.01, 0.01, 0.1, 0.1])[:, None]
+    assert split_rhat(x) > 1.3
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # numpy's "All-NaN axis" of the bulk/tail maximum
+        assert np.isnan(split_rhat(np.array([[0.0, 0.0, 1.0, 1.0], [2.0, 2.0, 3.0, 3.0]])))
