@@ -92,3 +92,23 @@ def test_split_rhat_tail_at_small_scale_and_constant_halves():
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)  # numpy's "All-NaN axis" of the bulk/tail maximum
         assert np.isnan(split_rhat(np.array([[0.0, 0.0, 1.0, 1.0], [2.0, 2.0, 3.0, 3.0]])))
+
+
+@pytest.mark.parametrize(("c", "k"), [(100, 5), (100, 1), (7, 7), (40, 3)])
+def test_top_k_equals_a_stable_sort_of_every_row(c, k):
+    """The (N, k) top-k values and label hits equal a stable descending sort of each whole row (ties by class
+    index), on rows with many ties (probabilities rounded to 2 decimals), labels tied with smaller and larger
+    classes, and 3,000 rows (two row blocks at 100 classes)."""
+    from ubench.metrics.shift_paper import _top_k
+
+    rng = np.random.default_rng(c + k)
+    p = np.round(rng.dirichlet(np.full(c, 0.5), size=3000), 2)
+    p[:, 0] += 1.0 - p.sum(axis=1)  # rows still sum to 1 (class 0 absorbs the rounding)
+    p = np.abs(p)
+    p /= p.sum(axis=1, keepdims=True)
+    y = rng.integers(0, c, 3000)
+    y[:200] = np.argsort(-p[:200], axis=1, kind="stable")[:, min(k, c - 1)]  # labels just outside (or at) the top k
+    order = np.argsort(-p, axis=1, kind="stable")[:, :k]
+    values, hits = _top_k(p, y, k)
+    np.testing.assert_array_equal(values, np.take_along_axis(p, order, axis=1))
+    np.testing.assert_array_equal(hits, order == y[:, None])
