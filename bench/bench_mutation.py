@@ -58,10 +58,13 @@ RESULTS = RESULTS_DIR / "bench_mutation.json"
 #: One stats run (the selected tests, once) serves every unit of a shard.
 SHARDS = {
     "metrics": (sorted(str(p.relative_to(ROOT)) for p in (ROOT / "metrics").glob("*.py") if p.name != "__init__.py"),
+                # metrics/method_scores.py's tests are tests/scoring/test_method_scores.py (through the scorer), not
+                # selected here: mutmut 3.8 resets every verdict of a shard when its test selection changes
                 ["tests/metrics"]),
     # the archive tests that validate in-process (the crash tests' children import the installed ubench instead)
     "validator": (["archive_schema/validator.py"], [f"tests/archive_schema/test_archive_{t}.py" for t in
-                                                    ("hostile", "spec_plain", "frozen", "describe", "roundtrip")]),
+                                                    ("hostile", "spec_plain", "frozen", "describe", "roundtrip",
+                                                     "values", "v1_1")]),
     "reference": (["scoring/reference.py"], [f"tests/scoring/test_reference{t}.py" for t in ("", "_compare", "_files")]),
     "serve": (["serve/app.py"], ["tests/serve"]),
 }
@@ -106,6 +109,12 @@ EQUIVALENT: dict[str, str] = {
     "ubench.metrics.calibration.x__equal_width_bin_index__mutmut_11":
         "the product in float32 for float32 input: it is off by less than a bin, and the two corrections against "
         "the float64 edges that follow put every value in its (lo, hi] bin (tests/metrics/test_bin_index.py)",
+    "ubench.metrics.calibration.x__equal_width_bin_index__mutmut_8":
+        "np.multiply(..., dtype=None): float64 input multiplies in float64 anyway, and float32 input in float32 is "
+        "mutant 11 (the corrections against the float64 edges fix it)",
+    "ubench.metrics.calibration.x__equal_width_bin_index__mutmut_31":
+        "the lower correction skipped at idx = 1: idx = 1 needs fl(v n) > 1, while v <= edges[1] = fl(1/n) gives "
+        "v n <= 1 + 2^-53 exactly, which rounds to 1.0 (a tie to even); so at idx = 1 the correction never fires",
     "ubench.metrics.calibration.x__equal_width_bin_index__mutmut_23":
         "clipping the first index to 1: the lower correction that follows moves every value <= edges[1] back",
     "ubench.metrics.calibration.x__equal_width_error__mutmut_7":
@@ -120,6 +129,20 @@ EQUIVALENT: dict[str, str] = {
     **{f"ubench.metrics.calibration.x__top1_checked__mutmut_{k}":
        "the value check without the precomputed block max: it computes the same max itself (speed only)"
        for k in (44, 46)},
+    **{f"ubench.metrics.calibration.x__tace__mutmut_{k}":
+       "a TACE group's values gathered as float64 (float32 values are exact in it) or its hits as float 0/1 "
+       "(only compared and summed): the same (value, hit) pairs" for k in (33, 35, 41, 43)},
+    **{f"ubench.metrics.calibration.x__tace__mutmut_{k}":
+       "the class keys sorted as int64 or float64 instead of uint16 (or uint16 exactly up to 65,536 classes, "
+       "where every class index fits it): the same order of the same integers, a slower sort; numpy reads "
+       "'STABLE' as 'stable'" for k in (47, 48, 50, 51, 75, 77)},
+    **{f"ubench.metrics.calibration.x__tace__mutmut_{k}":
+       "an unstable sort of a block's entries by class: each entry still lands in its class's run with its own "
+       "hit, and _equal_count_abs_gaps sorts a run by (value, hit), so the run's order does not matter"
+       for k in (72, 74)},
+    **{f"ubench.metrics.calibration.x__tace__mutmut_{k}":
+       "the gathered values read by fancy indexing, or by flat indices from the C-order copy that reshape makes "
+       "of a non-contiguous block, or reshape(-2) (numpy 2 reads it as -1): the same values" for k in (93, 94, 97)},
     # metrics/classification.py
     **{f"ubench.metrics.classification.x_{f}__mutmut_{k}": "np.empty's default dtype is float64"
        for f in ("_log_softmax_true", "_row_sum_squares") for k in (4, 6, 11, 13)},
@@ -127,6 +150,11 @@ EQUIVALENT: dict[str, str] = {
        "range(0, n) instead of range(0, n, step): a block starts at every row, and each row's value is written "
        "last by a block that holds it, computed as before (only slower)"
        for f in ("_log_softmax_true", "_row_sum_squares")},
+    **{f"ubench.metrics.classification.x__row_sum_squares__mutmut_{k}":
+       "which C-contiguous rows are summed in place and which through the float64 buffer (a float64 copy, or "
+       "float32 read by einsum into its float64 out, which casts as it reads: the same bits, checked for the "
+       "uncertainty kernels), the buffer's default float64 dtype, a block starting at every row, 'IJ,IJ->I': the "
+       "same einsum loop on the same float64 values" for k in (9, 10, 12, 14, 17, 19, 29, 47)},
     "ubench.metrics.classification.x__row_sum_squares__mutmut_39":
         "einsum 'IJ,IJ->I' is the same contraction as 'ij,ij->i' (subscripts are letters of either case)",
     **{f"ubench.metrics.classification.x__{f}__mutmut_{k}": "astype(None) is astype(float64)"
@@ -393,6 +421,15 @@ EQUIVALENT: dict[str, str] = {
     **{f"ubench.metrics.paired.x_paired_comparisons__mutmut_{k}":
        "the sign scaled by 2 in the choice of the best: max over (2 x value, -index) picks the same method"
        for k in (7, 9)},
+    **{f"ubench.metrics.paired.x__evaluate__mutmut_{k}":
+       "weighted_detection given its order reads the scores from it (pos/neg None), or without it sorts the same "
+       "scores again: the same order, only slower" for k in (15, 16, 20, 26)},
+    "ubench.metrics.paired.x_sample_replicates__mutmut_49":
+        "max(..., default=2): the default only sizes the replicate blocks when there are no reports, whose loop "
+        "then computes nothing and returns []",
+    **{f"ubench.metrics.paired.x_sample_replicates__mutmut_{k}":
+       "split('|') / rsplit('|', 1) / split('|', 2) of 'report|key': report indices and the report keys "
+       "(PAIRED_KEYS, shift:j) hold no '|', so every variant cuts at the one '|'" for k in (75, 76, 78, 83, 84, 86)},
     **{f"ubench.metrics.paired.x_replicate_ranks__mutmut_{k}":
        "argsort/take_along_axis along the default axis -1 of the 2-D (B, rows) array is axis 1" for k in (19, 27)},
     # metrics/agreement.py, metrics/row_stats.py
@@ -402,15 +439,111 @@ EQUIVALENT: dict[str, str] = {
     **{f"ubench.metrics.diversity.x_{f}__mutmut_4": "astype(None) is astype(float64)"
        for f in ("disagreement_per_sample", "variation_ratio_per_sample")},
     "ubench.metrics.diversity.x_vote_agreement__mutmut_6": "np.sort's default axis -1 of the 2-D (N, M) votes is 1",
+    **{f"ubench.metrics.diversity.x_vote_agreement__mutmut_{k}":
+       "new_run as float ones instead of bool: its entries are set from a bool comparison and only read as the "
+       "condition of np.where, where 1.0/0.0 are True/False" for k in (12, 14)},
+    **{f"ubench.metrics.row_ranking.x__padded__mutmut_{k}":
+       "np.negative into a new array instead of in place: the same values, and the negated buffer is not read "
+       "again" for k in (28, 30)},
+    "ubench.metrics.row_ranking.x_ranked_prefix__mutmut_36":
+        "not stopping at a group limit equal to C: the groups after it need counts > C, and no row keeps more "
+        "than its C entries, so they are empty",
     **{f"ubench.metrics.row_stats.x_scaled_top1_entropy__mutmut_{k}":
        "another row-block size (the function's rows are row-local: blocking changes no value)"
        for k in (13, 14, 15, 16, 17)},
     **{f"ubench.metrics.row_stats.x_scaled_top1_entropy__mutmut_{k}":
        "_prep_probs' with_lse only adds a second result; [0], the log-probabilities, is the same"
        for k in (25, 28, 29)},
+    # metrics/_validation.py
+    **{f"ubench.metrics._validation.x__first_bad_simplex_row_nonneg__mutmut_{k}":
+       "reshape(-2) is reshape(-1) in numpy 2; einsum 'IJ->I' is 'ij->i'; axis=+1 of the 2-D rows is axis -1"
+       for k in (7, 18, 50)},
+    **{f"ubench.metrics._validation.x_first_bad_simplex_row__mutmut_{k}":
+       "reshape(-2) is reshape(-1) in numpy 2; axis=+1 of the 2-D rows is axis -1" for k in (11, 14)},
+    **{f"ubench.metrics._validation.x__first_bad_simplex_row_nonneg__mutmut_{k}":
+       "a wider screening margin (c / u, max(|sum|, 2), c / eps), every row unsure (|approx + 1|), or a row "
+       "exactly at tol - margin unsure too: more rows go to the exact float64 check, which decides alone "
+       "(same answer, slower)" for k in (25, 31, 32, 39, 41)},
+    **{f"ubench.metrics._validation.x__check_simplex__mutmut_{k}":
+       "when min/max are recomputed: the only caller (_check_probs_values) passes both, and recomputing them "
+       "from the array gives the same values" for k in (1, 2, 3, 4)},
+    # metrics/shift_paper.py
+    **{f"ubench.metrics.shift_paper.x__top_k__mutmut_{k}":
+       "another row-block size (row_blocks' arguments): the rows are independent" for k in (36, 37, 38, 39, 40)},
+    **{f"ubench.metrics.shift_paper.x__top_k__mutmut_{k}":
+       "a lower or equal cut (column 0 left out of the group maxima, the k-th group maximum also when there are "
+       "exactly k groups, the row's minimum, np.partition's default last axis): the cut only has "
+       "to be at most the k-th largest entry, and every entry at or above it is ranked exactly (slower)"
+       for k in (21, 56, 63, 71)},
+    "ubench.metrics.shift_paper.x__top_k__mutmut_93":
+        "the tie correction also for rows without a tie at the label: it adds the tied smaller classes, none",
+    # metrics/diagnostics.py
+    **{f"ubench.metrics.diagnostics.x__autocovariance__mutmut_{k}":
+       "a longer FFT (2 << or 3 n: more zero padding than the 2 n a linear autocovariance needs), irfft's default "
+       "length (2 (m - 1) = the even size) or the default last axis (= axis 1): the same lags"
+       for k in (13, 18, 25, 29, 32, 33)},
+    "ubench.metrics.diagnostics.x__split__mutmut_8": "np.concatenate's default axis is 0",
+    "ubench.metrics.diagnostics.x__rank_normalise__mutmut_6": "scipy's rankdata ranks with method='average' by default",
+    **{f"ubench.metrics.diagnostics.x_{f}__mutmut_8": "float('NAN') is nan"
+       for f in ("split_rhat", "bulk_ess")},
+    "ubench.metrics.diagnostics.x_split_rhat__mutmut_28": "float('NAN') is nan",
+    "ubench.metrics.diagnostics.x__classic_rhat__mutmut_30": "float('NAN') is nan",
+    # metrics/calibration_debiased.py
+    **{f"ubench.metrics.calibration_debiased.x__bin_sums__mutmut_{k}":
+       "astype(None) is float64; searchsorted's default side is 'left'; bincount without minlength: the last bin "
+       "(up to the edge 1.0) holds the largest confidence, so every bincount has length k anyway"
+       for k in (7, 12, 16, 22, 28)},
+    "ubench.metrics.calibration_debiased.x_debiased_squared_error__mutmut_15":
+        "the placeholder count of bins under 2 samples (3 instead of 2): those bins' terms are masked to 0",
+    # metrics/vector_scaling.py
+    **{f"ubench.metrics.vector_scaling.x_fit_vector_scaling__mutmut_{k}":
+       "L-BFGS-B picked by scipy for a bounded problem without method=, or named in lower case (scipy lower-cases "
+       "it); np.asarray(res.x) of L-BFGS-B's float64 x is float64" for k in (52, 59, 65, 78, 80)},
+    "ubench.metrics.vector_scaling.x_apply_vector_scaling__mutmut_9": "'X' is no dtype kind",
+    "ubench.metrics.vector_scaling.x__vector_nll_grad__mutmut_34":
+        "einsum 'IJ,IJ->J' is the same contraction as 'ij,ij->j'",
+    # archive_schema/validator.py
+    **{f"ubench.archive_schema.validator.x_iter_logit_blocks__mutmut_{k}":
+       "another number of rows per logits block (half of max_chunks_per_read cut otherwise, the sample count for "
+       "the member count, a third of block_bytes, chunk_bounded_rows' default bound): the same values are checked "
+       "block after block and the first bad one is named the same (block sizes only bound memory)"
+       for k in (6, 8, 16, 19, 25, 26, 31, 32)},
+    "ubench.archive_schema.validator.x_iter_logit_blocks__mutmut_40":
+        "a logits block starting at every row: the first block holding the first bad value names it at the same "
+        "sample (start + i), and the check stops there (only slower)",
+    "ubench.archive_schema.validator.x_iter_logit_blocks__mutmut_42":
+        "blocks running to the end of the split: the first bad value is found at the same sample (more memory)",
+    **{f"ubench.archive_schema.validator.x_check_split_values__mutmut_{k}":
+       "another block size for probs (the sample count for the member count, iter_blocks' or read_all's default "
+       "chunk bound or block bytes): the same values checked in the same order, the same first bad one"
+       for k in (13, 18, 19, 61, 70)},
+    "ubench.archive_schema.validator.x_check_split_values__mutmut_96": "numpy reads kind='STABLE' as 'stable'",
+    **{f"ubench.archive_schema.validator.x_check_split_values__mutmut_{k}":
+       "the probs' chunk cache of a logits split not dropped after it (the `finally` clause): memory only"
+       for k in (126, 127)},
+    # serve/app.py
+    **{f"ubench.serve.app.x__html__mutmut_{k}":
+       "a security header's name in another case: HTTP field names are case-insensitive (RFC 9110, 5.1), and "
+       "starlette sends them lower-cased whatever the case given" for k in (9, 10, 12, 13, 17, 18)},
+    "ubench.serve.app.x_create_app__mutmut_51":
+        "headers.get('AUTHORIZATION'): starlette's Headers look a name up lower-cased",
+    "ubench.serve.app.x_create_app__mutmut_52":
+        "a missing Authorization header read as 'XXXX' instead of '': neither starts with 'bearer ', so no team",
+    "ubench.serve.app.x_create_app__mutmut_63":
+        "now <= hidden_until instead of <: they differ only in the one microsecond where now equals it",
+    **{f"ubench.serve.app.x_create_app__mutmut_{k}":
+       "the board's version or status counts re-read more often (never kept, or kept one tick less): every read "
+       "returns the database's current value, which the cache only saves a query for" for k in (68, 69, 72, 74)},
+    **{f"ubench.serve.app.x_create_app__mutmut_{k}":
+       "the page cache never hits (cleared on every call, its version or a page stored under another key or as "
+       "None, looked up as None, or never stored) or holds one page more (<= 256, < 257): a miss reads the page "
+       "from the stored board, the same bytes a hit would have served for that version (only slower)"
+       for k in (87, 88, 89, 91, 92, 93, 94, 95, 129, 130, 131, 133, 134, 135)},
     **{f"ubench.scoring.reference.x_read_reference__mutmut_{k}":
        "required=None instead of False for an optional attribute: both falsy, the same branch"
-       for k in (31, 45, 74, 111, 127, 223, 258, 272)},
+       for k in (31, 45, 74, 111, 127, 209, 223, 258, 272)},
+    "ubench.scoring.reference.x_write_reference__mutmut_8":
+        "open_archive(check_values=None): the validator only asks 'check_values and ...', None is falsy like False",
     "ubench.scoring.reference.x__read_ints__mutmut_11":
         "dtype.kind not in 'XXiuXX': 'X' is no dtype kind, so the same kinds pass",
     "ubench.scoring.reference.x__attr__mutmut_15":
@@ -582,13 +715,16 @@ def _names_to_run(module: str, codes: dict, *, force: bool, survivors: bool) -> 
     Every unit of a shard is mutated (trampolined) in every run, so that one stats run records which tests reach
     every function of the shard; a run is then restricted to one unit by naming its mutants. mutmut re-tests a
     named mutant even when it has a verdict, so an incremental run names only those without one (new, changed or
-    interrupted), ``--survivors`` those that survived, met no test or timed out, ``--force`` all of them (the glob)."""
+    interrupted; not those in :data:`EQUIVALENT`), ``--survivors`` those that survived, met no test or timed out,
+    ``--force`` all of them (the glob)."""
     glob = _unit_of("", module) + ".*"
     if force:
         return [glob]
     if survivors:  # survived, met no test or timed out (all not killed), and not judged equivalent
         return sorted(k for k, v in codes.items() if (v in (0, 5, 33) or v in TIMEOUT) and k not in EQUIVALENT)
-    todo = sorted(k for k, v in codes.items() if v is None)
+    # mutants judged equivalent are not tested (they do not count); a serve mutant that survives runs every
+    # server test (minutes)
+    todo = sorted(k for k, v in codes.items() if v is None and k not in EQUIVALENT)
     return [glob] if todo and len(todo) == len(codes) else todo
 
 

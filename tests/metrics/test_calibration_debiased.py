@@ -94,3 +94,28 @@ def test_fewer_samples_than_bins_and_validation():
     assert debiased_calibration_error(np.array([[0.9, 0.1], [0.2, 0.8], [0.6, 0.4]]), np.array([0, 1, 1])) == 0.0
     with pytest.raises(ValueError, match="labels"):
         debiased_calibration_error(np.array([[0.9, 0.1]]), np.array([2]))
+
+
+def test_a_bin_of_two_samples_counts_and_of_one_does_not():
+    """CE^2 by hand from per-bin sums: bins of 2 and 3 samples contribute n_b / N [(c_b - y_b)^2 - y_b (1 - y_b) /
+    (n_b - 1)], a bin of 1 sample contributes 0 (but counts in N)."""
+    from ubench.metrics.calibration_debiased import debiased_squared_error
+
+    count = np.array([2.0, 1.0, 3.0])
+    sum_conf = np.array([1.6, 0.9, 1.5])
+    sum_hit = np.array([1.0, 1.0, 3.0])
+    want = (2 * ((0.8 - 0.5) ** 2 - 0.5 * 0.5 / 1) + 3 * ((0.5 - 1.0) ** 2 - 0.0)) / 6
+    assert debiased_squared_error(count, sum_conf, sum_hit) == pytest.approx(want, rel=1e-14)
+
+
+def test_equal_mass_edges_are_float64_and_end_at_one():
+    """Float32 values (adjacent floats, whose float32 midpoint would round onto one of them): float64 midpoints,
+    the last edge exactly 1.0, so every value lies in a bin (lo, hi] of its run."""
+    from ubench.metrics.calibration_debiased import equal_mass_edges
+
+    v = np.nextafter(np.float32(0.5), np.float32(1.0)) * np.ones(3, dtype=np.float32)
+    values = np.concatenate([np.full(3, 0.5, dtype=np.float32), v])
+    edges = equal_mass_edges(values, 2)
+    assert edges.dtype == np.float64 and edges[-1] == 1.0
+    assert edges[0] == (0.5 + float(v[0])) / 2 and 0.5 < edges[0] < float(v[0])
+    np.testing.assert_array_equal(np.searchsorted(edges, values.astype(np.float64), side="left"), [0, 0, 0, 1, 1, 1])

@@ -376,6 +376,40 @@ def test_select_odir_counts_the_capped_folds_and_scores_with_eps():
     assert sel["inner_nll"] == pytest.approx(np.mean(nll), rel=1e-12)
 
 
+def test_select_odir_capped_counts_every_fold_that_stopped_at_the_cap():
+    """Separable-ish data (the true class's logit + 3): some (λ, μ) fits stop at the iteration cap in some folds.
+    The grid's 4th entry is, per pair, the number of folds whose fit (``fit_calibrator`` on the fold's fitting
+    part) reports ``converged`` False: 1 and 2 of 3 here, so a count that keeps only the last fold, or subtracts,
+    is caught."""
+    rng = np.random.default_rng(0)
+    y = rng.integers(0, 3, 60)
+    logits = rng.normal(size=(60, 3))
+    logits[np.arange(60), y] += 3.0
+    p = np.exp(log_softmax(logits, axis=1))
+    sel = select_odir(p, y, lambdas=(0.0, 1e-1), n_folds=3)
+    want = [sum(not fit_calibrator("dirichlet", p[fit], y[fit], odir_lambda=lam, odir_mu=mu).params["converged"]
+                for fit, _ in odir_inner_folds(60, 3, 0)) for lam, mu, _, _ in sel["grid"]]
+    assert [row[3] for row in sel["grid"]] == want
+    assert 1 in want and 2 in want
+
+
+def test_affine_fits_emit_no_warning():
+    """The affine calibrators' fits run without a warning (no division by zero in the objective, no option the
+    solver does not know), also at the iteration cap (inner fits of the ODIR cross-validation here)."""
+    import warnings
+
+    rng = np.random.default_rng(0)
+    y = rng.integers(0, 3, 60)
+    logits = rng.normal(size=(60, 3))
+    logits[np.arange(60), y] += 3.0
+    p = np.exp(log_softmax(logits, axis=1))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for name in ("vector", "matrix", "dirichlet"):
+            fit_calibrator(name, p, y)
+        assert sum(row[3] for row in select_odir(p, y, lambdas=(0.0, 1e-1), n_folds=3)["grid"]) > 0
+
+
 @pytest.mark.parametrize(("call", "message"), [
     (lambda p, y: fit_calibrator("platt", p, y),
      "unknown calibrator 'platt'; known: temperature, vector, matrix, dirichlet, histogram, isotonic, bbq"),
@@ -421,7 +455,7 @@ def _bbq_binnings(x, max_bins):
     return out
 
 
-@pytest.mark.parametrize("max_bins", [2, 3, 6])
+@pytest.mark.parametrize("max_bins", [2, 3, 6, 10])  # 10: distinct binnings with as many edges (B = 6 .. 10)
 def test_bbq_binnings_are_the_documented_ones(max_bins):
     """With pruning off (bbq_prune=0) every binning of 2..max_bins equal-frequency bins is a model, duplicates
     (ties in the scores) once; the prior weight N' enters the posterior estimate as a0 = N'/B."""
@@ -448,6 +482,18 @@ def test_bbq_binnings_are_the_documented_ones(max_bins):
     np.testing.assert_array_equal(pruned, weights[weights >= 0.3])
 
 
+def test_bbq_prune_zero_keeps_the_binnings_whose_weight_underflows():
+    """Pruning keeps a binning of weight >= bbq_prune: at 0 every binning stays, also the 2-bin one whose
+    posterior weight underflows to 0.0 on 20,000 samples (its marginal likelihood is ~ 10^-300 of the best)."""
+    rng = np.random.default_rng(1)
+    x = rng.random(20_000)
+    p = np.stack([1 - x, x], axis=1)
+    y = (rng.random(x.size) < x).astype(int)
+    models, weights = fit_calibrator("bbq", p, y, bbq_max_bins=10, bbq_prune=0.0).params["models"][1]
+    assert len(models) == len(weights) == 9 and weights[0] == 0.0
+    np.testing.assert_array_equal(models[0][0], [-1e-5, np.median(x), 1 + 1e-5])
+
+
 def test_bbq_two_values_and_a_constant_class():
     """Scores taking two values, the smaller the median, up to 3 bins: the only binning is one bin (edges -1e-5,
     1 + 1e-5) with the posterior estimate (m + a0/2) / (n + a0), a0 = 2; a constant column has the one-bin
@@ -467,7 +513,11 @@ def test_bbq_two_values_and_a_constant_class():
         assert weights.sum() == pytest.approx(1.0, abs=1e-12)
     models, weights = cal.params["models"][1]
     assert weights.tolist() == [1.0] and models[0][1].tolist() == [0.25]
-    q = np.stack([sum(w * v[np.clip(np.searchsorted(e, pc[:, k], side="left") - 1, 0, len(v) - 1)]
-                      for (e, v), w in zip(*cal.params["models"][k])) for k in range(3)], axis=1)
-    q = np.clip(q / (q.sum(axis=1, keepdims=True) + 1e-12), 1e-6, 1 - 1e-6)
-    np.testing.assert_allclose(cal.apply(pc), q / q.sum(axis=1, keepdims=True), rtol=1e-15)
+    # apply: the weighted sum of every class's model values, renormalised; the frequency estimate has empty-of-k
+    # bins (value 0), whose clip at 1e-6 makes the row's scale visible
+    for cal in (cal, fit_calibrator("bbq", pc, yc, bbq_estimate="frequency")):
+        q = np.stack([sum(w * v[np.clip(np.searchsorted(e, pc[:, k], side="left") - 1, 0, len(v) - 1)]
+                          for (e, v), w in zip(*cal.params["models"][k])) for k in range(3)], axis=1)
+        q = np.clip(q / (q.sum(axis=1, keepdims=True) + 1e-12), 1e-6, 1 - 1e-6)
+        np.testing.assert_allclose(cal.apply(pc), q / q.sum(axis=1, keepdims=True), rtol=1e-15, atol=0)
+    assert np.any(q == 1e-6)

@@ -297,3 +297,16 @@ def test_equal_count_gaps_sign_handling(dtype):
         for layout in ("remainder_last", "balanced"):
             got = _equal_count_abs_gaps(values, hits, 4, layout) / values.shape[0]
             assert got == pytest.approx(_equal_mass_reference(values, hits, 4, layout), abs=1e-14)
+
+
+@pytest.mark.parametrize(("counts", "limit", "want"), [
+    ([3, 4, 2, 5, 1], 7, [(0, 2), (2, 4), (4, 5)]),   # a group may reach the limit exactly (3 + 4 = 7)
+    ([10, 1, 6], 7, [(0, 1), (1, 3)]),                 # one class over the limit is a group of its own
+    ([0, 0, 8, 0], 7, [(0, 3), (3, 4)]),               # empty classes join the group before the big one
+    ([2, 2, 2, 2], 100, [(0, 4)]),
+])
+def test_tace_class_groups_by_hand(counts, limit, want):
+    """TACE gathers consecutive classes whose entry counts sum to at most the limit."""
+    from ubench.metrics.calibration import _class_groups
+
+    assert _class_groups(np.array(counts), limit) == want

@@ -135,6 +135,39 @@ def test_exact_ties_go_to_lowest_index():
         np.testing.assert_array_equal(M.bayes_decisions(p.astype(np.float32), 1.0 - np.eye(c)), 0)
 
 
+def test_tie_tolerance_is_relative_to_the_cost_scale():
+    """The tie tolerance C eps max|cost| scales with the costs, so decisions do not depend on the cost unit. Costs
+    whose two risks differ by a relative 1e-12 (exactly, in fractions): the smaller risk wins at every scale
+    (at 1e-3 they are 5e-16 apart, far above the tolerance 4e-19 and below 2 eps / 1e-3); risks equal in exact
+    arithmetic tie at every scale (to the lowest index)., and exact ties (uniform rows) still go to the lowest index at 1e6."""
+    from fractions import Fraction
+
+    p = np.array([[0.5, 0.5]])
+    for scale in (1e-3, 1.0, 1e6):
+        a, b = scale, scale * (1 + 1e-12)
+        cost = np.array([[0.0, a], [b, 0.0]])
+        risk = [Fraction(0.5) * Fraction(b), Fraction(0.5) * Fraction(a)]  # risk of deciding 0, of deciding 1
+        assert M.bayes_decisions(p, cost).tolist() == [int(np.argmin(risk))] == [1]
+        uniform = np.full((2, 7), 1.0 / 7)
+        np.testing.assert_array_equal(M.bayes_decisions(uniform, scale * (1.0 - np.eye(7))), 0)
+    # A circulant cost (column h is v rolled by h): every column sums to sum(v), so uniform rows tie exactly, but
+    # the float risks of costs up to 1e6 differ by 6e-11 (the 4th is lowest); within 7 eps 1e6 = 1.5e-9, tied.
+    v = np.random.default_rng(0).uniform(0.0, 1e6, 7)
+    circulant = np.stack([np.roll(v, h) for h in range(7)], axis=1)
+    uniform = np.full((1, 7), 1.0 / 7)
+    assert np.argmin(uniform @ circulant) != 0
+    assert M.bayes_decisions(uniform, circulant).tolist() == [0]
+
+
+def test_bayes_decisions_over_several_row_blocks_equal_the_argmin():
+    """1000 classes: blocks of 131 rows (2^17 entries), so 400 rows are 4 blocks; every row's decision is the
+    argmin of its risk p @ C (a random cost has no ties), the last block's rows included."""
+    rng = np.random.default_rng(2)
+    p = rng.dirichlet(np.full(1000, 0.1), size=400)
+    cost = rng.random((1000, 1000))
+    np.testing.assert_array_equal(M.bayes_decisions(p, cost), np.argmin(p @ cost, axis=1))
+
+
 @given(data=probs_and_labels())
 def test_bayes_decision_minimises_expected_cost(data):
     """For any probs, no other decision has lower expected cost under the model (brute force)."""

@@ -269,3 +269,125 @@ def test_shift_median_and_ood_detection_replicates_on_constant_columns():
         np.testing.assert_allclose(reps[key], value, rtol=1e-12, atol=1e-15, err_msg=key)
     (only,) = sample_replicates([samples], n_replicates=7, seed=3, keys=("accuracy",))
     assert set(only) == {"accuracy"}
+
+
+# --- sample_replicates against counts drawn here and scikit-learn's weighted detection metrics --------------------
+
+def _counts(seed, unit, n, b):
+    """The documented draws of unit ``unit``: ``rng.integers(0, n, (B, n))`` of ``default_rng([seed, 2,
+    crc32(unit)])``, counted per replicate (written here from the docstrings, not with ``metrics/bootstrap.py``)."""
+    import zlib
+
+    idx = np.random.default_rng([seed, 2, zlib.crc32(unit.encode())]).integers(0, n, (b, n))
+    return np.stack([np.bincount(row, minlength=n) for row in idx]).astype(np.float64)
+
+
+def test_sample_replicates_equal_weighted_means_and_sklearn_detection():
+    """Each replicate b is the multiset in which sample i appears counts[b, i] times: the linear keys are the
+    count-weighted means of their columns (calibrated_brier too), and the OOD keys are scikit-learn's
+    ``roc_auc_score``, ``average_precision_score`` and the FPR of ``roc_curve`` at the first TPR >= ``tpr`` with
+    those counts as sample weights (OOD positive). At tpr = 0.8 (passed) and at the default, 0.95."""
+    from sklearn.metrics import average_precision_score, roc_auc_score, roc_curve
+
+    rng = np.random.default_rng(5)
+    n, n_ood, b, seed = 40, 25, 30, 11
+    cols = {"accuracy": (rng.random(n) < 0.7).astype(float), "cll": -rng.random(n),
+            "calibrated_brier": rng.random(n), "score_total": rng.normal(0, 1, n)}
+    samples = _samples(n, cols, ood={"score_total": rng.normal(0.8, 1, n_ood)}, scores=("total",))
+    ood = np.frombuffer(__import__("base64").b64decode(samples["splits"]["far"]["columns"]["score_total"]))
+    w_in, w_ood = _counts(seed, "ids:test", n, b), _counts(seed, "ood:far", n_ood, b)
+    y = np.r_[np.ones(n_ood), np.zeros(n)]
+    s = np.r_[ood, cols["score_total"]]
+    for tpr, kw in ((0.8, {"tpr": 0.8}), (0.95, {})):
+        (reps,) = sample_replicates([samples], n_replicates=b, seed=seed, **kw)
+        for key in ("accuracy", "cll", "calibrated_brier"):
+            np.testing.assert_allclose(reps[key], w_in @ cols[key] / n, rtol=1e-13, err_msg=key)
+        for r in range(b):
+            w = np.r_[w_ood[r], w_in[r]]
+            fpr, tp, _ = roc_curve(y, s, sample_weight=w, drop_intermediate=False)
+            assert reps["ood_auroc_total"][r] == pytest.approx(roc_auc_score(y, s, sample_weight=w), rel=1e-12)
+            assert reps["ood_aupr_total"][r] == pytest.approx(average_precision_score(y, s, sample_weight=w),
+                                                               rel=1e-12)
+            assert reps["ood_fpr95_total"][r] == pytest.approx(fpr[np.argmax(tp >= tpr)], rel=1e-12), (tpr, r)
+
+
+def test_sample_replicates_in_several_count_blocks():
+    """Past ``BLOCK_CELLS`` weights the replicates are drawn in blocks (5000 samples: 419 replicates a block); the
+    blocks together are the B replicates of one draw, so 450 replicates are 450 weighted means."""
+    rng = np.random.default_rng(6)
+    n, b = 5000, 450
+    acc = (rng.random(n) < 0.6).astype(float)
+    (reps,) = sample_replicates([_samples(n, {"accuracy": acc})], n_replicates=b, seed=3, keys=("accuracy",))
+    assert reps["accuracy"].shape == (b,)
+    np.testing.assert_allclose(reps["accuracy"], _counts(3, "ids:test", n, b) @ acc / n, rtol=1e-13)
+
+
+def test_sample_replicates_read_only_what_the_keys_need():
+    """Splits the keys do not need are neither decoded nor resampled: an OOD split and a shift split with
+    unreadable columns leave the accuracy replicates as they are without them; a needed split's bad column is
+    a ValueError naming the split. No ``scores`` entry means no detection task; a score column missing from an
+    OOD split leaves that key out. Reports that disagree on a unit's size are refused, naming the unit; no
+    reports give no replicates."""
+    rng = np.random.default_rng(7)
+    n = 30
+    acc = (rng.random(n) < 0.7).astype(float)
+    clean = _samples(n, {"accuracy": acc, "score_total": rng.random(n)})
+    want = sample_replicates([clean], n_replicates=9, seed=1, keys=("accuracy",))[0]["accuracy"]
+    messy = {**clean, "scores": ["total"], "splits": {
+        **clean["splits"],
+        "far": {"role": "ood", "unit": "ood:far", "n": 4, "columns": {"score_total": "not base64!"}},
+        "blur": {"role": "shift", "unit": "ids:test", "n": n, "columns": {"accuracy": "not base64!"}}}}
+    (got,) = sample_replicates([messy], n_replicates=9, seed=1, keys=("accuracy",))
+    assert set(got) == {"accuracy"}
+    np.testing.assert_array_equal(got["accuracy"], want)
+    with pytest.raises(ValueError) as ei:
+        sample_replicates([messy], n_replicates=9, seed=1, keys=("accuracy", "ood_auroc_total"))
+    assert str(ei.value) == "samples.splits['far']: column 'score_total' is not base64"
+
+    ood = _samples(n, {"accuracy": acc, "score_total": rng.random(n), "score_knowledge": rng.random(n)},
+                   ood={"score_total": rng.random(5)}, scores=("total", "knowledge"))
+    (both,) = sample_replicates([ood], n_replicates=9, seed=1)
+    assert set(both) == {"accuracy", "ood_auroc_total", "ood_aupr_total", "ood_fpr95_total"}
+    del ood["scores"]
+    (none,) = sample_replicates([ood], n_replicates=9, seed=1)
+    assert set(none) == {"accuracy"}
+    np.testing.assert_array_equal(none["accuracy"], both["accuracy"])
+
+    with pytest.raises(ValueError) as ei:
+        sample_replicates([_samples(n, {"accuracy": acc}), _samples(n + 1, {"accuracy": np.r_[acc, 1.0]})],
+                          n_replicates=9, seed=1)
+    assert str(ei.value) == ("resampling unit 'ids:test' has 31 samples in one report and 30 in another: the "
+                             "reports are not on the same samples")
+    assert sample_replicates([], n_replicates=9, seed=1) == []
+
+
+def test_evaluate_returns_only_report_keys():
+    """The per-shift-split means (``shift:j``) only feed the median: no internal key leaves ``_evaluate``."""
+    from ubench.metrics.paired import PAIRED_KEYS, _evaluate, _plan
+
+    n = 6
+    samples = _samples(n, {"accuracy": np.full(n, 0.5)})
+    samples["splits"]["s0"] = {"role": "shift", "unit": "ids:test", "n": n,
+                               "columns": encode_samples({"accuracy": np.full(n, 0.25)})}
+    plan = _plan(samples, 0.95)
+    w = {"ids:test": np.ones((2, n))}
+    out = _evaluate(plan, w, {"accuracy": np.full(2, 0.5), "shift:0": np.full(2, 0.25)})
+    assert set(out) == {"accuracy", "shift_accuracy_median"} and set(out) <= set(PAIRED_KEYS)
+
+
+def test_rounding_threshold_and_rank_ties_at_their_edges():
+    """A replicate difference of exactly 1e-12 x scale is rounding (``<=``), p = 1. Replicate values 6e-13 apart
+    below 1 share a rank (the tie margin is 1e-12 x max(1, |r|) on the values as given, not scaled by the sign of
+    the direction), for higher and lower is better. A method whose interval's low end equals the leader's high
+    end is tied with it (``lo <= hi``): b ties a in 5 of 100 replicates, so b's interval is [1, 2] and a's [1, 1]."""
+    row = _comparison(0.0, -0.01, 1e-12, higher_is_better=True)
+    assert row["p"] == 1.0 and row["interval"] == [0.0, 0.0]
+    for hib in (True, False):
+        near = rank_intervals({"x": 0.5, "y": 0.5}, {"x": np.full(50, 0.5 + 6e-13), "y": np.full(50, 0.5)},
+                              higher_is_better=hib)
+        assert near["x"]["rank_interval"] == near["y"]["rank_interval"] == [1, 1], hib
+    b = np.zeros(100)
+    b[:5] = 1.0
+    r = rank_intervals({"a": 1.0, "b": 0.0}, {"a": np.ones(100), "b": b}, higher_is_better=True)
+    assert r["a"]["rank_interval"] == [1, 1] and r["b"]["rank_interval"] == [1, 2]
+    assert r["b"]["tied_with_leader"] and not r["a"]["tied_with_leader"]

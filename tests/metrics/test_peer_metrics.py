@@ -131,8 +131,10 @@ def test_disagreement_is_the_share_of_disagreeing_pairs(seed, n_members, n, c):
 
 
 def test_diversity_needs_two_members():
-    with pytest.raises(m.UndefinedMetricError):
-        m.disagreement(np.full((1, 3, 2), 0.5))
+    for metric in (m.disagreement, m.variation_ratio):
+        with pytest.raises(m.UndefinedMetricError) as ei:
+            metric(np.full((1, 3, 2), 0.5))
+        assert str(ei.value) == "disagreement needs at least 2 members"
 
 
 # --- conformal -------------------------------------------------------------------------------------------------

@@ -80,6 +80,20 @@ def test_fused_probs_fit_matches_float64_reference_of_the_eps_objective(scale, p
     _assert_nlls(fit, log_probs, y, NLL_RTOL[p.dtype])
 
 
+def test_the_probability_one_pass_starts_at_4_warm_starts():
+    """fit_temperature's one-pass path runs from exactly N = 4 x 4096 rows (it certifies there on the 0.3 regime's
+    float32 probabilities), one row fewer goes to Newton; both agree with the float64 reference."""
+    z, y = _data(0.3, 1.0, 0.3, seed=10)
+    p = special.softmax(z, axis=1).astype(np.float32)
+    p /= p.sum(axis=1, keepdims=True)
+    n = 4 * T._WARM_START_ROWS
+    for rows, path in ((n, "one_pass"), (n - 1, "newton")):
+        fit = fit_temperature(p[:rows], y[:rows], eps=1e-12)
+        assert fit.path == path
+        ref = _reference_temperature(np.log(p[:rows].astype(np.float64) + 1e-12), y[:rows])
+        assert fit.temperature == pytest.approx(ref, rel=1e-6)
+
+
 def test_large_separable_data_falls_back_to_the_full_solver_and_reports_the_bound():
     """Every label is the clear top class: the NLL keeps falling as T -> 0, the one-pass fit cannot certify an
     interior optimum, and the full solver returns the lower bound with hit_bound set (never NaN)."""

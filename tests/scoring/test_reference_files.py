@@ -210,6 +210,12 @@ def test_the_reference_header_is_checked(tmp_path, attrs, message):
      "'in_domain')"),
     (lambda f: (f["splits/test"].__delitem__("labels"), f["splits/test"].create_dataset("labels", data=[0, 1])),
      "{ref}: /splits/test/labels must be integers of the sample_ids' shape"),
+    (lambda f: (f["splits/test"].__delitem__("labels"), f["splits/test"].create_group("labels")),
+     "{ref}: /splits/test/labels is not a plain dataset"),
+    (lambda f: f.attrs.__setitem__("primary", "ood"), "{ref}: attribute 'primary' at / names 'ood', which is not "
+     "an in-domain split of the reference; in-domain splits: test"),
+    (lambda f: f["splits/test/labels"].__setitem__(np.s_[1:4], [9, 0, -2]),  # C = 5: the first bad one is named
+     "{ref}: /splits/test/labels must be in [0, 5); found 9 at index 1 (2 outside in all)"),
     (lambda f: f["splits/test"].attrs.__setitem__("inputs_sha256", "AB" * 32),
      "{ref}: /splits/test: attribute 'inputs_sha256' must be 64 lower-case hex digits"),
     (lambda f: f["splits/test"].attrs.__setitem__("inputs_sha256", "ab" * 31),
@@ -250,16 +256,17 @@ def test_describe_reference_shows_every_split_as_written(tmp_path):
 
 @pytest.mark.parametrize("value", [None, ""])
 def test_a_reference_without_a_dataset_name_reads_as_empty(tmp_path, value):
-    """The file's ``dataset`` attribute is optional: absent or empty, the reference's dataset is ''."""
+    """The file's and a split's ``dataset`` attributes are optional: absent or empty, the dataset is ''."""
     path, _ = build_archive(tmp_path / "a.h5")
     ref = write_reference(path, tmp_path / "ref.h5")
     with h5py.File(ref, "a") as f:
         if value is None:
-            del f.attrs["dataset"]
+            del f.attrs["dataset"], f["splits/test"].attrs["dataset"]
         else:
-            f.attrs["dataset"] = value
+            f.attrs["dataset"] = f["splits/test"].attrs["dataset"] = value
     got = read_reference(ref)
     assert got.dataset == "" and describe_reference(got)["dataset"] == ""
+    assert got.splits["test"].dataset == "" and got.splits["ood"].dataset == "noise"
 
 
 def test_a_finding_about_the_whole_file_names_the_file_once(tmp_path):

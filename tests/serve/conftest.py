@@ -12,6 +12,7 @@ import shutil
 import socket
 import subprocess
 import tempfile
+import uuid
 from pathlib import Path
 
 import pytest
@@ -66,7 +67,9 @@ def create_database(server_url: str) -> str:
     """A fresh database on the test server at ``server_url``; its SQLAlchemy URL."""
     import psycopg
 
-    name = f"ubench_t{os.getpid()}_{next(_counter)}"
+    # the pid and a counter, plus random bits: under mutation testing one process runs pytest several times
+    # (statistics, clean run), the counter starting again at 0 on the same server
+    name = f"ubench_t{os.getpid()}_{next(_counter)}_{uuid.uuid4().hex[:8]}"
     with psycopg.connect(server_url.replace("postgresql+psycopg", "postgresql") + "/postgres", autocommit=True) as con:
         con.execute(f"CREATE DATABASE {name}")
     return f"{server_url}/{name}"

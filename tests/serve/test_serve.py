@@ -170,14 +170,22 @@ def test_upload_becomes_a_row_with_its_report(host):
     assert [row["submission"] for row in board["rows"]] == [sid] and board["rows"][0]["team"] == "alpha"
     assert [c["key"] for c in board["columns"]][:2] == ["cll", "accuracy"]
     page = httpx.get(srv.url + "/")
-    assert "default-src 'none'" in page.headers["content-security-policy"]
+    assert page.status_code == 200 and page.headers["content-type"] == "text/html; charset=utf-8"
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page.text and "<script>alert(1)" not in page.text
     for _ in range(600):  # the row comes first; the page's figures are drawn right after
         report = httpx.get(f"{srv.url}/submissions/{sid}")
         if report.status_code == 200:
             break
         time.sleep(0.2)
-    assert report.status_code == 200 and "default-src 'none'" in report.headers["content-security-policy"]
+    assert report.status_code == 200
+    missing = httpx.get(f"{srv.url}/submissions/no-such-id")
+    assert missing.status_code == 404 and "No scored submission with that id." in missing.text
+    assert httpx.get(srv.url + "/openapi.json").json()["info"] == {"title": "ubench serve", "version": "1"}
+    assert [httpx.get(srv.url + p).status_code for p in ("/docs", "/redoc")] == [404, 404]  # no interactive docs
+    for html in (page, report, missing):  # every HTML answer carries the security headers
+        assert html.headers["content-security-policy"].startswith("default-src 'none'; ")
+        assert (html.headers["x-content-type-options"], html.headers["referrer-policy"]) == ("nosniff",
+                                                                                              "no-referrer")
     csv = httpx.get(srv.url + "/api/leaderboard", params={"format": "csv"}).text.splitlines()
     assert csv[0].startswith("rank,rank_interval,tied_with_leader,submission,team,method,submitted,cll")
     assert sid in csv[1]
