@@ -58,7 +58,8 @@ def test_every_configured_path_is_a_shard_unit_and_the_config_parses(bench, tmp_
 
 def test_a_run_names_only_the_mutants_without_a_verdict(bench, monkeypatch):
     """mutmut re-tests every mutant it is given by name: an incremental run names those without a verdict (or the
-    unit's glob when none has one), --survivors the survived, untested and timed-out ones not judged equivalent, --force the glob."""
+    unit's glob when none has one and none is judged equivalent), --survivors the survived, untested and timed-out
+    ones not judged equivalent, --force the glob."""
     codes = {"ubench.metrics.ranking.x_f__mutmut_1": 1, "ubench.metrics.ranking.x_f__mutmut_2": 0,
              "ubench.metrics.ranking.x_f__mutmut_3": None, "ubench.metrics.ranking.x_f__mutmut_4": 33,
              "ubench.metrics.ranking.x_f__mutmut_5": -24}
@@ -71,7 +72,10 @@ def test_a_run_names_only_the_mutants_without_a_verdict(bench, monkeypatch):
         "ubench.metrics.ranking.x_f__mutmut_2", "ubench.metrics.ranking.x_f__mutmut_4",
         "ubench.metrics.ranking.x_f__mutmut_5"]
     assert bench._names_to_run("metrics/ranking.py", codes, force=True, survivors=False) == [glob]
-    fresh = dict.fromkeys(codes)
+    fresh = dict.fromkeys(codes)  # a mutant judged equivalent is not tested: the others are named
+    assert bench._names_to_run("metrics/ranking.py", fresh, force=False, survivors=False) == [
+        f"ubench.metrics.ranking.x_f__mutmut_{k}" for k in range(1, 6)]
+    fresh.pop("ubench.metrics.ranking.x_f__mutmut_6")  # none equivalent: the unit's glob
     assert bench._names_to_run("metrics/ranking.py", fresh, force=False, survivors=False) == [glob]
     done = {k: 1 for k in codes}
     assert bench._names_to_run("metrics/ranking.py", done, force=False, survivors=False) == []
