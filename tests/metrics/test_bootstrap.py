@@ -30,7 +30,7 @@ from ubench.metrics.bootstrap import (
     percentile_interval,
     weighted_binned_error,
 )
-from ubench.metrics.bootstrap_ranking import _Ranked, weighted_detection, weighted_selective
+from ubench.metrics.bootstrap_ranking import _exclusive_cumsum, _Ranked, weighted_detection, weighted_selective
 from ubench.metrics.calibration import _equal_width_bin_index
 from ubench.metrics.calibration_debiased import debiased_squared_error, equal_mass_edges
 from ubench.metrics.uncertainty import _normalized_entropy
@@ -104,6 +104,22 @@ def test_weighted_detection_equals_the_ranking_metrics_of_the_resampled_set(disc
         assert got["auroc"][b] == pytest.approx(auroc_score(s, y), abs=1e-12)
         assert got["aupr"][b] == pytest.approx(average_precision_score(s, y), abs=1e-12)
         assert got["fpr"][b] == pytest.approx(fpr_at_tpr(s, y, tpr=0.95), abs=1e-12)
+
+
+@pytest.mark.parametrize(("counts", "dtype"), [
+    (bootstrap_counts(5000, 7, interval_rng(0, 1)), np.int32),  # int16 bootstrap counts
+    (np.full((1, 3), 1 << 29, dtype=np.int32), np.int64),  # a row reaches 3 * 2**29 >= 2**30: the kernels add two
+    (np.full((6, 3), 1 << 27, dtype=np.int32), np.int64),  # rows below 2**30, the block's sum 18 * 2**27 >= 2**31
+    (np.full((5, 3), 1 << 27, dtype=np.int32), np.int32),  # the block's sum 15 * 2**27 just below 2**31
+])
+def test_exclusive_cumsum_is_each_rows_running_sum_from_zero(counts, dtype):
+    """Each row's running sum from 0, against numpy's row-wise sum in int64; int32 only while neither a row
+    (2**30: the kernels add two) nor the block summed as one row (2**31) can overflow."""
+    got = _exclusive_cumsum(counts)
+    want = np.zeros((counts.shape[0], counts.shape[1] + 1), dtype=np.int64)
+    np.cumsum(counts, axis=1, dtype=np.int64, out=want[:, 1:])
+    assert got.dtype == dtype
+    np.testing.assert_array_equal(got, want)
 
 
 def test_weighted_detection_is_undefined_without_positives():
