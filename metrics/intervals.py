@@ -257,7 +257,7 @@ def resample(statistics: Mapping[str, Any], units: Mapping[str, int], *, n_repli
     at a time draws its in-domain unit, which its shift splits share, once instead of once per batch.
     """
     import os
-    from concurrent.futures import ThreadPoolExecutor
+    from concurrent.futures import Future, ThreadPoolExecutor
 
     rngs = {u: interval_rng(seed, _unit_key(u)) for u in units}
     parts: dict[str, dict[str, list]] = {name: {} for name in statistics}
@@ -274,17 +274,14 @@ def resample(statistics: Mapping[str, Any], units: Mapping[str, int], *, n_repli
             if u not in counts and n_replicates * units[u] <= room:
                 counts[u], room = [], room - n_replicates * units[u]
 
-    def draw(start: int, stop: int, gens: Mapping[str, np.random.Generator]) -> dict[str, NDArray]:
-        out = {}
-        for u, g in gens.items():
-            cached = None if counts is None else counts.get(u)
-            if cached is not None and len(cached) == len(blocks):  # drawn by an earlier call
-                out[u] = cached[index[start]].astype(count_dtype(units[u]))
-                continue
-            out[u] = bootstrap_counts(units[u], stop - start, g)
-            if cached is not None:
-                cached.append(_as_bytes(out[u]))
-        return out
+    def draw(u: str, start: int, stop: int) -> NDArray:
+        cached = None if counts is None else counts.get(u)
+        if cached is not None and len(cached) == len(blocks):  # drawn by an earlier call
+            return cached[index[start]].astype(count_dtype(units[u]))
+        w = bootstrap_counts(units[u], stop - start, rngs[u])
+        if cached is not None:
+            cached.append(_as_bytes(w))
+        return w
 
     def add(name: str, values: Mapping[str, NDArray]) -> None:
         for key, v in values.items():
@@ -295,12 +292,24 @@ def resample(statistics: Mapping[str, Any], units: Mapping[str, int], *, n_repli
         return [(name, statistics[name].linear(w, wf @ matrix)) for name, matrix in linear[u]]
 
     with ThreadPoolExecutor(max_workers=workers) as pool:
-        weights = draw(*blocks[0], rngs) if blocks else {}
+        def draws(i: int) -> dict[str, Future]:  # each unit's block i on a pool thread of its own
+            return {u: pool.submit(draw, u, *blocks[i]) for u in units}
+
+        def halves(weights: Mapping[str, NDArray]) -> list[slice | None]:
+            # sorted kernels run on each half of the block's rows (their values are row by row, the same), so
+            # that the two threads share them beside the draws; None: the other statistics, on the whole block
+            rows = next(iter(weights.values())).shape[0] if weights else 0
+            return [None, slice(0, rows // 2), slice(rows // 2, rows)] if rows >= 2 else [None, slice(0, rows)]
+
+        pending = draws(0) if blocks else {}
         for i in range(len(blocks)):
+            weights = {u: f.result() for u, f in pending.items()}
             sums = [pool.submit(products, u, weights[u]) for u in linear]  # first: the longest jobs
-            futures = [(name, pool.submit(job)) for name, stat in statistics.items() for job in _jobs(stat, weights)]
+            futures = [(name, pool.submit(job)) for rows in halves(weights) for name, stat in statistics.items()
+                       if getattr(stat, "sorted_kernels", False) == (rows is not None)
+                       for job in _jobs(stat, weights if rows is None else {u: w[rows] for u, w in weights.items()})]
             if i + 1 < len(blocks):
-                weights = draw(*blocks[i + 1], rngs)
+                pending = draws(i + 1)
             for name, future in futures:
                 add(name, future.result())
             for future in sums:
