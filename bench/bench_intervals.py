@@ -174,6 +174,7 @@ def _peer(n: int, c: int, scipy_resamples: int, repeats: int = 3) -> list[dict]:
     from ubench.metrics import auroc_score, average_precision_score, cross_validated_calibration, fpr_at_tpr
     from ubench.metrics.intervals import resample
     from ubench.metrics.protocol_bootstrap import cv_influence
+    from ubench.scoring.blas import one_blas_thread
 
     rng = np.random.default_rng(1)
     y = rng.integers(0, c, n)
@@ -190,14 +191,37 @@ def _peer(n: int, c: int, scipy_resamples: int, repeats: int = 3) -> list[dict]:
     from ubench.metrics.bootstrap import LinearColumns
     from ubench.metrics.bootstrap_ranking import _Sorted, weighted_detection
 
-    class _One:
-        """ubench's machinery for one statistic: counts, then its kernel (what the peer computes, no more)."""
+    class _Kernel:
+        """ubench's machinery for one sorted statistic, as the report's ``OODStatistics``: counts, then its kernel
+        (what the peer computes, no more), one job per block, run on halves of the block's rows."""
+
+        cols, sorted_kernels = None, True
 
         def __init__(self, unit, n, fn):
             self.unit, self.n, self.fn = unit, n, fn
 
+        def jobs(self, weights):
+            return [lambda: self.fn(weights)]
+
         def replicates(self, weights):
             return self.fn(weights)
+
+    class _Linear:
+        """ubench's machinery for linear columns, as the report's ``LabelledStatistics``: a matrix product."""
+
+        sorted_kernels = False
+
+        def __init__(self, unit, cols):
+            self.unit, self.n, self.cols = unit, cols.n, cols
+
+        def jobs(self, weights):
+            return []
+
+        def linear(self, w, sums=None):
+            return self.cols.apply(w, sums)
+
+        def replicates(self, weights):
+            return self.linear(weights[self.unit])
 
     def floor_time(units):
         """The draws every bootstrap makes, peer or ubench: ``n`` indices with replacement per replicate and unit
@@ -215,7 +239,8 @@ def _peer(n: int, c: int, scipy_resamples: int, repeats: int = 3) -> list[dict]:
         for _ in range(repeats):
             t = time.perf_counter()
             stat = fn()
-            resample({"x": stat}, units, n_replicates=1000, seed=0)
+            with one_blas_thread():  # as scoring multiplies (scoring/blas.py)
+                resample({"x": stat}, units, n_replicates=1000, seed=0)
             times.append((time.perf_counter() - t) / 1000)
         return statistics.median(times)
 
@@ -236,7 +261,7 @@ def _peer(n: int, c: int, scipy_resamples: int, repeats: int = 3) -> list[dict]:
     def accuracy_stat():
         cols = LinearColumns(n)
         cols.add("accuracy", hit)
-        return _One("u", n, lambda w: cols.apply(w["u"]))
+        return _Linear("u", cols)
 
     ours = ubench_time(accuracy_stat, {"u": n})
     floor = floor_time({"u": n})
@@ -256,7 +281,7 @@ def _peer(n: int, c: int, scipy_resamples: int, repeats: int = 3) -> list[dict]:
 
     def auroc_stat():
         order = _Sorted.of(s_ood, s_in)
-        return _One("u", n, lambda w: weighted_detection(order.pos, order.neg, w["o"], w["u"], order=order))
+        return _Kernel("u", n, lambda w: weighted_detection(order.pos, order.neg, w["o"], w["u"], order=order))
 
     ours = ubench_time(auroc_stat, {"u": n, "o": n})
     floor = floor_time({"u": n, "o": n})
@@ -305,7 +330,7 @@ def _peer(n: int, c: int, scipy_resamples: int, repeats: int = 3) -> list[dict]:
     def cll_stat():
         cols = LinearColumns(n)
         cols.add("cll", cv_influence(probs[None], y).psi["cll"])
-        return _One("u", n, lambda w: cols.apply(w["u"]))
+        return _Linear("u", cols)
 
     ours = ubench_time(cll_stat, {"u": n})
     floor = floor_time({"u": n})
