@@ -111,6 +111,7 @@ def test_weighted_detection_equals_the_ranking_metrics_of_the_resampled_set(disc
     (np.full((1, 3), 1 << 29, dtype=np.int32), np.int64),  # a row reaches 3 * 2**29 >= 2**30: the kernels add two
     (np.full((6, 3), 1 << 27, dtype=np.int32), np.int64),  # rows below 2**30, the block's sum 18 * 2**27 >= 2**31
     (np.full((5, 3), 1 << 27, dtype=np.int32), np.int32),  # the block's sum 15 * 2**27 just below 2**31
+    (np.zeros((3, 0), dtype=np.int16), np.int32),  # no samples (e.g. a split without errors): zeros
 ])
 def test_exclusive_cumsum_is_each_rows_running_sum_from_zero(counts, dtype):
     """Each row's running sum from 0, against numpy's row-wise sum in int64; int32 only while neither a row
