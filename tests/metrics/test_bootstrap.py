@@ -30,7 +30,8 @@ from ubench.metrics.bootstrap import (
     percentile_interval,
     weighted_binned_error,
 )
-from ubench.metrics.bootstrap_ranking import _exclusive_cumsum, _Ranked, weighted_detection, weighted_selective
+from ubench.metrics import bootstrap_ranking
+from ubench.metrics.bootstrap_ranking import _exclusive_cumsum, _last_at_most, _Ranked, weighted_detection, weighted_selective
 from ubench.metrics.calibration import _equal_width_bin_index
 from ubench.metrics.calibration_debiased import debiased_squared_error, equal_mass_edges
 from ubench.metrics.uncertainty import _normalized_entropy
@@ -121,6 +122,17 @@ def test_exclusive_cumsum_is_each_rows_running_sum_from_zero(counts, dtype):
     np.cumsum(counts, axis=1, dtype=np.int64, out=want[:, 1:])
     assert got.dtype == dtype
     np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("compare_up_to", [0, 1 << 30])  # search each row / compare every entry
+def test_last_at_most_is_the_last_index_not_above_each_rows_bound(monkeypatch, compare_up_to):
+    """Against a scan of each row: ties (the last of equal entries), bounds below every entry (-1) and above."""
+    monkeypatch.setattr(bootstrap_ranking, "SEARCH_ROW_MIN", compare_up_to)
+    rng = np.random.default_rng(0)
+    rows = np.cumsum(rng.integers(0, 3, (40, 25)), axis=1).astype(np.int32)
+    x = np.r_[rows[:20, 7], rows[20:38, -1] + 1, -1, 0].astype(np.int32)  # on an entry, above all, below all
+    want = [max((j for j in range(rows.shape[1]) if rows[b, j] <= x[b]), default=-1) for b in range(rows.shape[0])]
+    np.testing.assert_array_equal(_last_at_most(rows, x), want)
 
 
 def test_weighted_detection_is_undefined_without_positives():
