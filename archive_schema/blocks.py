@@ -18,9 +18,15 @@ import numpy as np
 from .safe_h5py import h5py
 from .spec import ReadLimits
 
-__all__ = ["native", "native_dtype", "chunk_bounded_rows", "iter_blocks", "read_all", "drop_chunk_cache"]
+__all__ = ["native", "native_dtype", "chunk_bounded_rows", "iter_blocks", "read_all", "drop_chunk_cache",
+           "STREAM_BLOCK_BYTES", "aligned_rows"]
 
 _MAX_CHUNKS = ReadLimits().max_chunks_per_read
+
+#: Bytes of one streamed block (M, rows, C) of probabilities counted as float64 (the float32 block read is half of
+#: it), for the scorer and the validator alike: small enough that peak memory hardly depends on M (a larger block
+#: only adds Python-free NumPy work per call).
+STREAM_BLOCK_BYTES = 16 * 2**20
 
 
 def native_dtype(dtype: np.dtype) -> np.dtype:
@@ -51,6 +57,15 @@ def drop_chunk_cache(ds: h5py.Dataset) -> None:
         ds.id.refresh()
     except (OSError, RuntimeError, ValueError):
         pass
+
+
+def aligned_rows(chunk_rows: int | None, rows: int) -> int:
+    """Round a block's rows down to whole chunks along samples (at least one chunk), so that no chunk straddles
+    two blocks: a straddling chunk is read and decompressed twice (the files are opened without a chunk cache:
+    ``scan.open_readonly``), which more than doubled the read time in bench/bench_score.py."""
+    if chunk_rows is None:
+        return rows
+    return max(chunk_rows, rows // chunk_rows * chunk_rows)
 
 
 def chunk_bounded_rows(ds: h5py.Dataset, rows: int, max_chunks: int = _MAX_CHUNKS) -> int:
