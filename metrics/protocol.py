@@ -486,6 +486,7 @@ def _post_cv_rows(mean, labels, eps, bounds, perms, n_bins, before):
     half = n // 2
     betas = np.stack([_heldout_betas(n, perm, fits[2 * r][0], fits[2 * r + 1][0]) for r, perm in enumerate(perms)])
     log_z, sq_all = _scaled_row_scores_multi(s, betas)  # one pass over the classes for every halving
+    del betas  # per-sample arrays are the peak memory of a large split's report (issue #29): each goes when done
     rows = []
     for r, perm in enumerate(perms):
         (beta_a, _), (beta_b, _) = fits[2 * r], fits[2 * r + 1]
@@ -495,6 +496,7 @@ def _post_cv_rows(mean, labels, eps, bounds, perms, n_bins, before):
             # a temperature keeps the argmax (post): the calibrated hits are the uncalibrated ones
             calibrated = (conf[eval_rows], hit0[eval_rows], brier[eval_rows])
             rows.append(_fold_row(-float(nll[eval_rows].mean()), eval_rows, before, calibrated, n_bins))
+        del nll, conf, q_y, brier, calibrated  # not alive beside the next halving's
     return rows, [1.0 / b for b, _ in fits], sum(h for _, h in fits)
 
 
