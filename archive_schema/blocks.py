@@ -45,13 +45,14 @@ def _sample_axis(ndim: int) -> int:
 
 
 def drop_chunk_cache(ds: h5py.Dataset) -> None:
-    """Free the decompressed chunks HDF5 keeps for the open dataset ``ds`` (``H5Drefresh`` evicts them; the
-    dataset stays open and unchanged).
+    """Free the decompressed chunks and the metadata HDF5 keeps for the open dataset ``ds`` (``H5Drefresh`` evicts
+    them; the dataset stays open and unchanged).
 
-    Every open dataset keeps up to ``rdcc_nbytes`` of chunks (8 MiB per dataset in HDF5 2.0) until it is closed,
-    and an open archive holds every split's datasets open: an ImageNet-C-shaped archive kept 8 MiB per split it
-    had streamed (issue #29 item 2). The streaming reads are chunk-aligned, so the cache saves nothing once a
-    split is done. A file that HDF5 cannot re-read here keeps its cache (the next read of it reports the error).
+    Every open dataset keeps up to ``rdcc_nbytes`` of chunks (8 MiB per dataset in HDF5 2.0's defaults) until it
+    is closed, and an open archive holds every split's datasets open: an ImageNet-C-shaped archive kept 8 MiB per
+    split it had streamed (issue #29 item 2). ``scan.open_readonly`` now opens files without a chunk cache, so
+    this matters for files opened otherwise, and for the metadata. A file that HDF5 cannot re-read here keeps its
+    cache (the next read of it reports the error).
     """
     try:
         ds.id.refresh()

@@ -64,9 +64,10 @@ class ArchiveReader:
         return iter_blocks(ds, rows, self.limits.max_chunks_per_read)
 
     def release(self, split: str) -> None:
-        """Free what HDF5 caches for the datasets of ``split`` (their decompressed chunks: up to 8 MiB each in
-        HDF5 2.0) once it has been read: the file keeps every split's datasets open, so without this the memory of
-        scoring grew with the number of splits (:func:`~ubench.archive_schema.blocks.drop_chunk_cache`)."""
+        """Free what HDF5 caches for the datasets of ``split`` once it has been read: the file keeps every split's
+        datasets open, so what they cache would grow the memory of scoring with the number of splits
+        (:func:`~ubench.archive_schema.blocks.drop_chunk_cache`; ``scan.open_readonly`` opens files without a chunk
+        cache and with a small metadata cache, this evicts the datasets' metadata too)."""
         if split not in self.header.splits:
             raise KeyError(f"no split {split!r} in {self.header.path}; splits: {sorted(self.header.splits)}")
         for (name, _), ds in self._parsed.nodes.items():
