@@ -85,7 +85,8 @@ def check_container(scan: Scan) -> bool:
 #: grow to 32 MiB and keeps several times its accounted size resident: walking the chunk index of an archive of
 #: 200 members (19,400 chunks; the scan counts them) or of 21 ImageNet-sized splits left 7-9 MiB resident, which
 #: grew the peak memory of scoring with M and with the number of splits (issue #29 item 2). Capped, the nodes are
-#: read again from the file (the OS's page cache) when needed: measured no slower.
+#: read again from the file (the OS's page cache) when needed: reading M = 200's 19,400 chunks took 0.23 s
+#: either way, and the 21-split archive scored in 62 s at load 5.5 (67 s at load 3 before).
 METADATA_CACHE_BYTES = 64 * 2**10
 
 

@@ -291,3 +291,29 @@ def test_planned_interval_memory_grows_by_replicates_per_split():
     assert plan(40) - plan(2) == 38 * REPLICATE_BYTES * 1000
     assert working_bytes({"a": 10, "b": 50_000, "c": 20_000}, 10, bootstrap=1000) - working_bytes(
         {"b": 50_000, "c": 20_000}, 10, bootstrap=1000) == REPLICATE_BYTES * 1000  # the two largest are counted
+
+
+def test_validator_reads_member_by_member_when_a_chunk_row_exceeds_a_block(tmp_path):
+    """Where one chunk row of all members exceeds a block (here chunks of 5 rows, blocks of 4), the validator reads
+    one member's chunk row at a time: the archive validates, and a bad value in the last member is named by member and sample as the
+    whole-block reading names it."""
+    import sys
+    from pathlib import Path
+
+    from ubench.archive_schema import validate_archive
+    from ubench.archive_schema.spec import ReadLimits
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "archive_schema"))
+    from plain_writer import default_splits, write_plain_archive
+
+    splits = default_splits(m=3, n=12, c=4)
+    path = write_plain_archive(tmp_path / "ok.h5", splits=splits, probs_options={"chunks": (1, 5, 4)})
+    small, whole = ReadLimits(block_bytes=8 * 3 * 4 * 4), ReadLimits()
+    assert [f for f in validate_archive(path, small) if f.severity == "error"] == []
+    bad = splits["test"]["probs"].copy()
+    bad[2, 7, 2] = 1.5  # the last member, sample 7 (the second chunk row)
+    splits["test"]["probs"] = bad
+    path = write_plain_archive(tmp_path / "bad.h5", splits=splits, probs_options={"chunks": (1, 5, 4)})
+    found = [(f.check, f.message) for f in validate_archive(path, small) if f.severity == "error"]
+    assert found == [(f.check, f.message) for f in validate_archive(path, whole) if f.severity == "error"]
+    assert len(found) == 1 and "member 2, sample 7" in found[0][1], found
