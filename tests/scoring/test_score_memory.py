@@ -169,6 +169,7 @@ def rss():
     with open("/proc/self/status") as f:
         return next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmRSS"))
 
+h5py.File(sys.argv[1], "r").close()  # what the first open of a file maps (HDF5's own start) is not measured
 for safe in (True, False):
     before = rss()
     f = open_readonly(Scan(sys.argv[1], ReadLimits())) if safe else h5py.File(sys.argv[1], "r")
@@ -180,9 +181,9 @@ for safe in (True, False):
 
 def test_chunk_index_is_not_kept_in_memory(tmp_path):
     """The scan walks every chunk index (it counts the chunks), and HDF5's metadata cache keeps the index's
-    B-tree nodes: 20,000 chunks (an archive of 200 members) left about 6 MiB resident with HDF5's defaults, 7-9
-    MiB in the scorer, so that the peak memory of scoring grew with M. The safe reader caps that cache
-    (``scan.METADATA_CACHE_BYTES``): under a quarter of it."""
+    B-tree nodes: 20,000 chunks (an archive of 200 members) left 7.5 MiB resident with HDF5's defaults, so that
+    the peak memory of scoring grew with M. The safe reader caps that cache (``scan.METADATA_CACHE_BYTES``): under
+    a third of it (measured 1.2 MiB)."""
     import subprocess
     import sys
 
@@ -193,7 +194,7 @@ def test_chunk_index_is_not_kept_in_memory(tmp_path):
     capped, default = (int(x) for x in subprocess.run([sys.executable, "-c", _CHUNK_INDEX, str(tmp_path / "chunks.h5")],
                                                        capture_output=True, text=True, check=True).stdout.split())
     assert default > 3 * 2**20, default  # what the index costs uncapped
-    assert capped < default / 4, (capped, default)
+    assert capped < default / 3, (capped, default)
 
 
 def _uniform_archive(path, m: int, n: int = 2000, c: int = 100):
@@ -225,13 +226,22 @@ def test_validating_holds_one_block_whatever_m(tmp_path):
         assert peak < 1.25 * STREAM_BLOCK_BYTES / 2, (m, peak / 2**20)
 
 
-def test_scoring_peak_does_not_grow_with_m(tmp_path):
+def _no_hash(monkeypatch):
+    """The file's sha256 is computed on a thread beside the scoring, its 1 MiB buffer alive at any moment of it:
+    left out where traced memory is compared."""
+    from ubench.archive_schema.reader import ArchiveReader
+
+    monkeypatch.setattr(ArchiveReader, "sha256", lambda self: "0" * 64)
+
+
+def test_scoring_peak_does_not_grow_with_m(tmp_path, monkeypatch):
     """Scoring streams one block of members at a time and drops it before the next is read (the reader's
     generator and the scorer's loop each held the last block while the next one was read): the traced peak at
     M = 48 (a 38 MB split) stays within an eighth of a block of M = 2's (one more block is 8 MB here; measured
     +0.6 MiB). Both after a first score, so that neither counts the modules the sections import."""
     from ubench.archive_schema.blocks import STREAM_BLOCK_BYTES
 
+    _no_hash(monkeypatch)
     protocol = Protocol.preset("pitfalls").replace(intervals=False)
     paths = {m: _uniform_archive(tmp_path / f"m{m}.h5", m) for m in (2, 48)}
     run_score(paths[2], protocol=protocol)
@@ -252,6 +262,7 @@ def test_labels_are_read_as_each_split_is_scored(tmp_path, monkeypatch):
     archive's 21 splits). 12 shift splits hold less than one split's labels more than 1 does."""
     import ubench.scoring.score as score
 
+    _no_hash(monkeypatch)
     held = {}
     real = score.score_split
 
