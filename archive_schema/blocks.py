@@ -18,9 +18,15 @@ import numpy as np
 from .safe_h5py import h5py
 from .spec import ReadLimits
 
-__all__ = ["native", "native_dtype", "chunk_bounded_rows", "iter_blocks", "read_all", "drop_chunk_cache"]
+__all__ = ["native", "native_dtype", "chunk_bounded_rows", "iter_blocks", "read_all", "drop_chunk_cache",
+           "STREAM_BLOCK_BYTES", "aligned_rows"]
 
 _MAX_CHUNKS = ReadLimits().max_chunks_per_read
+
+#: Bytes of one streamed block (M, rows, C) of probabilities counted as float64 (the float32 block read is half of
+#: it), for the scorer and the validator alike: small enough that peak memory hardly depends on M (a larger block
+#: only adds Python-free NumPy work per call).
+STREAM_BLOCK_BYTES = 16 * 2**20
 
 
 def native_dtype(dtype: np.dtype) -> np.dtype:
@@ -39,18 +45,28 @@ def _sample_axis(ndim: int) -> int:
 
 
 def drop_chunk_cache(ds: h5py.Dataset) -> None:
-    """Free the decompressed chunks HDF5 keeps for the open dataset ``ds`` (``H5Drefresh`` evicts them; the
-    dataset stays open and unchanged).
+    """Free the decompressed chunks and the metadata HDF5 keeps for the open dataset ``ds`` (``H5Drefresh`` evicts
+    them; the dataset stays open and unchanged).
 
-    Every open dataset keeps up to ``rdcc_nbytes`` of chunks (8 MiB per dataset in HDF5 2.0) until it is closed,
-    and an open archive holds every split's datasets open: an ImageNet-C-shaped archive kept 8 MiB per split it
-    had streamed (issue #29 item 2). The streaming reads are chunk-aligned, so the cache saves nothing once a
-    split is done. A file that HDF5 cannot re-read here keeps its cache (the next read of it reports the error).
+    Every open dataset keeps up to ``rdcc_nbytes`` of chunks (8 MiB per dataset in HDF5 2.0's defaults) until it
+    is closed, and an open archive holds every split's datasets open: an ImageNet-C-shaped archive kept 8 MiB per
+    split it had streamed (issue #29 item 2). ``scan.open_readonly`` now opens files without a chunk cache, so
+    this matters for files opened otherwise, and for the metadata. A file that HDF5 cannot re-read here keeps its
+    cache (the next read of it reports the error).
     """
     try:
         ds.id.refresh()
     except (OSError, RuntimeError, ValueError):
         pass
+
+
+def aligned_rows(chunk_rows: int | None, rows: int) -> int:
+    """Round a block's rows down to whole chunks along samples (at least one chunk), so that no chunk straddles
+    two blocks: a straddling chunk is read and decompressed twice (the files are opened without a chunk cache:
+    ``scan.open_readonly``), which more than doubled the read time in bench/bench_score.py."""
+    if chunk_rows is None:
+        return rows
+    return max(chunk_rows, rows // chunk_rows * chunk_rows)
 
 
 def chunk_bounded_rows(ds: h5py.Dataset, rows: int, max_chunks: int = _MAX_CHUNKS) -> int:

@@ -64,9 +64,10 @@ class ArchiveReader:
         return iter_blocks(ds, rows, self.limits.max_chunks_per_read)
 
     def release(self, split: str) -> None:
-        """Free what HDF5 caches for the datasets of ``split`` (their decompressed chunks: up to 8 MiB each in
-        HDF5 2.0) once it has been read: the file keeps every split's datasets open, so without this the memory of
-        scoring grew with the number of splits (:func:`~ubench.archive_schema.blocks.drop_chunk_cache`)."""
+        """Free what HDF5 caches for the datasets of ``split`` once it has been read: the file keeps every split's
+        datasets open, so what they cache would grow the memory of scoring with the number of splits
+        (:func:`~ubench.archive_schema.blocks.drop_chunk_cache`; ``scan.open_readonly`` opens files without a chunk
+        cache and with a small metadata cache, this evicts the datasets' metadata too)."""
         if split not in self.header.splits:
             raise KeyError(f"no split {split!r} in {self.header.path}; splits: {sorted(self.header.splits)}")
         for (name, _), ds in self._parsed.nodes.items():
@@ -99,6 +100,7 @@ class ArchiveReader:
             if not check_probs_block(scan, path, start, block):
                 raise InvalidArchiveError(self.header.path, self.findings + scan.findings)
             yield start, block
+            del block  # before the next block is read: two blocks were alive at once (the caller drops its own)
 
     def iter_checked_member_rows(self, split: str, rows: int) -> Iterator[tuple[int, int, np.ndarray]]:
         """``(start, member, probs[member, start:start+rows])`` for every run of ``rows`` samples, members in order
@@ -190,9 +192,13 @@ class ArchiveReader:
         import os
 
         fd, h, offset = self._file.id.get_vfd_handle(), hashlib.sha256(), 0
-        while block := os.pread(fd, 1 << 20, offset):
-            h.update(block)
-            offset += len(block)
+        # one buffer for every read: a new 1 MiB bytes object per read, allocated in the scoring thread's malloc
+        # arena while the scorer allocates there too, left the scorer's heap 5 MiB larger at M = 200 (issue #29)
+        buf = bytearray(1 << 20)
+        view = memoryview(buf)
+        while n := os.preadv(fd, [buf], offset):
+            h.update(view[:n])
+            offset += n
         return h.hexdigest()
     # --- end host-integrity ------------------------------------------------------------------------------------
 

@@ -16,7 +16,9 @@ from ..float_bits import in_unit_interval
 from . import read_v1  # noqa: F401  (registers the v1.0 reader)
 from . import read_v1_1  # noqa: F401  (registers the v1.1 reader)
 from .archive import ArchiveHeader
-from .blocks import chunk_bounded_rows, drop_chunk_cache, iter_blocks, native, read_all  # chunk-bounded, native byte order (issue #16 items 4, 8)
+# chunk-bounded, native byte order (issue #16 items 4, 8)
+from .blocks import (STREAM_BLOCK_BYTES, aligned_rows, chunk_bounded_rows, drop_chunk_cache, iter_blocks, native,
+                     read_all)
 from .errors import Finding, UnsupportedArchiveError
 from .logit_scores import logits_problem, scores_problem
 from .read_v1 import Parsed
@@ -144,15 +146,34 @@ def check_header(scan: Scan, header: ArchiveHeader) -> None:
         scan.add(f"/splits/{dup[0]}", "shift-duplicate", dup[1])
 
 
+def _probs_blocks(ds: h5py.Dataset, limits: ReadLimits):
+    """``(start, first member, (m, rows, C) block)`` covering a probs dataset in blocks of the scorer's size
+    (:data:`~ubench.archive_schema.blocks.STREAM_BLOCK_BYTES`, whole chunk rows): all members at once, or, when
+    one chunk row of all members exceeds that, one member's chunk row at a time. Memory then depends on rows x C,
+    not on M (issue #29 item 2), and each chunk is read once."""
+    m, n, c = ds.shape
+    rows = block_rows(m, c, min(limits.block_bytes, STREAM_BLOCK_BYTES))
+    chunk = None if ds.chunks is None else ds.chunks[1]
+    if chunk is None or chunk <= rows:
+        for start, block in iter_blocks(ds, aligned_rows(chunk, rows), limits.max_chunks_per_read):
+            yield start, 0, block
+            del block  # before the next read (the caller drops its reference too)
+        return
+    for start in range(0, n, chunk):
+        for j in range(m):
+            yield start, j, native(ds[j : j + 1, start : min(n, start + chunk), :])
+
+
 def check_split_values(scan: Scan, parsed: Parsed) -> None:
     C = parsed.header.n_classes
     for (split, key), ds in parsed.nodes.items():
         path = f"/splits/{split}/{key}"
         try:
             if key == "probs":
-                rows = block_rows(ds.shape[0], C, scan.limits.block_bytes)
-                for start, block in iter_blocks(ds, rows, scan.limits.max_chunks_per_read):
-                    if not check_probs_block(scan, path, start, block):
+                for start, member, block in _probs_blocks(ds, scan.limits):
+                    ok = check_probs_block(scan, path, start, block, member_offset=member)
+                    del block  # before the next block is read: two blocks were alive at once
+                    if not ok:
                         break
             elif key == "logits":
                 for start, logits, probs in iter_logit_blocks(ds, parsed.nodes[(split, "probs")], scan.limits):

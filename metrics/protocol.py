@@ -280,6 +280,7 @@ def _post_fold_fits(s, s_y, perms, bounds) -> list[tuple[float, bool]]:
         stride = max(1, n // _CUMULANT_START_ROWS)
         s_sub, s_y_sub = np.ascontiguousarray(s[::stride]), s_y[::stride]  # contiguous: streamed 2-3x faster
         beta0, _, hit = _minimize_beta(lambda b: _post_eval(s_sub, s_y_sub, b, None), beta_lo, beta_hi, 1.0, 1e-3)
+        del s_sub, s_y_sub  # 2,048 x C float64 (16 MB at C = 1,000), not to sit beside the cumulants (issue #29)
         weights = np.zeros((len(folds) + 1, n))  # row i: the mean over fold i's fit rows; last row: all rows
         for i, (fit_rows, _) in enumerate(folds):
             weights[i, fit_rows] = 1.0 / fit_rows.shape[0]
@@ -486,6 +487,7 @@ def _post_cv_rows(mean, labels, eps, bounds, perms, n_bins, before):
     half = n // 2
     betas = np.stack([_heldout_betas(n, perm, fits[2 * r][0], fits[2 * r + 1][0]) for r, perm in enumerate(perms)])
     log_z, sq_all = _scaled_row_scores_multi(s, betas)  # one pass over the classes for every halving
+    del betas  # per-sample arrays are the peak memory of a large split's report (issue #29): each goes when done
     rows = []
     for r, perm in enumerate(perms):
         (beta_a, _), (beta_b, _) = fits[2 * r], fits[2 * r + 1]
@@ -495,6 +497,7 @@ def _post_cv_rows(mean, labels, eps, bounds, perms, n_bins, before):
             # a temperature keeps the argmax (post): the calibrated hits are the uncalibrated ones
             calibrated = (conf[eval_rows], hit0[eval_rows], brier[eval_rows])
             rows.append(_fold_row(-float(nll[eval_rows].mean()), eval_rows, before, calibrated, n_bins))
+        del nll, conf, q_y, brier, calibrated  # not alive beside the next halving's
     return rows, [1.0 / b for b, _ in fits], sum(h for _, h in fits)
 
 

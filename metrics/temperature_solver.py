@@ -657,9 +657,11 @@ def _row_cumulants(s: NDArray, beta: float, order: int = 5) -> NDArray[np.float6
         b = min(a + step, n)
         blk, e, pk = s[a:b], e_buf[: b - a], p_buf[: b - a]
         _block_moments(blk, beta, e, pk, ones, mom[:, a:b], order)
+    del blk, e, pk, e_buf, p_buf
     r = mom[1:] / mom[0]
     out = np.empty((order + 1, n))
     out[0] = np.log(mom[0])
+    del mom  # per-row arrays are the peak memory of a large split's report (issue #29): each goes when done
     r1 = r[0]
     mu2 = r[1] - r1 * r1
     out[1], out[2] = r1, np.maximum(mu2, 0.0)

@@ -26,6 +26,7 @@ is one ``ReferenceError`` naming the file.
 from __future__ import annotations
 
 import datetime as _dt
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -279,7 +280,7 @@ def primary_split(header, labels: dict[str, NDArray | None], ref: Reference | No
     return next((s for s in header.splits_with_role("in_domain") if labels.get(s) is not None), None)
 
 
-def compare_to_reference(header, sample_ids: dict[str, NDArray | None], ref: Reference) -> list[str]:
+def compare_to_reference(header, sample_ids: Mapping[str, NDArray | None], ref: Reference) -> list[str]:
     """Every difference between an archive (its header and per-split sample ids) and a reference.
 
     Checks, in order: class count; splits missing from or extra in the archive; per common split, role,

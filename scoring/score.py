@@ -25,6 +25,7 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from .. import __version__
+from ..archive_schema.blocks import STREAM_BLOCK_BYTES, aligned_rows
 from ..archive_schema.spec import LATENCY_ATTRIBUTES, ReadLimits
 from .protocols import Protocol
 
@@ -37,10 +38,6 @@ REPORT_SCHEMA_VERSION = "1.2"
 #: ``progress(task, done, total)``: called while streaming; ``task`` names the split or sweep.
 ProgressFn = Callable[[str, int, int], None]
 
-
-#: Bytes of one streamed block (M, rows, C) counted as float64 (the float32 block read is half of it): small enough
-#: that a split's peak memory hardly depends on M (a larger block only adds Python-free NumPy work per call).
-STREAM_BLOCK_BYTES = 16 * 2**20
 
 #: The in-domain member stack (M, N, C) is held in memory (as float64) only when it fits this many
 #: ``ReadLimits.block_bytes``; otherwise members are re-read one at a time, so memory depends on N x C only.
@@ -99,55 +96,68 @@ def _with_intervals(protocol: Protocol, intervals: bool | None) -> Protocol:
     return protocol if intervals is None else protocol.replace(intervals=bool(intervals))
 
 
-def _aligned_rows(chunk_rows: int | None, rows: int) -> int:
-    """Round a block's rows down to whole chunks along samples (at least one chunk), so that no chunk straddles
-    two blocks: a straddling chunk is decompressed twice (h5py's chunk cache holds less than one 1 MiB chunk),
-    which more than doubled the read time in bench/bench_score.py."""
-    if chunk_rows is None:
-        return rows
-    return max(chunk_rows, rows // chunk_rows * chunk_rows)
-
-
 def _file_info(path: str | Path, header, sha256: str) -> dict[str, Any]:
     return {"path": str(path), "sha256": sha256, "format_version": header.format_version,
             "method": header.method, "model": header.model, "dataset": header.dataset,
             "n_classes": header.n_classes, "n_members": header.n_members}
 
 
-def _labels_for(reader, header, ref, notes: list[str]) -> dict[str, np.ndarray | None]:
-    """Labels of every split: the reference's when given (noting where the upload's own differ), else the
-    archive's."""
-    labels = {}
+class _PerSplit(Mapping):
+    """``name -> read(name)`` for every split of ``names``, read when asked and not kept: every split's labels, read
+    up front, were held through the scoring of all of them (8 MiB of int64 for an ImageNet-C-shaped archive's
+    21 x 50,000 samples, more with more splits; issue #29 item 2)."""
+
+    def __init__(self, names, read: Callable[[str], Any]):
+        self._names, self._read = tuple(names), read
+
+    def __getitem__(self, name: str):
+        if name not in self._names:
+            raise KeyError(name)
+        return self._read(name)
+
+    def __iter__(self):
+        return iter(self._names)
+
+    def __len__(self) -> int:
+        return len(self._names)
+
+
+def _labelled(reader, ref) -> set[str]:
+    """The splits with labels (the reference's when given), without reading any."""
+    if ref is not None:
+        return {name for name, s in ref.splits.items() if s.labels is not None}
+    return {name for name in reader.header.splits if reader.dataset(name, "labels") is not None}
+
+
+def _label_notes(reader, header, ref) -> list[str]:
+    """Where the labels come from: with a reference, the splits whose own labels differ from it (compared one
+    split at a time); without, that they are the archive's own."""
+    if ref is None:
+        return ["labels were taken from the archive itself (no --reference): fine for your own runs, "
+                "not for untrusted uploads"]
+    notes = []
     for name in header.splits:
-        own = reader.labels(name)
-        if ref is None:
-            labels[name] = own
-            continue
-        trusted = ref.splits[name].labels
-        labels[name] = trusted
+        own, trusted = reader.labels(name), ref.splits[name].labels
         if own is not None and trusted is not None and not np.array_equal(own, trusted):
             bad = np.flatnonzero(own != trusted)
             notes.append(f"split {name!r}: the archive's own labels differ from the reference at {bad.size} "
                          f"sample(s) (first at index {int(bad[0])}); they were ignored")
-    if ref is None:
-        notes.append("labels were taken from the archive itself (no --reference): fine for your own runs, "
-                     "not for untrusted uploads")
-    return labels
+    return notes
 
 
-def _checked_labels(path, reader, ref) -> tuple[dict[str, np.ndarray | None], list[str]]:
+def _checked_labels(path, reader, ref) -> tuple[_PerSplit, list[str]]:
     """Step 1: check labels and sample ids (against the reference when given); the labels each split is scored
-    with, and the notes about where they came from."""
+    with (read as it is scored), and the notes about where they came from."""
     from .reference import ReferenceMismatchError, compare_to_reference
 
     h = reader.header
     reader.check_labels_and_ids()
     if ref is not None:
-        diffs = compare_to_reference(h, {name: reader.sample_ids(name) for name in h.splits}, ref)
+        diffs = compare_to_reference(h, _PerSplit(h.splits, reader.sample_ids), ref)
         if diffs:
             raise ReferenceMismatchError(str(path), ref.path, diffs)
-    notes: list[str] = []
-    return _labels_for(reader, h, ref, notes), notes
+    labels = _PerSplit(h.splits, (lambda name: ref.splits[name].labels) if ref is not None else reader.labels)
+    return labels, _label_notes(reader, h, ref)
 
 
 def _scoring_order(header) -> list[str]:
@@ -190,10 +200,11 @@ def _stream_split(reader, name: str, builder, limits: ReadLimits, progress: Prog
             if progress is not None and m == h.n_members - 1:
                 progress(name, min(n, start + member_rows.shape[0]), n)
     else:
-        for start, block in reader.iter_checked_probs(name, _aligned_rows(chunk, rows)):
+        for start, block in reader.iter_checked_probs(name, aligned_rows(chunk, rows)):
             acc.add(start, block)
             if progress is not None:
                 progress(name, min(n, start + block.shape[1]), n)
+            del block  # before the next block is read
     arrays = acc.result()
     if in_memory:
         return arrays
@@ -254,7 +265,7 @@ def _ids_digest(ids: np.ndarray | None) -> str | None:
 
 
 def _archive_section(path: str | Path, header, sha256: str,
-                     sample_ids: dict[str, np.ndarray | None] | None = None,
+                     sample_ids: Mapping[str, np.ndarray | None] | None = None,
                      known_inputs: dict[str, str] | None = None) -> dict[str, Any]:
     """The report's ``archive``: what was scored."""
     out = _file_info(path, header, sha256)
@@ -318,8 +329,8 @@ def run_score(path: str | Path, *, reference: str | Path | None = None,
         h = reader.header
         labels, notes = _checked_labels(path, reader, ref)
         # With a reference, the reference decides the primary split, not the upload's link order (#16.6).
-        primary = ref.primary if ref is not None else primary_split(
-            h.splits_with_role("in_domain"), {s for s, y in labels.items() if y is not None})
+        primary = ref.primary if ref is not None else primary_split(h.splits_with_role("in_domain"),
+                                                                    _labelled(reader, ref))
         builder = ReportBuilder(protocol, n_members=h.n_members, n_classes=h.n_classes, dataset=h.dataset,
                                 primary=primary)
         known_inputs: dict[str, str] = {}
@@ -360,8 +371,8 @@ def run_score(path: str | Path, *, reference: str | Path | None = None,
             score_splits_parallel(path, reader, builder, labels, limits, scheduler=scheduler, workers=workers,
                                   memory_bytes=memory_bytes, progress=progress)
         body = builder.finish()
-        archive = _archive_section(path, h, digest.result(),
-                                   {name: reader.sample_ids(name) for name in h.splits}, known_inputs)
+        archive = _archive_section(path, h, digest.result(), _PerSplit(h.splits, reader.sample_ids),
+                                   known_inputs)
     labels_info = {"source": "reference" if ref is not None else "archive",
                    "reference": None if ref is None else {"path": ref.path, "sha256": file_sha256(ref.path)}}
     return _report(archive, labels_info, protocol, _limits_dict(limits), body)
