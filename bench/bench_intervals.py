@@ -254,6 +254,12 @@ def _peer(n: int, c: int, scipy_resamples: int, repeats: int = 3) -> list[dict]:
             times.append((time.perf_counter() - t) / k)
         return statistics.median(times)
 
+    def row(statistic, k, peer, ours, floor, note, **extra):
+        """One peer row: both times per replicate, the speed-up and the draws' bound on it."""
+        return {"statistic": statistic, "peer_resamples": k, "peer_s_per_resample": peer,
+                "ubench_s_per_replicate": ours, "speedup": round(peer / ours, 1), "floor_s_per_replicate": floor,
+                "speedup_bound": round(peer / floor, 1), "note": note, **extra}
+
     # accuracy: scipy vectorised over resamples
     hit = (probs.argmax(1) == y).astype(float)
     peer = peer_time(np.mean, (hit,), 1000, vectorized=True, batch=100)
@@ -265,10 +271,7 @@ def _peer(n: int, c: int, scipy_resamples: int, repeats: int = 3) -> list[dict]:
 
     ours = ubench_time(accuracy_stat, {"u": n})
     floor = floor_time({"u": n})
-    rows.append({"statistic": "accuracy (mean)", "peer_resamples": 1000, "peer_s_per_resample": peer,
-                 "ubench_s_per_replicate": ours, "speedup": round(peer / ours, 1),
-                 "floor_s_per_replicate": floor, "speedup_bound": round(peer / floor, 1),
-                 "note": "scipy vectorised (batches of 100 resamples)"})
+    rows.append(row("accuracy (mean)", 1000, peer, ours, floor, "scipy vectorised (batches of 100 resamples)"))
     # OOD AUROC: two samples resampled independently
     s_in = -np.sum(special.xlogy(probs, probs), axis=1)
     s_ood = -np.sum(special.xlogy(ood, ood), axis=1)
@@ -285,24 +288,19 @@ def _peer(n: int, c: int, scipy_resamples: int, repeats: int = 3) -> list[dict]:
 
     ours = ubench_time(auroc_stat, {"u": n, "o": n})
     floor = floor_time({"u": n, "o": n})
-    rows.append({"statistic": "OOD AUROC (stratified)", "peer_resamples": k, "peer_s_per_resample": peer,
-                 "ubench_s_per_replicate": ours, "speedup": round(peer / ours, 1),
-                 "floor_s_per_replicate": floor, "speedup_bound": round(peer / floor, 1),
-                 "note": "not the same work: ubench's kernel also gives AUPR and FPR95 from the same sort",
-                 "same_work": False})
+    rows.append(row("OOD AUROC (stratified)", k, peer, ours, floor,
+                    "not the same work: ubench's kernel also gives AUPR and FPR95 from the same sort", same_work=False))
     # the same work as ubench's kernel: the report's three detection numbers of every resample
     def detection(a, b):
         s, lab = np.r_[a, b], np.r_[np.zeros(a.size, int), np.ones(b.size, int)]
         return np.array([auroc_score(s, lab), average_precision_score(s, lab), fpr_at_tpr(s, lab, tpr=0.95)])
 
     peer = peer_time(detection, (s_in, s_ood), k, vectorized=False)
-    rows.append({"statistic": "OOD AUROC, AUPR, FPR95 (stratified)", "peer_resamples": k,
-                 "peer_s_per_resample": peer, "ubench_s_per_replicate": ours, "speedup": round(peer / ours, 1),
-                 "floor_s_per_replicate": floor, "speedup_bound": round(peer / floor, 1),
-                 "note": "the same work: the three numbers the report has, ubench's from one sort per replicate "
+    rows.append(row("OOD AUROC, AUPR, FPR95 (stratified)", k, peer, ours, floor,
+                    "the same work: the three numbers the report has, ubench's from one sort per replicate "
                          "block; the peer's statistic returns ubench.metrics' auroc_score, "
                          "average_precision_score and fpr_at_tpr (one sort each, no input checks: faster than "
-                         "scikit-learn's, the strictest peer)"})
+                         "scikit-learn's, the strictest peer)"))
 
     # the same work as users write it: scikit-learn's functions as the statistic
     def detection_sklearn(a, b):
@@ -315,12 +313,10 @@ def _peer(n: int, c: int, scipy_resamples: int, repeats: int = 3) -> list[dict]:
     assert np.allclose(detection_sklearn(s_in, s_ood), want, atol=1e-12), "the two peers' statistics differ"
     k_sk = max(20, k // 2)
     peer = peer_time(detection_sklearn, (s_in, s_ood), k_sk, vectorized=False)
-    rows.append({"statistic": "OOD AUROC, AUPR, FPR95 (stratified), scikit-learn", "peer_resamples": k_sk,
-                 "peer_s_per_resample": peer, "ubench_s_per_replicate": ours, "speedup": round(peer / ours, 1),
-                 "floor_s_per_replicate": floor, "speedup_bound": round(peer / floor, 1),
-                 "note": "the same work as it is usually written: scipy.stats.bootstrap over scikit-learn's "
+    rows.append(row("OOD AUROC, AUPR, FPR95 (stratified), scikit-learn", k_sk, peer, ours, floor,
+                    "the same work as it is usually written: scipy.stats.bootstrap over scikit-learn's "
                          "roc_auc_score, average_precision_score and roc_curve (FPR at the first TPR >= 0.95; "
-                         "equal to ubench's on the data, checked)"})
+                         "equal to ubench's on the data, checked)"))
     # CLL under test-time CV with the refit in every resample
     k = max(5, scipy_resamples // 20)
     rows_of = np.arange(n)  # resample row indices; the statistic reads the rows (probs and labels together)
@@ -334,10 +330,8 @@ def _peer(n: int, c: int, scipy_resamples: int, repeats: int = 3) -> list[dict]:
 
     ours = ubench_time(cll_stat, {"u": n})
     floor = floor_time({"u": n})
-    rows.append({"statistic": "CLL (test-time CV, refit per resample)", "peer_resamples": k,
-                 "peer_s_per_resample": peer, "ubench_s_per_replicate": ours, "speedup": round(peer / ours, 1),
-                 "floor_s_per_replicate": floor, "speedup_bound": round(peer / floor, 1),
-                 "note": "ubench refits to first order (metrics/protocol_bootstrap.py); scipy refits exactly"})
+    rows.append(row("CLL (test-time CV, refit per resample)", k, peer, ours, floor,
+                    "ubench refits to first order (metrics/protocol_bootstrap.py); scipy refits exactly"))
     return rows
 
 
