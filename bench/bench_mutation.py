@@ -58,11 +58,15 @@ RESULTS = RESULTS_DIR / "bench_mutation.json"
 #: One stats run (the selected tests, once) serves every unit of a shard.
 SHARDS = {
     "metrics": (sorted(str(p.relative_to(ROOT)) for p in (ROOT / "metrics").glob("*.py")
-                       if p.name not in ("__init__.py", "method_scores.py")),
+                       if p.name not in ("__init__.py", "method_scores.py", "report_intervals.py")),
                 ["tests/metrics"]),
-    # its tests are tests/scoring/test_method_scores.py (through the scorer), not tests/metrics: a shard of its own,
-    # since mutmut 3.8 resets every verdict of a shard when its test selection changes
+    # Units whose tests are mostly under tests/scoring (through the scorer) get shards of their own: mutmut 3.8
+    # resets every verdict of a shard when its test selection changes, so the metrics shard's stays tests/metrics.
     "method_scores": (["metrics/method_scores.py"], ["tests/scoring/test_method_scores.py"]),
+    # the report's intervals: two tests/metrics tests reach them, the interval tests are tests/scoring's
+    "report_intervals": (["metrics/report_intervals.py"], ["tests/scoring/test_intervals_report.py",
+                                                           "tests/scoring/test_interval_overlap.py",
+                                                           "tests/metrics/test_shift_paper_outputs.py"]),
     # the archive tests that validate in-process (the crash tests' children import the installed ubench instead)
     "validator": (["archive_schema/validator.py"], [f"tests/archive_schema/test_archive_{t}.py" for t in
                                                     ("hostile", "spec_plain", "frozen", "describe", "roundtrip",
