@@ -53,3 +53,55 @@ def test_first_bad_row_on_rows_at_the_tolerance_edge(dtype):
         assert first_bad_simplex_row(block, tol) == want
         assert _first_bad_simplex_row_nonneg(block, tol) == want
         assert _first_bad_simplex_row_nonneg(block.reshape(1, *block.shape), tol) == want  # (M, N, C) too
+
+
+def _shape_errors():
+    from ubench.metrics._validation import (check_binary_labels, check_labels, check_logits,
+                                            check_member_probs_mean, check_scores)
+    from ubench.metrics.uncertainty import mutual_information, predictive_entropy
+
+    i64 = np.zeros(2, dtype=np.int64)
+    return [
+        # public functions that validate through the shape checks' default names
+        (lambda: predictive_entropy(np.ones((3, 1))), ValueError, "probs must have at least 2 classes; found 1"),
+        (lambda: mutual_information(np.full((2, 3, 1), 1.0)), ValueError,
+         "member_probs must have at least 2 classes; found 1"),
+        # a caller's own name reaches every message
+        (lambda: check_probs(np.ones((3, 1)), "p"), ValueError, "p must have at least 2 classes; found 1"),
+        (lambda: check_member_probs(np.ones((2, 3, 1)), "stack"), ValueError,
+         "stack must have at least 2 classes; found 1"),
+        (lambda: check_member_probs_mean(np.ones((2, 3, 1)), "stack"), ValueError,
+         "stack must have at least 2 classes; found 1"),
+        (lambda: check_member_probs(np.zeros((0, 3, 4))), ValueError, "member_probs is empty: shape (0, 3, 4)"),
+        (lambda: check_member_probs(np.zeros((2, 0, 4))), ValueError, "member_probs is empty: shape (2, 0, 4)"),
+        (lambda: check_labels(np.zeros((2, 2), dtype=int), 3), ValueError,
+         "labels must have shape (n_samples,); found shape (2, 2)"),
+        (lambda: check_labels(np.zeros(0, dtype=int), 3), ValueError, "labels is empty: it has 0 samples"),
+        (lambda: check_binary_labels(np.array([0, 2]), "is_ood"), ValueError,
+         "is_ood must be in [0, 2); found 2 at index 1"),
+        (lambda: check_logits(np.zeros(2), "z"), ValueError,
+         "z must have shape (n_samples, n_classes); found ndim 1, shape (2,)"),
+        (lambda: check_logits(np.zeros((0, 3))), ValueError, "logits is empty: it has 0 samples"),
+        (lambda: check_logits(np.zeros((2, 2), dtype=np.int64), "z"), TypeError,
+         "z must be float32 or float64; found dtype int64"),
+        (lambda: check_scores(np.zeros(0)), ValueError, "scores is empty: it has 0 samples"),
+        (lambda: check_scores(i64, "u"), TypeError, "u must be float32 or float64; found dtype int64"),
+    ]
+
+
+@pytest.mark.parametrize("case", range(15))
+def test_shape_and_dtype_errors_name_the_argument_and_what_is_wrong(case):
+    """Each shape/dtype refusal, with the exact message: the argument's name (the caller's, or the default of the
+    public function), what is wrong and the value found (a dropped name, detail or check fails here)."""
+    call, exc, message = _shape_errors()[case]
+    with pytest.raises(exc) as ei:
+        call()
+    assert str(ei.value) == message
+
+
+def test_logits_with_no_class_column_are_not_called_empty():
+    """An (N, 0) logits array has samples: the emptiness check looks at the sample axis only (the finiteness scan
+    is left out here: on no element it fails with numpy's own message, reported on issue #27)."""
+    from ubench.metrics._validation import check_logits
+
+    assert check_logits(np.zeros((3, 0)), finite=False).shape == (3, 0)
