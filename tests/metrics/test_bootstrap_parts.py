@@ -50,8 +50,8 @@ def test_linear_columns_apply_equals_weighted_sums_by_hand():
     want = np.zeros((4, 400))
     for b in range(4):
         for i in range(n):
-            want[b, cells[i]] += w[b, i]
-            want[b, 200 + cells[i]] += w[b, i] * v[i]
+            want[b, int(cells[i])] += w[b, i]
+            want[b, 200 + int(cells[i])] += w[b, i] * v[i]
     np.testing.assert_allclose(out["cells"], want, rtol=1e-13, atol=1e-15)
     z = rng.normal(size=n)
     cols.add("z", z)  # after an apply: the stacked matrix is rebuilt
