@@ -12,6 +12,7 @@ from ubench.metrics.bootstrap import (
     BLOCK_CELLS,
     LinearColumns,
     Partition,
+    bootstrap_counts,
     count_blocks,
     count_dtype,
     percentile_interval,
@@ -111,6 +112,9 @@ def test_count_dtype_is_the_smallest_that_holds_n():
     """A replicate's count of one sample is at most n: int16 while n fits it (n < 2**15), int32 from 2**15 on."""
     assert [count_dtype(n) for n in (1, 2**15 - 1, 2**15, 2**16, 2**20)] == [np.int16] * 2 + [np.int32] * 3
     assert np.iinfo(count_dtype(2**15 - 1)).max >= 2**15 - 1 and np.iinfo(np.int16).max < 2**15
+    for n in (10, 5000):  # both counting paths return that dtype, each replicate's counts summing to n
+        counts = bootstrap_counts(n, 3, np.random.default_rng(n))
+        assert counts.dtype == count_dtype(n) and counts.sum(axis=1).tolist() == [n] * 3
 
 
 def test_percentile_interval_of_edge_inputs():
