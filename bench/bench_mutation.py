@@ -495,6 +495,41 @@ EQUIVALENT: dict[str, str] = {
        for f in ("split_rhat", "bulk_ess")},
     "ubench.metrics.diagnostics.x_split_rhat__mutmut_28": "float('NAN') is nan",
     "ubench.metrics.diagnostics.x__classic_rhat__mutmut_30": "float('NAN') is nan",
+    **{f"ubench.metrics.diagnostics.x_chain_diagnostics__mutmut_{k}":
+       "values kept in their dtype: selecting and stacking each chain's draws does not depend on it, and "
+       "split_rhat / bulk_ess cast the stacked draws to float64 (_as_draws)" for k in (3, 5)},
+    "ubench.metrics.diagnostics.x__ess__mutmut_18": "m >= 1 instead of m > 1: m = 2 x chains >= 2",
+    "ubench.metrics.diagnostics.x__ess__mutmut_92":
+        "even >= 0 instead of > 0: for even = 0.0, rho[max_t + 1] already holds 0.0 (zero-initialised, or the "
+        "even lag the last pair stored)",
+    "ubench.metrics.diagnostics.x__ess__mutmut_107":
+        "the monotone step also for equal pair sums: the pair is replaced by two halves of the same sum (x / 2 + "
+        "x / 2 = x exactly), so every later comparison sees the same sums; only the float total's last bit can move",
+    **{f"ubench.metrics.diagnostics.x_split_rhat__mutmut_{k}":
+       "the tail R-hat of constant folded draws computed instead of NaN: every draw then has the average rank, "
+       "(r - 3/8) / (S + 1/4) is exactly 1/2, ndtri(1/2) = 0, W = 0 and _classic_rhat returns NaN itself"
+       for k in (20, 24)},
+    # metrics/bootstrap.py
+    **{f"ubench.metrics.bootstrap.x_bootstrap_counts__mutmut_{k}":
+       "which counting path (the threshold n >= 4096) or how many replicates' draws per generator call: both "
+       "draw integers(0, n, (B, n)) in the same order and count each replicate's row, the same counts (speed "
+       "only)" for k in (3, 4, 15)},
+    **{f"ubench.metrics.bootstrap.x_percentile_intervals__mutmut_{k}":
+       "one float64 cast (of each column, or of the stacked list) is enough: the same float64 stack"
+       for k in (6, 8, 10, 12)},
+    "ubench.metrics.bootstrap.xǁLinearColumnsǁ_push__mutmut_14": "reshape(n, -2) is reshape(n, -1) in numpy 2",
+    **{f"ubench.metrics.bootstrap.xǁLinearColumnsǁ{f}__mutmut_{k}":
+       "another kind than 'sums' for a block: apply only asks kind == 'mean', so every other kind is returned "
+       "as raw sums" for f in ("add_block", "add_one_hot") for k in (2, 7, 8)},
+    **{f"ubench.metrics.bootstrap.xǁLinearColumnsǁadd_cells__mutmut_{k}":
+       "a cell block's values kept in their dtype: OneHot writes them into the float64 matrix, the same values"
+       for k in (19, 21)},
+    "ubench.metrics.bootstrap.xǁPartitionǁof__mutmut_7": "numpy reads kind='STABLE' as 'stable'",
+    "ubench.metrics.bootstrap.xǁPartitionǁsums__mutmut_3":
+        "gathered ignored (weights[:, order] recomputed): no caller passes it",
+    **{f"ubench.metrics.bootstrap.xǁPartitionǁsums__mutmut_{k}":
+       "reduceat without dtype=float64: numpy sums integer counts in int64 (its default for small integers, no "
+       "wrap: tests/metrics/test_bootstrap_parts.py) and float64 products in float64" for k in (17, 21)},
     # metrics/calibration_debiased.py
     **{f"ubench.metrics.calibration_debiased.x__bin_sums__mutmut_{k}":
        "astype(None) is float64; searchsorted's default side is 'left'; bincount without minlength: the last bin "
@@ -507,6 +542,12 @@ EQUIVALENT: dict[str, str] = {
        "L-BFGS-B picked by scipy for a bounded problem without method=, or named in lower case (scipy lower-cases "
        "it); np.asarray(res.x) of L-BFGS-B's float64 x is float64" for k in (52, 59, 65, 78, 80)},
     "ubench.metrics.vector_scaling.x_apply_vector_scaling__mutmut_9": "'X' is no dtype kind",
+    "ubench.metrics.vector_scaling.x_apply_vector_scaling__mutmut_16":
+        "astype(None) is float64 for the integer and float temperatures the dtype check lets through",
+    **{f"ubench.metrics.vector_scaling.x_fit_vector_scaling__mutmut_{k}":
+       "the fallback to the start is unreachable: L-BFGS-B only accepts steps of sufficient decrease, so the "
+       "NLL at res.x, recomputed by the same function, is <= nll0 (and finite for validated input)"
+       for k in (90, 91)},
     "ubench.metrics.vector_scaling.x__vector_nll_grad__mutmut_34":
         "einsum 'IJ,IJ->J' is the same contraction as 'ij,ij->j'",
     # archive_schema/validator.py
