@@ -105,3 +105,97 @@ def test_logits_with_no_class_column_are_not_called_empty():
     from ubench.metrics._validation import check_logits
 
     assert check_logits(np.zeros((3, 0)), finite=False).shape == (3, 0)
+
+
+def test_the_bad_row_sum_is_reported_in_float64_for_float32_rows():
+    """The message's sum is that of the row's float32 values in float64 (here float32 arithmetic would say
+    2.25845)."""
+    row = np.array([[0.8735226392745972, 0.47230035066604614, 0.9126219153404236]], dtype=np.float32)
+    with pytest.raises(ValueError) as ei:
+        check_probs(row)
+    assert str(ei.value) == "probs rows must sum to 1 (tol 1.0e-04); row 0 sums to 2.25844"
+
+
+def test_float64_rows_straddling_the_tolerance_by_rounding_get_the_reference_verdict():
+    """float64 rows whose sums lie within 2e-15 of 1 + tol: the fast screen (einsum sums) and check_probs name
+    exactly the rows the plain float64 check (first_bad_simplex_row) names; some rows are inside by einsum's
+    rounding and outside by the reference's, so a screen without its rounding margin passes them."""
+    from ubench.metrics._validation import _first_bad_simplex_row_nonneg, first_bad_simplex_row
+
+    rng = np.random.default_rng(0)
+    c = 100
+    tol = simplex_tolerance(c)
+    rows = rng.dirichlet(np.ones(c), size=3000)
+    rows *= (1.0 + tol + rng.uniform(-2e-15, 2e-15, size=(3000, 1))) / rows.sum(axis=1, keepdims=True)
+    fast_inside = np.abs(np.einsum("ij->i", rows) - 1.0) <= tol
+    ref_outside = np.abs(rows.sum(axis=1) - 1.0) > tol
+    assert (fast_inside & ref_outside).any()
+    for k in np.flatnonzero(fast_inside & ref_outside)[:5]:
+        block = rows[k:]
+        want = first_bad_simplex_row(block, tol)
+        assert want == 0
+        assert _first_bad_simplex_row_nonneg(block, tol) == want
+        with pytest.raises(ValueError, match=r"row 0 sums to"):
+            check_probs(block)
+    good = rows[~ref_outside][:50]
+    assert first_bad_simplex_row(good, tol) is None and check_probs(good) is good
+
+
+@pytest.mark.parametrize("shape", [(40, 100), (2, 3, 1000), (2, 2000, 3)])
+@pytest.mark.parametrize("excess", [1e-5, -1e-5])
+def test_rows_just_beyond_the_tolerance_are_refused_by_every_check(shape, excess):
+    """float32 rows on the simplex but one that misses it by tol + 1e-5 (above or below): check_probs,
+    check_member_probs and check_member_probs_mean all refuse it and name it; the tolerance is that of the class
+    count (the last axis), whichever of samples or classes is larger."""
+    from ubench.metrics._validation import check_member_probs_mean
+
+    rng = np.random.default_rng(1)
+    c = shape[-1]
+    tol = simplex_tolerance(c)
+    p = rng.dirichlet(np.ones(c), size=shape[:-1])
+    bad = (0,) * (len(shape) - 2) + (shape[-2] - 2,)
+    p[bad] *= 1.0 + np.sign(excess) * (tol + abs(excess))
+    p = p.astype(np.float32)
+    where = str(bad[0]) if len(bad) == 1 else str(bad)
+    checks = [check_probs] if len(shape) == 2 else [check_member_probs, check_member_probs_mean]
+    for check in checks:
+        with pytest.raises(ValueError) as ei:
+            check(p)
+        assert f"(tol {tol:.1e}); row {where} sums to" in str(ei.value), check.__name__
+        p_ok = p.copy()
+        p_ok[bad] = p[(0,) * (len(shape) - 2) + (0,)]
+        check(p_ok)
+
+
+def test_rows_that_sum_to_one_in_pairs_are_still_bad_rows():
+    """Rows of 0.25 + 0.25 (summing to 0.5) are refused although any two of them sum to 1: the value scan adds
+    along the class axis only (probs and member probs)."""
+    with pytest.raises(ValueError) as ei:
+        check_probs(np.full((8, 2), 0.125))
+    assert str(ei.value).endswith("row 0 sums to 0.25")
+    with pytest.raises(ValueError) as ei:
+        check_member_probs(np.full((1, 4, 2), 0.25))
+    assert str(ei.value).endswith("row (0, 0) sums to 0.5")
+
+
+@pytest.mark.parametrize("shape", [(5, 1000), (4, 3, 1000)])
+def test_a_row_whose_float32_sum_hides_its_excess_is_refused(shape):
+    """A float32 row of 8 large entries and 992 of 2.5e-9: float32 row sums (SIMD lanes already near 1/8) drop the
+    small entries and put the row 1.1e-6 inside 1 + tol, while its float64 sum is 1.4e-6 outside. The blocked
+    checks clear a block on float32 sums only with a rounding margin for the row's class count (1000 here, not
+    its 3 samples): they refuse the row and name it, like the plain float64 check."""
+    from ubench.metrics._validation import check_member_probs_mean, first_bad_simplex_row
+
+    c = shape[-1]
+    tol = simplex_tolerance(c)
+    row = np.full(c, 2.5e-9, dtype=np.float32)
+    row[:8] = np.float32((1.0 + tol - 1e-6) / 8)
+    assert row.sum(dtype=np.float64) - 1.0 > tol >= float(np.einsum("ij->i", row[None])[0]) - 1.0 + 1e-6
+    p = np.random.default_rng(3).dirichlet(np.ones(c), size=shape[:-1]).astype(np.float32)
+    bad = (3,) if len(shape) == 2 else (2, 1)
+    p[bad] = row
+    assert first_bad_simplex_row(p, tol) == int(np.ravel_multi_index(bad, shape[:-1]))
+    for check in [check_probs] if len(shape) == 2 else [check_member_probs, check_member_probs_mean]:
+        with pytest.raises(ValueError) as ei:
+            check(p)
+        assert str(ei.value).endswith(f"row {bad[0] if len(bad) == 1 else bad} sums to 1.00022"), check.__name__
