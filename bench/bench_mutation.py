@@ -474,6 +474,43 @@ EQUIVALENT: dict[str, str] = {
     **{f"ubench.metrics._validation.x__check_simplex__mutmut_{k}":
        "when min/max are recomputed: the only caller (_check_probs_values) passes both, and recomputing them "
        "from the array gives the same values" for k in (1, 2, 3, 4)},
+    **{f"ubench.metrics._validation.x__check_probs_values__mutmut_{k}":
+       "lo or hi not handed on: _check_simplex recomputes both from the array, the same values"
+       for k in (8, 9, 12, 13)},
+    **{f"ubench.metrics._validation.x_{f}__mutmut_{k}":
+       "|sum - 1| >= tol instead of > tol: near tol a float64 sum lies in [0.5, 2], so sum - 1 is exact and a "
+       "multiple of 2**-53, and simplex_tolerance(C) = 1e-4 + C 2**-23 is none (checked for every C up to 200,000)"
+       for f, k in (("first_bad_simplex_row", 20), ("_first_bad_simplex_row_nonneg", 56))},
+    "ubench.metrics._validation.x__first_bad_simplex_row_nonneg__mutmut_24":
+        "the screen's margin divided instead of multiplied by max(|approx|, 1): a row it can clear has |approx| <= "
+        "1 + tol, so the margin shrinks by under 0.05 %, and it is twice the proven bound ((C - 1) u sum for each "
+        "of the two sums, u = eps / 2)",
+    **{f"ubench.metrics._validation.x__sums_clear__mutmut_{k}":
+       "a stricter (or never passing) cheap test of a block's row sums: an uncleared block goes to the reference "
+       "checks, which decide alone (speed only)" for k in (7, 8, 11, 12, 13, 14, 16)},
+    "ubench.metrics._validation.x__sums_room__mutmut_2":
+        "the float64 term added instead of subtracted: the room stays inside the proven bound (float32 rows: "
+        "2 C eps32 - C eps64 > (C - 1) (u32 + u64) sum; float64 rows: tol - C eps64 plus both sums' errors "
+        "(C - 1) eps64 sum stays below tol)",
+    **{f"ubench.metrics._validation.x__sums_room__mutmut_{k}":
+       "a smaller room (3 C eps, C / eps, 2 C / eps): fewer blocks cleared cheaply, the reference decides the "
+       "rest (speed only)" for k in (3, 5, 8)},
+    "ubench.metrics._validation.x_check_labels__mutmut_6": "'X' is no dtype kind: the same kinds pass",
+    **{f"ubench.metrics._validation.x__scan_probs_values__mutmut_{k}":
+       "reshape(-2) (numpy 2: -1), 2 rows per block (past 2**16 classes), a block at every row or empty blocks "
+       "(in_unit_interval of an empty block is False, so the reference runs at once): the same checks decide"
+       for k in (7, 15, 28, 32)},
+    "ubench.metrics._validation.xǁ_BlockedProbsCheckǁ__init____mutmut_15": "done = None is falsy like False",
+    **{f"ubench.metrics._validation.xǁ_BlockedProbsCheckǁ{f}__mutmut_{k}":
+       "the reference checks re-run for a later block the cheap test cannot clear (done not kept, or 'or' for "
+       "'and'): they passed once on the whole array and pass again (speed only)"
+       for f, k in (("_reference", 5), ("_reference", 6), ("clear", 1), ("clear_sums", 1))},
+    **{f"ubench.metrics._validation.x_check_member_probs_mean__mutmut_{k}":
+       "2 rows per block (past 2**18 classes), blocks starting at every row (each row's mean recomputed from its "
+       "members by the last block holding it), row sums in a float64 buffer (einsum then sums in float64, within "
+       "the float32 margin), 'IJ->I', or a stricter inlined cheap test (bits < one, min - 2, >, +room, max + 1, "
+       "< room, or always deferring to check.clear, which repeats it): the reference checks decide every block "
+       "not cleared, the mean is the same" for k in (23, 27, 29, 39, 59, 64, 66, 68, 69, 70, 71, 73)},
     # metrics/shift_paper.py
     **{f"ubench.metrics.shift_paper.x__top_k__mutmut_{k}":
        "another row-block size (row_blocks' arguments): the rows are independent" for k in (36, 37, 38, 39, 40)},
