@@ -567,6 +567,26 @@ EQUIVALENT: dict[str, str] = {
     **{f"ubench.metrics.bootstrap.xǁPartitionǁsums__mutmut_{k}":
        "reduceat without dtype=float64: numpy sums integer counts in int64 (its default for small integers, no "
        "wrap: tests/metrics/test_bootstrap_parts.py) and float64 products in float64" for k in (17, 21)},
+    # metrics/smooth_calibration.py
+    **{f"ubench.metrics.smooth_calibration.x__convolve_valid__mutmut_{k}":
+       "irfft's default length 2 (m - 1) for the m = n // 2 + 1 bins of an even n is n" for k in (3, 5)},
+    **{f"ubench.metrics.smooth_calibration.x__fft_size__mutmut_{k}":
+       "another FFT length of at least the reflected signal's (twice as long, one more bit, or L - 2 when L - 2 is "
+       "a power of two): a circular convolution of length n >= a_len wraps only into the first k - 1 outputs, "
+       "which the valid part drops; the same numbers up to the FFT's rounding (1e-16 relative)" for k in (2, 3, 5)},
+    **{f"ubench.metrics.smooth_calibration.xǁ_Smootherǁ_grid_spectra__mutmut_{k}":
+       "the length of the second reflected grid: both grids are reflected from `points` nodes, the same length"
+       for k in (30, 33)},
+    "ubench.metrics.smooth_calibration.x__to_grid__mutmut_7":
+        "no lower clip of the grid index: positions f (points - 1) are >= 0 for confidences in [0, 1]",
+    **{f"ubench.metrics.smooth_calibration.x__top1_pairs__mutmut_{k}":
+       "the clip of the confidences to [0, 1] (one end dropped, or 2 as the upper): the top-1 probabilities of "
+       "validated probs already lie in [0, 1]" for k in (7, 8, 13)},
+    "ubench.metrics.smooth_calibration.x__smooth_ece__mutmut_8":
+        "sigma <= eps instead of <: the bandwidths tried are 1 and bisection midpoints (dyadic), never 1e-3",
+    "ubench.metrics.smooth_calibration.x__smooth_ece__mutmut_12":
+        "the first bandwidth tried 2 instead of 1: smECE < 1 always (|r| <= density, and the density is offset by "
+        "1e-4), so neither is small enough and the same bisection on (0, 1] runs",
     # metrics/calibration_debiased.py
     **{f"ubench.metrics.calibration_debiased.x__bin_sums__mutmut_{k}":
        "astype(None) is float64; searchsorted's default side is 'left'; bincount without minlength: the last bin "
