@@ -582,6 +582,8 @@ EQUIVALENT: dict[str, str] = {
     **{f"ubench.metrics.smooth_calibration.x__top1_pairs__mutmut_{k}":
        "the clip of the confidences to [0, 1] (one end dropped, or 2 as the upper): the top-1 probabilities of "
        "validated probs already lie in [0, 1]" for k in (7, 8, 13)},
+    "ubench.metrics.smooth_calibration.xǁ_Smootherǁ_ece_at__mutmut_8":
+        "max(2001, ...) instead of max(2000, ...) before // 2: 2000 // 2 == 2001 // 2, the same grid",
     "ubench.metrics.smooth_calibration.x__smooth_ece__mutmut_8":
         "sigma <= eps instead of <: the bandwidths tried are 1 and bisection midpoints (dyadic), never 1e-3",
     "ubench.metrics.smooth_calibration.x__smooth_ece__mutmut_12":
