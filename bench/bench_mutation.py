@@ -521,6 +521,36 @@ EQUIVALENT: dict[str, str] = {
        for k in (21, 56, 63, 71)},
     "ubench.metrics.shift_paper.x__top_k__mutmut_93":
         "the tie correction also for rows without a tie at the label: it adds the tied smaller classes, none",
+    **{f"ubench.metrics.shift_paper.x__top_k__mutmut_{k}":
+       "another partition of the columns into groups (one column each, none: the cut is then the row's minimum, "
+       "or groups of other sizes): any partition's k-th largest group maximum (or the row minimum) bounds the k-th "
+       "largest entry from below, and every entry at or above the cut is ranked exactly (speed only)"
+       for k in (16, 17, 18, 19, 20, 26, 27, 29)},
+    **{f"ubench.metrics.shift_paper.x__top_k__mutmut_{k}":
+       "hits as float 0/1 instead of bool: every caller only asks .any() or hands them to binned_calibration_error, "
+       "which casts to float64" for k in (11, 13)},
+    **{f"ubench.metrics.shift_paper.x__top_k__mutmut_{k}":
+       "float32 probabilities ranked without the float64 cast: the comparisons and the stored values (written "
+       "into the float64 values array) are the same" for k in (43, 45)},
+    **{f"ubench.metrics.shift_paper.x__top_k__mutmut_{k}":
+       "the tie correction also for rows without a tie at the label (above - 1 < n_ge, or n_ge summed over the "
+       "block): it adds the tied smaller classes, none" for k in (91, 94)},
+    **{f"ubench.metrics.shift_paper.x__confidence_curves__mutmut_{k}":
+       "thresholds kept in their dtype (compared by searchsorted with the float64 confidences, and written out "
+       "through float()), or searchsorted's default side 'left': the same counts" for k in (3, 5, 16, 43)},
+    **{f"ubench.metrics.shift_paper.x_{f}__mutmut_{k}": "astype(None) is astype(float64)"
+       for f, k in (("confidence_curves", 5), ("quantile_bin_edges", 3))},
+    **{f"ubench.metrics.shift_paper.x__quantile_ece__mutmut_{k}":
+       "outer quantile edges 1 (first) or 2 (last) instead of 0 and 1: binned_calibration_error clips the bin "
+       "index to [0, n_bins - 1], so a confidence <= the second edge lands in bin 0 whatever searchsorted makes "
+       "of the first edge (it probes index 0 only for such values), and none exceeds 1" for k in (38, 39)},
+    **{f"ubench.metrics.shift_paper.x_binned_calibration_error__mutmut_{k}":
+       "values, hits or edges kept in their dtype: the gaps h - v are float64 once either is (the other cast), "
+       "searchsorted compares promoted values, and bools and ints give the same numbers"
+       for k in (3, 5, 8, 10, 13, 15)},
+    **{f"ubench.metrics.shift_paper.x_binned_calibration_error__mutmut_{k}":
+       "searchsorted's default side 'left'; bincount's minlength dropped, one longer or two shorter: empty bins add "
+       "|0| and bincount grows to the largest index anyway" for k in (29, 43, 45, 47)},
     # metrics/diagnostics.py
     **{f"ubench.metrics.diagnostics.x__autocovariance__mutmut_{k}":
        "a longer FFT (2 << or 3 n: more zero padding than the 2 n a linear autocovariance needs), irfft's default "
