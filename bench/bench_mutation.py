@@ -614,6 +614,9 @@ EQUIVALENT: dict[str, str] = {
        "validated probs already lie in [0, 1]" for k in (7, 8, 13)},
     "ubench.metrics.smooth_calibration.xǁ_Smootherǁ_ece_at__mutmut_8":
         "max(2001, ...) instead of max(2000, ...) before // 2: 2000 // 2 == 2001 // 2, the same grid",
+    "ubench.metrics.smooth_calibration.xǁ_Smootherǁ_ece_at__mutmut_46":
+        "the valid part cut at the end of the convolution instead of at a_len: the [half, half + points) slice "
+        "taken next lies inside the first 2 points - 1 = a_len - k + 1 outputs either way",
     "ubench.metrics.smooth_calibration.x__smooth_ece__mutmut_8":
         "sigma <= eps instead of <: the bandwidths tried are 1 and bisection midpoints (dyadic), never 1e-3",
     "ubench.metrics.smooth_calibration.x__smooth_ece__mutmut_12":

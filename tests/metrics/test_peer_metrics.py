@@ -290,3 +290,29 @@ def test_smooth_ece_at_equals_the_definition_at_the_ends_of_the_unit_interval(si
     f, hit = p.max(axis=1), (p.argmax(axis=1) == y).astype(float)
     assert f[:40].max() < 1e-3 and f[40:].min() > 1 - 1e-3
     assert m.smooth_ece_at(p, y, sigma=sigma) == pytest.approx(_smece_sigma_by_definition(f, hit, sigma), rel=1e-9)
+
+
+def test_smooth_ece_is_ten_bisection_steps_on_the_unit_interval():
+    """sigma* = the upper end after ten halvings of (0, 1] keeping smECE_sigma >= sigma on the lower side (relplot's
+    search, written out with the definition above), and smooth_ece = smECE at sigma*; datasets whose last step
+    moves the upper end (a search one step coarser ends elsewhere)."""
+    rng = np.random.default_rng(5)
+    moved_hi = 0
+    for _ in range(4):
+        n = 300
+        conf = rng.uniform(0.3, 1.0, n)
+        hit = (rng.random(n) < np.clip(conf + rng.uniform(-0.3, 0.1), 0, 1)).astype(float)
+        p = np.stack([conf, 1 - conf], -1)
+        y = np.where(hit == 1, p.argmax(axis=1), 1 - p.argmax(axis=1))
+        f, correct = p.max(axis=1), (p.argmax(axis=1) == y).astype(float)
+        hi, lo = 1.0, 0.0
+        for step in range(10):
+            mid = (hi + lo) / 2
+            if mid < _smece_sigma_by_definition(f, correct, mid):
+                lo = mid
+            else:
+                hi = mid
+                moved_hi += step == 9
+        want = _smece_sigma_by_definition(f, correct, hi)
+        assert m.smooth_ece(p, y) == pytest.approx(want, rel=1e-9)
+    assert moved_hi >= 1
