@@ -622,6 +622,18 @@ EQUIVALENT: dict[str, str] = {
     "ubench.metrics.smooth_calibration.x__smooth_ece__mutmut_12":
         "the first bandwidth tried 2 instead of 1: smECE < 1 always (|r| <= density, and the density is offset by "
         "1e-4), so neither is small enough and the same bisection on (0, 1] runs",
+    # metrics/method_scores.py
+    **{f"ubench.metrics.method_scores.x_{f}__mutmut_1":
+       "the default tpr 1.95 instead of 0.95: _fpr_at_tpr_sorted's k = ceil(1.95 n) indexes pos[n - k], which wraps "
+       "to the entry tpr 0.95 picks (checked for every positive count below 5,000)"
+       for f in ("method_scores_in_domain", "method_scores_ood")},
+    "ubench.metrics.method_scores.x_method_scores_in_domain__mutmut_23":
+        "linspace(endpoint=None): None is falsy like False",
+    **{f"ubench.metrics.method_scores.x_{f}__mutmut_{k}":
+       "0/1 labels as float64 instead of int8: the detection kernels read them as booleans"
+       for f, ks in (("method_scores_in_domain", (6,)), ("method_scores_ood", (9, 11, 14, 16))) for k in ks},
+    **{f"ubench.metrics.method_scores.xǁLogitScoreAccumulatorǁ__init____mutmut_{k}":
+       "np.empty's default dtype is float64" for k in (3, 5)},
     # metrics/calibration_debiased.py
     **{f"ubench.metrics.calibration_debiased.x__bin_sums__mutmut_{k}":
        "astype(None) is float64; searchsorted's default side is 'left'; bincount without minlength: the last bin "

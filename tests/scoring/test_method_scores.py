@@ -233,7 +233,7 @@ def test_ood_section_equals_sklearn_and_skips_scores_missing_in_domain():
     rng = np.random.default_rng(2)
     neg, pos = rng.normal(0, 1, 40), rng.normal(0.7, 1, 25)
     ind = {"c": MethodScore(neg, "confidence")}
-    ood = {"c": MethodScore(pos, "confidence", method_specific=False), "only_ood": MethodScore(pos, "uncertainty")}
+    ood = {"only_ood": MethodScore(pos, "uncertainty"), "c": MethodScore(pos, "confidence", method_specific=False)}
     out = method_scores_ood(ind, ood, tpr=0.8)
     assert list(out) == ["c"]
     y, u = np.r_[np.zeros(40), np.ones(25)], -np.r_[neg, pos]  # confidence: negated
@@ -264,3 +264,21 @@ def test_summary_means_over_ood_splits_and_keeps_the_in_domain_numbers():
     alone = method_scores_summary(ind, {})
     assert alone["a"]["ood_auroc"] is None and alone["a"]["ood_aupr"] is None and alone["a"]["ood_fpr95"] is None
     assert method_scores_summary(None, {"o1": ood["o1"]})["a"]["aurc"] is None
+
+
+def test_in_domain_and_ood_sections_default_to_95_percent_tpr_and_101_points():
+    """The defaults: FPR at 95 % TPR and 101 rejection-curve points; another tpr is used where given."""
+    from ubench.metrics.method_scores import MethodScore, method_scores_in_domain, method_scores_ood
+
+    probs, labels, s = _labelled(seed=3, n=250)
+    errors = (probs.argmax(1) != labels).astype(int)
+    sec = method_scores_in_domain(probs, labels, {"s": MethodScore(s, "uncertainty")})[0]["s"]
+    assert sec["misclassification_fpr95"] == pytest.approx(_fpr95_oracle(errors, s, 0.95), abs=1e-12)
+    assert len(sec["rejection_curve"]["rejected_fraction"]) == 101
+    at80 = method_scores_in_domain(probs, labels, {"s": MethodScore(s, "uncertainty")}, tpr=0.8)[0]["s"]
+    assert at80["misclassification_fpr95"] == pytest.approx(_fpr95_oracle(errors, s, 0.8), abs=1e-12)
+    assert at80["misclassification_fpr95"] != sec["misclassification_fpr95"]
+    neg, pos = s[:120], s[120:] + 0.5
+    ood = method_scores_ood({"s": MethodScore(neg, "uncertainty")}, {"s": MethodScore(pos, "uncertainty")})
+    y, u = np.r_[np.zeros(120), np.ones(130)], np.r_[neg, pos]
+    assert ood["s"]["ood_fpr95"] == pytest.approx(_fpr95_oracle(y, u, 0.95), abs=1e-12)
