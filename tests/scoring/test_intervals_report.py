@@ -196,3 +196,20 @@ def test_dee_interval_maps_the_cll_interval_through_the_reference_band():
             dee_score(cll_hi + shift, mc["mean"], mc["std"]).upper]
     assert want[0] < dee_score(cll_lo + shift, mc["mean"], mc["std"]).dee  # the band is not empty there
     assert dee_interval(method, ens) == want
+
+
+def test_sample_stats_export_names_its_encoding_seed_and_splits():
+    """sample_stats on: ``samples`` holds the encoding, the protocol's seed, the primary split, the detection scores
+    and per split its role, resampling unit, size and encoded columns (what compare and the board resample);
+    off: no ``samples`` key."""
+    from ubench.metrics.intervals import SAMPLE_ENCODING
+
+    members, y, _ = _arrays(1)
+    p = dataclasses.replace(FAST, sample_stats=True, seed=7)
+    samples = score_arrays(members, y, protocol=p, method="x")["samples"]
+    assert set(samples) == {"encoding", "seed", "primary", "scores", "splits"}
+    assert (samples["encoding"], samples["seed"], samples["primary"]) == (SAMPLE_ENCODING, 7, "test")
+    assert samples["scores"] == ["total", "knowledge", "confidence"]
+    assert {k: (v["role"], v["unit"], v["n"]) for k, v in samples["splits"].items()} == {
+        "test": ("in_domain", "split:test", 240)}
+    assert "samples" not in score_arrays(members, y, protocol=FAST, method="x")
