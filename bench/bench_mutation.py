@@ -634,6 +634,10 @@ EQUIVALENT: dict[str, str] = {
        for f, ks in (("method_scores_in_domain", (6,)), ("method_scores_ood", (9, 11, 14, 16))) for k in ks},
     **{f"ubench.metrics.method_scores.xǁLogitScoreAccumulatorǁ__init____mutmut_{k}":
        "np.empty's default dtype is float64" for k in (3, 5)},
+    # metrics/report_intervals.py
+    **{f"ubench.metrics.report_intervals.xǁIntervalCollectorǁ__init____mutmut_{k}":
+       "the protocol's cost matrix (a list of numbers) read without the float64 dtype: the decision-cost column "
+       "is cast to float64 when added, and the Bayes decisions compare the same numbers" for k in (38, 40)},
     # metrics/calibration_debiased.py
     **{f"ubench.metrics.calibration_debiased.x__bin_sums__mutmut_{k}":
        "astype(None) is float64; searchsorted's default side is 'left'; bincount without minlength: the last bin "

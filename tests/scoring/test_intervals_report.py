@@ -213,3 +213,31 @@ def test_sample_stats_export_names_its_encoding_seed_and_splits():
     assert {k: (v["role"], v["unit"], v["n"]) for k, v in samples["splits"].items()} == {
         "test": ("in_domain", "split:test", 240)}
     assert "samples" not in score_arrays(members, y, protocol=FAST, method="x")
+
+
+@pytest.mark.parametrize("how", ["matrix", "preset"])
+def test_decision_cost_gets_an_interval_under_a_given_matrix_or_a_preset(how):
+    """A cost matrix given as such or by a preset's name: the decision cost (its mean and its sum, the sum being
+    the mean times N) gets a bootstrap interval around its value; without any cost, no such interval."""
+    from ubench.metrics.decision import cost_matrix_preset
+
+    members, y, _ = _arrays(2, c=10, n=300)
+    if how == "matrix":
+        cost = np.ones((10, 10)) - np.eye(10)
+        cost[0, 1] = 5.0
+        p = dataclasses.replace(FAST, cost_preset=None, cost_matrix=cost.tolist())
+    else:
+        p = dataclasses.replace(FAST, cost_preset="cifar10", cost_matrix=None)
+        cost = cost_matrix_preset("cifar10")
+    report = score_arrays(members, y, protocol=p, method="x")
+    test = report["in_domain"]["test"]
+    mean = members.mean(0)
+    decided = (cost[None, :, :] * mean[:, :, None]).sum(axis=1).argmin(axis=1)  # Bayes decision: min expected cost
+    assert test["decision_cost_mean"] == pytest.approx(cost[y, decided].mean(), rel=1e-12)
+    summary = report["intervals"]["summary"]
+    for key in ("decision_cost_mean", "decision_cost_sum"):
+        lo, hi = summary[key]
+        assert lo <= test[key] <= hi and lo < hi, key
+    assert summary["decision_cost_sum"] == pytest.approx([v * 300 for v in summary["decision_cost_mean"]])
+    none = dataclasses.replace(FAST, cost_preset=None, cost_matrix=None)
+    assert not any("cost" in k for k in score_arrays(members, y, protocol=none, method="x")["intervals"]["summary"])
