@@ -241,3 +241,19 @@ def test_decision_cost_gets_an_interval_under_a_given_matrix_or_a_preset(how):
     assert summary["decision_cost_sum"] == pytest.approx([v * 300 for v in summary["decision_cost_mean"]])
     none = dataclasses.replace(FAST, cost_preset=None, cost_matrix=None)
     assert not any("cost" in k for k in score_arrays(members, y, protocol=none, method="x")["intervals"]["summary"])
+
+
+def test_intervals_follow_the_protocols_smoothing_tpr_and_cost_reduction():
+    """Smoothing 0.2, FPR at 80 % TPR and summed decision costs: each interval brackets the value the report
+    computed under those settings, which lies outside the interval of the default settings' value (smoothing
+    moves the NLL, the TPR the FPR); the decision cost's interval is that of the sum."""
+    members, y, _ = _arrays(2, c=10, n=300)
+    p = dataclasses.replace(FAST, smoothing=0.2, tpr=0.8, cost_preset="cifar10", cost_reduction="sum")
+    report = score_arrays(members, y, protocol=p, method="x")
+    plain = score_arrays(members, y, protocol=dataclasses.replace(FAST, cost_preset="cifar10"), method="x")
+    test, summary = report["in_domain"]["test"], report["intervals"]["summary"]
+    for key in ("nll", "misclassification_fpr95_confidence"):
+        lo, hi = summary[key]
+        assert lo <= test[key] <= hi and not lo <= plain["in_domain"]["test"][key] <= hi, key
+    assert test["decision_cost"] == test["decision_cost_sum"]
+    assert summary["decision_cost"] == summary["decision_cost_sum"] != summary["decision_cost_mean"]
