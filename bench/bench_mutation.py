@@ -638,6 +638,10 @@ EQUIVALENT: dict[str, str] = {
     **{f"ubench.metrics.report_intervals.xǁIntervalCollectorǁ__init____mutmut_{k}":
        "the protocol's cost matrix (a list of numbers) read without the float64 dtype: the decision-cost column "
        "is cast to float64 when added, and the Bayes decisions compare the same numbers" for k in (38, 40)},
+    **{f"ubench.metrics.report_intervals.xǁIntervalCollectorǁadd_labelled__mutmut_{k}":
+       "another default for a missing cost_reduction: a section holds cost_reduction whenever it holds "
+       "decision_cost, and without decision_cost no cost column is added, so the default is never used"
+       for k in (98, 100, 103, 104)},
     # metrics/calibration_debiased.py
     **{f"ubench.metrics.calibration_debiased.x__bin_sums__mutmut_{k}":
        "astype(None) is float64; searchsorted's default side is 'left'; bincount without minlength: the last bin "
