@@ -68,3 +68,45 @@ def test_chain_diagnostics_groups_by_chain_label():
     np.testing.assert_allclose(out["rhat"], float(arviz.rhat(x, method="rank")), rtol=1e-10)
     with pytest.raises(ValueError, match="at least 4 draws"):
         chain_diagnostics(np.arange(6.0), np.repeat([0, 1], 3))
+
+
+def test_a_single_chain_equals_arviz():
+    """One chain: its two halves are the m = 2 sequences, and the between-sequence variance enters var+ as for
+    several chains (ArviZ's ess does the same for one chain; its rhat returns NaN there, so R-hat is pinned by
+    the classic formula on the rank-normalised halves, written out here)."""
+    from scipy import special, stats
+
+    rng = np.random.default_rng(5)
+    x = _ar1(rng, 1, 300, 0.6) + np.linspace(0.0, 1.0, 300)  # a trend: the halves' means differ
+    np.testing.assert_allclose(bulk_ess(x), float(arviz.ess(x, method="bulk")), rtol=1e-10)
+    halves = np.stack([x[0, :150], x[0, 150:]])
+
+    def rhat(s):
+        z = special.ndtri((stats.rankdata(s).reshape(s.shape) - 0.375) / (s.size + 0.25))
+        n, w, b = z.shape[1], z.var(axis=1, ddof=1).mean(), z.mean(axis=1).var(ddof=1)
+        return np.sqrt(((n - 1) / n * w + b) / w)
+
+    expected = max(rhat(halves), rhat(np.abs(halves - np.median(halves))))
+    assert split_rhat(x) == pytest.approx(expected, rel=1e-12) and expected > 1.05
+
+
+@pytest.mark.parametrize("dtype", [bool, np.int8, np.int64, np.float32])
+def test_draws_of_any_real_dtype_are_read_as_float64(dtype):
+    """0/1 indicators (bool, a range of exactly 1), small integers and float32 draws give the numbers of their
+    float64 copies (ArviZ's on those): nothing is computed in the input's dtype (bool cannot even be subtracted)."""
+    rng = np.random.default_rng(6)
+    x = (rng.random((3, 40)) < 0.3) if dtype is bool else rng.integers(-5, 5, (3, 40)).astype(dtype)
+    as64 = x.astype(np.float64)
+    np.testing.assert_allclose(split_rhat(x), float(arviz.rhat(as64, method="rank")), rtol=1e-10)
+    np.testing.assert_allclose(bulk_ess(x), float(arviz.ess(as64, method="bulk")), rtol=1e-10)
+    out = chain_diagnostics(x.ravel(), np.repeat([0, 1, 2], 40))
+    assert out["rhat"] == split_rhat(as64) and out["ess_bulk"] == bulk_ess(as64)
+
+
+def test_rhat_when_the_folded_draws_are_constant():
+    """Draws of +-1 around a median of 0 fold to a constant: the tail R-hat is undefined and the bulk one is
+    reported (ArviZ gives the same)."""
+    x = np.array([[-1.0, 1.0, -1.0, 1.0, 1.0, -1.0], [1.0, -1.0, 1.0, 1.0, -1.0, -1.0]])
+    assert np.ptp(np.abs(x - np.median(x))) == 0.0
+    np.testing.assert_allclose(split_rhat(x), float(arviz.rhat(x, method="rank")), rtol=1e-12)
+    assert np.isfinite(split_rhat(x))

@@ -310,3 +310,16 @@ def test_tace_class_groups_by_hand(counts, limit, want):
     from ubench.metrics.calibration import _class_groups
 
     assert _class_groups(np.array(counts), limit) == want
+
+
+def test_tace_with_more_classes_than_a_uint16_holds():
+    """70,000 classes, a few entries above the threshold: class 65,540 and class 4 (equal modulo 2**16) are kept
+    apart, as the transcription keeps them (class keys narrower than the class count would merge them)."""
+    c = 70_000
+    p = np.full((3, c), 1e-9)
+    p[0, [65_540, 4]] = [0.3, 0.2]
+    p[1, [4, 65_540]] = [0.5, 0.1]
+    p[2, [70, 65_540]] = [0.4, 0.05]
+    p /= p.sum(axis=1, keepdims=True)
+    y = np.array([65_540, 4, 70])
+    assert M.tace_error(p, y, n_bins=2) == pytest.approx(_tace_reference(p, y, 2, 1e-3), abs=1e-14)

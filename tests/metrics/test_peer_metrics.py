@@ -246,3 +246,73 @@ def test_selective_errors_say_what_is_wrong(call, message):
     with pytest.raises(ValueError) as ei:
         call(p, np.array([1, 0, 0, 0]))
     assert str(ei.value) == message
+
+
+def _smece_sigma_by_definition(f, y, sigma):
+    """smECE_sigma as the module docstring describes relplot's discretisation, written out with a direct (not
+    FFT) convolution and explicit loops: residuals f - y and unit weights split linearly between the two grid
+    nodes around f on max(2000, round(20/sigma)) // 2 + 1 nodes, reflected at 0 and 1, convolved with the
+    Gaussian density of width sigma sampled at the node offsets, interpolated onto max(200, round(10/sigma))
+    evenly spaced points, density offset by 1e-4."""
+    points = max(2000, round(20 / sigma)) // 2 + 1
+    grids = np.zeros((2, points))
+    for fi, ri in zip(f, f - y, strict=True):
+        pos = fi * (points - 1)
+        lo = min(int(pos), points - 2)
+        for g, w in ((0, ri), (1, 1.0)):
+            grids[g, lo] += (1.0 - (pos - lo)) * w
+            grids[g, lo + 1] += (pos - lo) * w
+    offsets = np.linspace(0.0, 1.0, points) - 0.5
+    kernel = np.exp(-offsets**2 / (2 * sigma**2)) / (np.sqrt(2 * np.pi) * sigma)
+    smoothed = []
+    for g in grids:
+        ext = np.concatenate([g[::-1][:-1], g, g[::-1][1:]])
+        full = np.convolve(ext, kernel, mode="valid")  # length 2 points - 1, centred on the middle copy
+        smoothed.append(full[points // 2: points // 2 + points])
+    at = np.linspace(0.0, 1.0, max(round(10 / sigma), 200))
+    nodes = np.linspace(0.0, 1.0, points)
+    r, d = (np.interp(at, nodes, s) for s in smoothed)
+    d = d + 1e-4
+    return float(np.sum(np.abs(r / d) * d) / np.sum(d))
+
+
+@pytest.mark.parametrize("sigma", [0.05, 0.004])
+def test_smooth_ece_at_equals_the_definition_at_the_ends_of_the_unit_interval(sigma):
+    """Confidences in the first and last grid cells (top-1 of 3000 near-uniform classes below 1/1000, and near 1)
+    and a bandwidth below 0.01 (a finer grid): smooth_ece_at equals the discretisation written out here."""
+    rng = np.random.default_rng(4)
+    flat = rng.dirichlet(np.full(3000, 50.0), 40)  # top-1 about 1/2400: inside the first cell (1/1000)
+    sharp = np.full((40, 3000), 1e-9)
+    sharp[:, 0] = 1.0 - 2999e-9
+    p = np.concatenate([flat, sharp])
+    y = rng.integers(0, 3000, 80)
+    y[40:60] = 0
+    f, hit = p.max(axis=1), (p.argmax(axis=1) == y).astype(float)
+    assert f[:40].max() < 1e-3 and f[40:].min() > 1 - 1e-3
+    assert m.smooth_ece_at(p, y, sigma=sigma) == pytest.approx(_smece_sigma_by_definition(f, hit, sigma), rel=1e-9)
+
+
+def test_smooth_ece_is_ten_bisection_steps_on_the_unit_interval():
+    """sigma* = the upper end after ten halvings of (0, 1] keeping smECE_sigma >= sigma on the lower side (relplot's
+    search, written out with the definition above), and smooth_ece = smECE at sigma*; datasets whose last step
+    moves the upper end (a search one step coarser ends elsewhere)."""
+    rng = np.random.default_rng(5)
+    moved_hi = 0
+    for _ in range(4):
+        n = 300
+        conf = rng.uniform(0.3, 1.0, n)
+        hit = (rng.random(n) < np.clip(conf + rng.uniform(-0.3, 0.1), 0, 1)).astype(float)
+        p = np.stack([conf, 1 - conf], -1)
+        y = np.where(hit == 1, p.argmax(axis=1), 1 - p.argmax(axis=1))
+        f, correct = p.max(axis=1), (p.argmax(axis=1) == y).astype(float)
+        hi, lo = 1.0, 0.0
+        for step in range(10):
+            mid = (hi + lo) / 2
+            if mid < _smece_sigma_by_definition(f, correct, mid):
+                lo = mid
+            else:
+                hi = mid
+                moved_hi += step == 9
+        want = _smece_sigma_by_definition(f, correct, hi)
+        assert m.smooth_ece(p, y) == pytest.approx(want, rel=1e-9)
+    assert moved_hi >= 1

@@ -185,3 +185,65 @@ def test_shift_temperature_scaling_fits_on_in_domain_and_applies_to_every_shift_
     assert "shift_ts_nll_median" in r["summary"]
     assert any("fitted on the in-domain test split" in n for n in r["notes"])
     assert "temperature_scaled" not in _score("--protocol", "shift")["shift"]["shift_noise_5"]
+
+
+def _top_k_brute(p, y, k):
+    """The k largest probabilities of each row (decreasing; ties to the smaller class index: a stable sort of -p)
+    and whether each is the label."""
+    order = np.argsort(-p, axis=1, kind="stable")[:, :k]
+    return np.take_along_axis(p, order, axis=1), order == y[:, None]
+
+
+@pytest.mark.parametrize(("c", "k"), [(100, 40), (100, 1), (7, 7), (300, 5)])
+def test_top_k_equals_a_stable_sort_also_for_k_beyond_the_column_groups(c, k):
+    """top_k_accuracy and top_k_calibration_error against a full stable sort, with ties at the top and k larger
+    than the 25 column groups of 100 classes (the cut then is the row's minimum)."""
+    from ubench.metrics.shift_paper import binned_calibration_error, top_k_accuracy, top_k_calibration_error
+
+    rng = np.random.default_rng(c + k)
+    p = rng.dirichlet(np.full(c, 0.3), 200)
+    p[:20, : min(c, 3)] = p[:20, :1]  # ties (rows no longer sum to 1 exactly: renormalise)
+    p /= p.sum(axis=1, keepdims=True)
+    y = rng.integers(0, c, 200)
+    values, hits = _top_k_brute(p, y, k)
+    assert top_k_accuracy(p, y, k=k) == hits.any(axis=1).mean()
+    want = binned_calibration_error(values, hits, np.linspace(0.0, 1.0, 16))
+    assert top_k_calibration_error(p, y, k=k, n_bins=15) == pytest.approx(want, abs=1e-15)
+
+
+@pytest.mark.parametrize(("k", "n_bins"), [(1, 15), (5, 10), (3, 7)])
+def test_the_reports_top_k_scores_equal_the_public_functions(k, n_bins):
+    """The report computes top-k accuracy and ECE in one pass (_top_k_scores): the same numbers as
+    top_k_accuracy and top_k_calibration_error (each pinned by a hand computation)."""
+    from ubench.metrics.shift_paper import _top_k_scores, top_k_accuracy, top_k_calibration_error
+
+    rng = np.random.default_rng(k)
+    p = rng.dirichlet(np.full(12, 0.5), 150)
+    y = rng.integers(0, 12, 150)
+    assert _top_k_scores(p, y, k, n_bins) == (top_k_accuracy(p, y, k=k),
+                                              top_k_calibration_error(p, y, k=k, n_bins=n_bins))
+
+
+def test_quantile_bin_edges_are_percentiles_of_float64_confidences():
+    """float32 probabilities: the edges are np.percentile of the float64 top-1 confidences (the same as for their
+    float64 copy), the outer two 0 and 1."""
+    from ubench.metrics.shift_paper import quantile_bin_edges
+
+    p = np.random.default_rng(0).dirichlet(np.ones(10), 301).astype(np.float32)
+    edges = quantile_bin_edges(p, n_bins=7)
+    want = np.percentile(p.max(axis=1).astype(np.float64), np.linspace(0.0, 100.0, 8))
+    want[0], want[-1] = 0.0, 1.0
+    assert edges.dtype == np.float64
+    np.testing.assert_array_equal(edges, want)
+    np.testing.assert_array_equal(edges, quantile_bin_edges(p.astype(np.float64), n_bins=7))
+
+
+def test_binned_calibration_error_puts_values_beyond_the_edges_in_the_outer_bins():
+    """Values below the first edge count in the first bin and values above the last in the last one (edges that do
+    not span the values, e.g. quantile edges of other data): |sum of gaps| per bin, merged, not apart."""
+    from ubench.metrics.shift_paper import binned_calibration_error
+
+    v = np.array([0.1, 0.3, 0.6, 0.7, 0.95])
+    h = np.array([1.0, 0.0, 1.0, 0.0, 1.0])
+    # bins (.., 0.5] and (0.5, ..): gaps 0.9 - 0.3 = 0.6 and 0.4 - 0.7 + 0.05 = -0.25 (0.95 apart: 0.6 + 0.3 + 0.05)
+    assert binned_calibration_error(v, h, [0.2, 0.5, 0.8]) == pytest.approx((0.6 + 0.25) / 5, abs=1e-15)

@@ -353,3 +353,21 @@ _Y = np.array([0, 1])
 def test_errors_name_the_argument(call, exc, name):
     with pytest.raises(exc, match=name):
         call()
+
+
+def test_logits_fit_checks_labels_and_bounds_before_scanning_the_values():
+    """fit_temperature_from_logits validates shapes, labels and bounds first and scans the logits' values last
+    (its fast path finds a non-finite entry on its own): with both a non-finite logit and a bad argument, the
+    message names the argument; with only the logit, the logit."""
+    from ubench.metrics.temperature import fit_temperature_from_logits
+
+    z = np.zeros((5, 3))
+    z[3, 1] = np.inf
+    y = np.zeros(5, dtype=int)
+    for kwargs, labels, message in ((dict(), y[:4], "logits has 5 samples but labels has 4"),
+                                    (dict(), np.array([0, 1, 2, 3, 0]), "labels must be in [0, 3); found 3 at index 3"),
+                                    (dict(bounds=(2.0, 3.0)), y, "bounds must satisfy 0 < t_min < 1 < t_max"),
+                                    (dict(), y, "logits must be finite; found inf at index (3, 1)")):
+        with pytest.raises(ValueError) as ei:
+            fit_temperature_from_logits(z, labels, **kwargs)
+        assert str(ei.value).startswith(message)

@@ -85,3 +85,39 @@ def test_fit_refuses_mismatched_samples():
     with pytest.raises(ValueError) as ei:
         fit_vector_scaling(np.full((4, 3), 1 / 3), np.zeros(3, dtype=int))
     assert str(ei.value) == "probs has 4 samples but labels has 3"
+
+
+def test_gradient_equals_finite_differences_away_from_the_start():
+    """The analytic gradient in log(1/T_c) against central differences of the NLL written from the docstring, at
+    points where every 1/T_c differs from 1 (at the start, 1/T = 1, a gradient in 1/T and one in log(1/T) agree,
+    so a slip in the chain rule shows only away from it)."""
+    from ubench.metrics.temperature_solver import _prep_probs
+    from ubench.metrics.vector_scaling import _vector_nll_grad
+
+    p, y = _data(seed=4, n=200)
+    s = _prep_probs(p, 1e-12)[0]
+    for log_beta in (np.array([0.7, -0.4, 1.3]), np.array([-1.5, 0.2, 0.9])):
+        nll, grad = _vector_nll_grad(log_beta, s, y)
+        assert nll == pytest.approx(_nll(np.exp(-log_beta), p, y), rel=1e-12)
+        h = 1e-6
+        numeric = [(_nll(np.exp(-(log_beta + h * e)), p, y) - _nll(np.exp(-(log_beta - h * e)), p, y)) / (2 * h)
+                   for e in np.eye(3)]
+        np.testing.assert_allclose(grad, numeric, rtol=1e-6, atol=1e-9)
+
+
+@pytest.mark.parametrize("side", ["upper", "lower"])
+def test_hit_bound_means_within_1e_6_of_a_bound_in_log_t(side):
+    """hit_bound is |log T_c - log bound| <= 1e-6, absolute (the fit's convention): a bound placed 5e-7 beyond the
+    free optimum (interior, so the fit is the free one) counts as hit, one 3e-6 beyond does not. Overconfident
+    probabilities (every T > 1) put the upper bound to the test, underconfident ones (every T < 1) the lower."""
+    rng = np.random.default_rng(3)
+    z = rng.normal(0.0, 1.5, (600, 3))
+    y = np.array([rng.choice(3, p=row) for row in special.softmax(z, axis=1)])
+    p = special.softmax(z * (np.array([3.0, 0.4, 1.0]) if side == "upper" else 0.4), axis=1)
+    free = fit_vector_scaling(p, y).temperatures
+    assert np.all(free > 1.5) if side == "upper" else np.all(free < 0.5)  # |log bound| > 0.4
+    for gap, hit in ((5e-7, True), (3e-6, False)):
+        bounds = (0.01, free.max() * np.exp(gap)) if side == "upper" else (free.min() * np.exp(-gap), 100.0)
+        fit = fit_vector_scaling(p, y, bounds=bounds)
+        np.testing.assert_allclose(fit.temperatures, free, rtol=1e-8)
+        assert fit.hit_bound is hit, (side, gap)

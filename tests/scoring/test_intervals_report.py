@@ -196,3 +196,64 @@ def test_dee_interval_maps_the_cll_interval_through_the_reference_band():
             dee_score(cll_hi + shift, mc["mean"], mc["std"]).upper]
     assert want[0] < dee_score(cll_lo + shift, mc["mean"], mc["std"]).dee  # the band is not empty there
     assert dee_interval(method, ens) == want
+
+
+def test_sample_stats_export_names_its_encoding_seed_and_splits():
+    """sample_stats on: ``samples`` holds the encoding, the protocol's seed, the primary split, the detection scores
+    and per split its role, resampling unit, size and encoded columns (what compare and the board resample);
+    off: no ``samples`` key."""
+    from ubench.metrics.intervals import SAMPLE_ENCODING
+
+    members, y, _ = _arrays(1)
+    p = dataclasses.replace(FAST, sample_stats=True, seed=7)
+    samples = score_arrays(members, y, protocol=p, method="x")["samples"]
+    assert set(samples) == {"encoding", "seed", "primary", "scores", "splits"}
+    assert (samples["encoding"], samples["seed"], samples["primary"]) == (SAMPLE_ENCODING, 7, "test")
+    assert samples["scores"] == ["total", "knowledge", "confidence"]
+    assert {k: (v["role"], v["unit"], v["n"]) for k, v in samples["splits"].items()} == {
+        "test": ("in_domain", "split:test", 240)}
+    assert "samples" not in score_arrays(members, y, protocol=FAST, method="x")
+
+
+@pytest.mark.parametrize("how", ["matrix", "preset"])
+def test_decision_cost_gets_an_interval_under_a_given_matrix_or_a_preset(how):
+    """A cost matrix given as such or by a preset's name: the decision cost (its mean and its sum, the sum being
+    the mean times N) gets a bootstrap interval around its value; without any cost, no such interval."""
+    from ubench.metrics.decision import cost_matrix_preset
+
+    members, y, _ = _arrays(2, c=10, n=300)
+    if how == "matrix":
+        cost = np.ones((10, 10)) - np.eye(10)
+        cost[0, 1] = 5.0
+        p = dataclasses.replace(FAST, cost_preset=None, cost_matrix=cost.tolist())
+    else:
+        p = dataclasses.replace(FAST, cost_preset="cifar10", cost_matrix=None)
+        cost = cost_matrix_preset("cifar10")
+    report = score_arrays(members, y, protocol=p, method="x")
+    test = report["in_domain"]["test"]
+    mean = members.mean(0)
+    decided = (cost[None, :, :] * mean[:, :, None]).sum(axis=1).argmin(axis=1)  # Bayes decision: min expected cost
+    assert test["decision_cost_mean"] == pytest.approx(cost[y, decided].mean(), rel=1e-12)
+    summary = report["intervals"]["summary"]
+    for key in ("decision_cost_mean", "decision_cost_sum"):
+        lo, hi = summary[key]
+        assert lo <= test[key] <= hi and lo < hi, key
+    assert summary["decision_cost_sum"] == pytest.approx([v * 300 for v in summary["decision_cost_mean"]])
+    none = dataclasses.replace(FAST, cost_preset=None, cost_matrix=None)
+    assert not any("cost" in k for k in score_arrays(members, y, protocol=none, method="x")["intervals"]["summary"])
+
+
+def test_intervals_follow_the_protocols_smoothing_tpr_and_cost_reduction():
+    """Smoothing 0.2, FPR at 80 % TPR and summed decision costs: each interval brackets the value the report
+    computed under those settings, which lies outside the interval of the default settings' value (smoothing
+    moves the NLL, the TPR the FPR); the decision cost's interval is that of the sum."""
+    members, y, _ = _arrays(2, c=10, n=300)
+    p = dataclasses.replace(FAST, smoothing=0.2, tpr=0.8, cost_preset="cifar10", cost_reduction="sum")
+    report = score_arrays(members, y, protocol=p, method="x")
+    plain = score_arrays(members, y, protocol=dataclasses.replace(FAST, cost_preset="cifar10"), method="x")
+    test, summary = report["in_domain"]["test"], report["intervals"]["summary"]
+    for key in ("nll", "misclassification_fpr95_confidence"):
+        lo, hi = summary[key]
+        assert lo <= test[key] <= hi and not lo <= plain["in_domain"]["test"][key] <= hi, key
+    assert test["decision_cost"] == test["decision_cost_sum"]
+    assert summary["decision_cost"] == summary["decision_cost_sum"] != summary["decision_cost_mean"]
