@@ -288,6 +288,8 @@ def check_logits(logits: ArrayLike, name: str = "logits", *, finite: bool = True
         raise ValueError(f"{name} must have shape (n_samples, n_classes); found ndim {arr.ndim}, shape {arr.shape}")
     if arr.shape[0] == 0:
         raise ValueError(f"{name} is empty: it has 0 samples")
+    if arr.shape[1] == 0:
+        raise ValueError(f"{name} is empty: it has 0 classes")
     if finite:
         _check_finite(arr, name)
     return arr

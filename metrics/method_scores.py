@@ -29,7 +29,7 @@ from numpy.typing import NDArray
 
 from ._validation import UndefinedMetricError
 from .classification import _predictions
-from .ranking import _detection_scores
+from .ranking import _check_tpr, _detection_scores
 from .rejection import _rejection_curve
 
 __all__ = ["MethodScore", "LOGIT_SCORES", "LogitScoreAccumulator", "logit_scores", "method_scores_in_domain",
@@ -87,6 +87,7 @@ def method_scores_in_domain(mean_probs: NDArray, labels: NDArray, scores: Mappin
     risk-coverage curve, rejecting the most uncertain first: ``1 - mean accuracy`` over the curve, as
     ``aurc_<score>`` of the softmax scores) and ``rejection_curve`` (``rejected_fraction``, ``accuracy`` at
     ``points`` evenly spaced fractions in [0, 1)). Returns the section and its notes."""
+    tpr = _check_tpr(tpr)  # above 1 the FPR's index would wrap round
     n = labels.shape[0]
     errors = (_predictions(mean_probs) != labels).astype(np.int8)
     idx = np.unique(np.minimum(n - 1, np.round(np.linspace(0.0, 1.0, points, endpoint=False) * n).astype(int)))
@@ -115,6 +116,7 @@ def method_scores_ood(in_domain: Mapping[str, MethodScore], ood: Mapping[str, Me
                       tpr: float = 0.95) -> dict[str, Any]:
     """Per score present in both splits: ``ood_{auroc,aupr,fpr95}`` of OOD detection (positive = OOD) by the
     score as an uncertainty, the in-domain split's samples the negatives."""
+    tpr = _check_tpr(tpr)
     out: dict[str, Any] = {}
     for name, score in ood.items():
         if name not in in_domain:

@@ -82,6 +82,7 @@ def _shape_errors():
         (lambda: check_logits(np.zeros(2), "z"), ValueError,
          "z must have shape (n_samples, n_classes); found ndim 1, shape (2,)"),
         (lambda: check_logits(np.zeros((0, 3))), ValueError, "logits is empty: it has 0 samples"),
+        (lambda: check_logits(np.zeros((3, 0))), ValueError, "logits is empty: it has 0 classes"),
         (lambda: check_logits(np.zeros((2, 2), dtype=np.int64), "z"), TypeError,
          "z must be float32 or float64; found dtype int64"),
         (lambda: check_scores(np.zeros(0)), ValueError, "scores is empty: it has 0 samples"),
@@ -99,12 +100,13 @@ def test_shape_and_dtype_errors_name_the_argument_and_what_is_wrong(case):
     assert str(ei.value) == message
 
 
-def test_logits_with_no_class_column_are_not_called_empty():
-    """An (N, 0) logits array has samples: the emptiness check looks at the sample axis only (the finiteness scan
-    is left out here: on no element it fails with numpy's own message, reported on issue #27)."""
+def test_logits_with_no_class_column_are_refused_whatever_the_finiteness_scan():
+    """An (N, 0) logits array is refused by name, also when the finiteness scan is left out (without the check,
+    the scan failed with numpy's "zero-size array to reduction" message)."""
     from ubench.metrics._validation import check_logits
 
-    assert check_logits(np.zeros((3, 0)), finite=False).shape == (3, 0)
+    with pytest.raises(ValueError, match="^logits is empty: it has 0 classes$"):
+        check_logits(np.zeros((3, 0)), finite=False)
 
 
 def test_the_bad_row_sum_is_reported_in_float64_for_float32_rows():

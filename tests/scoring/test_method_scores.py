@@ -282,3 +282,16 @@ def test_in_domain_and_ood_sections_default_to_95_percent_tpr_and_101_points():
     ood = method_scores_ood({"s": MethodScore(neg, "uncertainty")}, {"s": MethodScore(pos, "uncertainty")})
     y, u = np.r_[np.zeros(120), np.ones(130)], np.r_[neg, pos]
     assert ood["s"]["ood_fpr95"] == pytest.approx(_fpr95_oracle(y, u, 0.95), abs=1e-12)
+
+
+@pytest.mark.parametrize("tpr", [0.0, 1.5, -0.1])
+def test_method_scores_refuse_a_tpr_outside_0_1(tpr):
+    """Above 1 the FPR's threshold index would wrap round to a positive from the other end."""
+    from ubench.metrics.method_scores import MethodScore, method_scores_in_domain, method_scores_ood
+
+    u = {"s": MethodScore(np.array([0.1, 0.7, 0.3, 0.9]), "uncertainty")}
+    with pytest.raises(ValueError, match=r"tpr must be in \(0, 1\]"):
+        method_scores_in_domain(np.array([[0.9, 0.1], [0.2, 0.8], [0.6, 0.4], [0.3, 0.7]]), np.array([0, 0, 1, 1]),
+                                u, tpr=tpr)
+    with pytest.raises(ValueError, match=r"tpr must be in \(0, 1\]"):
+        method_scores_ood(u, u, tpr=tpr)
