@@ -58,7 +58,7 @@ RESULTS = RESULTS_DIR / "bench_mutation.json"
 #: One stats run (the selected tests, once) serves every unit of a shard.
 SHARDS = {
     "metrics": (sorted(str(p.relative_to(ROOT)) for p in (ROOT / "metrics").glob("*.py")
-                       if p.name not in ("__init__.py", "method_scores.py", "report_intervals.py")),
+                       if p.name not in ("__init__.py", "method_scores.py", "report_intervals.py", "intervals.py")),
                 ["tests/metrics"]),
     # Units whose tests are mostly under tests/scoring (through the scorer) get shards of their own: mutmut 3.8
     # resets every verdict of a shard when its test selection changes, so the metrics shard's stays tests/metrics.
@@ -67,6 +67,11 @@ SHARDS = {
     "report_intervals": (["metrics/report_intervals.py"], ["tests/scoring/test_intervals_report.py",
                                                            "tests/scoring/test_interval_overlap.py",
                                                            "tests/metrics/test_shift_paper_outputs.py"]),
+    # the per-split statistics and resample(): the kernels' tests are tests/metrics', the report's use
+    # (protocol columns, decision cost, batches) tests/scoring's (the slow coverage simulation left out)
+    "intervals": (["metrics/intervals.py"], ["tests/metrics/test_bootstrap.py", "tests/metrics/test_bootstrap_parts.py",
+                                             "tests/scoring/test_intervals_report.py",
+                                             "tests/scoring/test_interval_overlap.py"]),
     # the archive tests that validate in-process (the crash tests' children import the installed ubench instead)
     "validator": (["archive_schema/validator.py"], [f"tests/archive_schema/test_archive_{t}.py" for t in
                                                     ("hostile", "spec_plain", "frozen", "describe", "roundtrip",
