@@ -11,8 +11,8 @@ The settings come from the protocol: ``intervals`` (on/off), ``confidence`` (the
 from __future__ import annotations
 
 import threading
-from functools import partial
 from collections.abc import Mapping
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -42,8 +42,9 @@ class IntervalCollector:
     """Per-split statistics gathered while a report is built; :meth:`finish` adds ``intervals`` / ``samples``.
 
     A split's statistics are resampled soon after it is added, :data:`BATCH` splits at a time (each unit's counts
-    drawn once for them, the splits evaluated on two threads; :meth:`settle`), and then dropped: what stays per split is its
-    replicate values (B per key) and, when ``samples`` are asked for, its exported columns, so the memory of a
+    drawn once for them, the splits evaluated on two threads; :meth:`settle`), and then dropped: what stays per
+    split is its replicate values (B per key) and, when ``samples`` are asked for, its exported columns, so the
+    memory of a
     report does not grow with its number of splits beyond those (issue #29 item 2). The numbers are those of
     resampling every split at once: each unit's counts come from its own generator, and every call cuts the
     replicates into the same blocks (``block_n``). A Dask worker's collector (:attr:`resampling` off) resamples
@@ -53,9 +54,9 @@ class IntervalCollector:
     With :attr:`overlap` set (by ``scoring/score.py``, for splits small enough that memory is not what binds:
     :data:`~ubench.scoring.memory_plan.OVERLAP_MAX_MEAN_BYTES`), a batch is resampled on a thread of its own
     while the next splits are read and scored: the scoring of a split leaves most of the second core idle, and the
-    resampling fills it, on one kernel thread (two would make three busy threads on two cores). A batch goes as soon as it is full, or at once when it holds a split with sorted kernels
-    (the in-domain split, an OOD split: most of the resampling's work, which should start first; so without the
-    overlap too, for the same batches). The batches run one after another (each thread waits for the one before),
+    resampling fills it, on one kernel thread (two would make three busy threads on two cores). A batch goes as
+    soon as it is full, or at once when it holds a split with sorted kernels (the in-domain split, an OOD split:
+    most of the resampling's work, which should start first; so without the overlap too, for the same batches). The batches run one after another (each thread waits for the one before),
     at most :data:`IN_FLIGHT` of them handed off and not yet taken in, so the scoring waits only when the
     resampling falls that far behind. The replicate values are taken in, in batch order, by the thread that called
     :meth:`settle`; the numbers are the same either way (tested).

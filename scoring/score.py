@@ -122,10 +122,9 @@ class _PerSplit(Mapping):
         return len(self._names)
 
 
-def _labelled(reader, ref) -> set[str]:
-    """The splits with labels (the reference's when given), without reading any."""
-    if ref is not None:
-        return {name for name, s in ref.splits.items() if s.labels is not None}
+def _labelled(reader) -> set[str]:
+    """The archive's splits with labels, without reading any (with a reference, the reference names the primary
+    split)."""
     return {name for name in reader.header.splits if reader.dataset(name, "labels") is not None}
 
 
@@ -329,8 +328,7 @@ def run_score(path: str | Path, *, reference: str | Path | None = None,
         h = reader.header
         labels, notes = _checked_labels(path, reader, ref)
         # With a reference, the reference decides the primary split, not the upload's link order (#16.6).
-        primary = ref.primary if ref is not None else primary_split(h.splits_with_role("in_domain"),
-                                                                    _labelled(reader, ref))
+        primary = ref.primary if ref is not None else primary_split(h.splits_with_role("in_domain"), _labelled(reader))
         builder = ReportBuilder(protocol, n_members=h.n_members, n_classes=h.n_classes, dataset=h.dataset,
                                 primary=primary)
         known_inputs: dict[str, str] = {}
