@@ -16,7 +16,10 @@
    with the bytecode cached as an installed package has it (``PYTHONPYCACHEPREFIX``; ``PYTHONDONTWRITEBYTECODE``
    would recompile ubench's modules on every run), ``--baseline-src``'s version interleaved, and the modules
    ``python -X importtime`` finds slowest; with ``--instructions`` the instructions each executes (callgrind's
-   count: what a loaded machine does not disturb). Targets: <= 0.3 s and <= 0.5 s on an idle machine.
+   count: what a loaded machine does not disturb). Targets: <= 0.3 s and <= 0.5 s on an idle machine, for ubench
+   as the README's ``pip install .`` installs it (a wheel of this checkout in a fresh virtual environment,
+   interleaved with the others: ``installed_*`` keys); the development install (``pip install -e``: setuptools'
+   editable finder runs at every start) is the before/after comparison.
 
     python bench/bench_score.py [--keep DIR] [--repeats 3] [--baseline-src DIR] [--no-imagenet] [--startup-only]
         [--instructions]
@@ -231,6 +234,40 @@ def _startup_env(pycache: Path, src: Path | None = None) -> dict:
     return env
 
 
+def _installed_python(tmp: Path) -> Path | None:
+    """An interpreter that runs ubench as the README's ``pip install .`` leaves it: a virtual environment holding
+    ubench built as a wheel from this checkout and unpacked into its site-packages, bytecode compiled as pip
+    compiles it, and this interpreter's site-packages directories appended as plain paths for the dependencies
+    (a plain path line of a ``.pth`` file runs no other ``.pth`` file: no development install's import hook, such
+    as setuptools' editable finder, which alone costs ~20 ms of every start). None when no wheel can be built."""
+    import glob
+    import zipfile
+
+    wheels = tmp / "wheel"
+    for isolation in (["--no-build-isolation"], []):
+        built = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", *isolation, "-w",
+                                str(wheels), str(ROOT)], capture_output=True, text=True)
+        if built.returncode == 0:
+            break
+    found = glob.glob(str(wheels / "ubench-*.whl"))
+    if not found:
+        print(f"no wheel of ubench could be built, so no start-up row of the installed package:\n{built.stderr}")
+        return None
+    venv = tmp / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    python = venv / "bin" / "python"
+    target = Path(subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
+                                 capture_output=True, text=True, check=True).stdout.strip())
+    with zipfile.ZipFile(found[0]) as z:
+        z.extractall(target)
+    # every site directory this interpreter has, also those a .pth file added (a thin venv over shared packages)
+    deps = [d for d in sys.path if Path(d).name in ("site-packages", "dist-packages") and Path(d).is_dir()]
+    (target / "ubench_bench_deps.pth").write_text("".join(f"{d}\n" for d in deps))
+    subprocess.run([str(python), "-m", "compileall", "-q", str(target / "ubench")], check=True,
+                   stdout=subprocess.DEVNULL)
+    return python
+
+
 def _instructions(cmd: list[str], env: dict) -> int | None:
     """Instructions the process executes (callgrind's ``I refs``): a count the other jobs of a loaded machine do
     not change, unlike a time (valgrind runs it ~40x slower; numpy then takes its AVX2 code paths, the same for
@@ -256,38 +293,50 @@ def bench_startup(repeats: int, baseline: Path | None = None, instructions: bool
              ("ubench score examples/digits_deep_ensemble.h5 --json --no-intervals",
               ["score", str(EXAMPLE), "--json", "--no-intervals"], None))
     pycache = Path(tempfile.mkdtemp(prefix="ubench-pycache-"))
-    envs = {"ubench": _startup_env(pycache / "new")}
+    # name -> (interpreter, environment): this checkout's development install, the README's ``pip install .`` of
+    # it (the targets' row: what a newcomer runs) and, with ``baseline``, an earlier version (the before column)
+    pythons = {"ubench": (sys.executable, _startup_env(pycache / "new"))}
+    installed = _installed_python(pycache / "installed")
+    if installed is not None:
+        pythons["installed"] = (str(installed), {k: v for k, v in os.environ.items()
+                                                 if k not in ("PYTHONDONTWRITEBYTECODE", "PYTHONPATH")})
     if baseline is not None:
-        envs["baseline"] = _startup_env(pycache / "old", baseline)
+        pythons["baseline"] = (sys.executable, _startup_env(pycache / "old", baseline))
     rows, summary = [], []
     for what, args, target in cases:
-        cmd = [sys.executable, "-m", "ubench.cli", *args]
-        runs: dict[str, list[tuple[float, float]]] = {k: [] for k in envs}
-        for env in envs.values():
-            _wall(cmd, 1, env)  # compile the bytecode, warm the file cache
-        for _ in range(repeats):  # interleaved with the baseline's runs
-            for k, env in envs.items():
-                runs[k] += _timed_runs(cmd, 1, env)
-        row = {"what": "start-up", "command": what, "bytecode": "cached (PYTHONPYCACHEPREFIX)"}
+        cmds = {k: [py, "-m", "ubench.cli", *args] for k, (py, _) in pythons.items()}
+        runs: dict[str, list[tuple[float, float]]] = {k: [] for k in pythons}
+        for k, (_, env) in pythons.items():
+            _wall(cmds[k], 1, env)  # compile the bytecode, warm the file cache
+        for _ in range(repeats):  # interleaved: each version's runs beside the others'
+            for k, (_, env) in pythons.items():
+                runs[k] += _timed_runs(cmds[k], 1, env)
+        row = {"what": "start-up", "command": what, "bytecode": "cached (PYTHONPYCACHEPREFIX; the installed copy "
+               "compiled at install)"}
         for k, r in runs.items():
-            key = "" if k == "ubench" else "baseline_"
+            key = "" if k == "ubench" else f"{k}_"
             row.update({f"{key}wall_s": [round(t, 3) for t, _ in r],
                         f"{key}median_s": round(statistics.median(t for t, _ in r), 3),
                         f"{key}cpu_median_s": round(statistics.median(c for _, c in r), 3)})
         if instructions:
-            for k, env in envs.items():
-                row[f"{'' if k == 'ubench' else 'baseline_'}instructions"] = _instructions(cmd, env)
-        row["slowest_imports_us"] = _slowest_imports(cmd, env=envs["ubench"])
+            for k, (_, env) in pythons.items():
+                row[f"{'' if k == 'ubench' else k + '_'}instructions"] = _instructions(cmds[k], env)
+        row["slowest_imports_us"] = _slowest_imports(cmds["ubench"], env=pythons["ubench"][1])
         rows.append(row)
         print(row)
-        med = row["median_s"]
-        before = f" (before: {row['baseline_median_s']:.2f} s)" if baseline is not None else ""
+        # the target is the README's install; the development install (setuptools' editable finder, PYTHONPATH
+        # for the baseline) is the before/after comparison
+        med = row.get("installed_median_s", row["median_s"])
+        how = "installed as `pip install .`" if "installed_median_s" in row else "development install"
+        before = f"; development install {row['median_s']:.2f} s" if "installed_median_s" in row else ""
+        before += f" (before: {row['baseline_median_s']:.2f} s)" if baseline is not None else ""
         if row.get("instructions") and row.get("baseline_instructions"):
             ratio = row["instructions"] / row["baseline_instructions"] - 1
             before += (f"; {row['instructions'] / 1e9:.2f} G instructions, before "
                        f"{row['baseline_instructions'] / 1e9:.2f} G ({ratio:+.1%})")
-        summary.append({"what": f"start-up: `{what}`", "workload": f"whole process, median of {repeats}, bytecode "
-                        "cached", "result": f"{med:.2f} s wall, {row['cpu_median_s']:.2f} s CPU{before}",
+        cpu = row.get("installed_cpu_median_s", row["cpu_median_s"])
+        summary.append({"what": f"start-up: `{what}`", "workload": f"whole process, {how}, median of {repeats}, "
+                        "bytecode cached", "result": f"{med:.2f} s wall, {cpu:.2f} s CPU{before}",
                         "target": "none (the intervals' share)" if target is None else f"<= {target} s (idle machine)",
                         "met": None if target is None else med <= target})
     return rows, summary
