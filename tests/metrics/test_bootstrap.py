@@ -7,6 +7,9 @@ discrete scores."""
 
 from __future__ import annotations
 
+import base64
+import zlib
+
 import numpy as np
 import pytest
 
@@ -331,3 +334,245 @@ def test_counts_kept_from_one_call_to_the_next_are_drawn_once_and_give_the_same_
     for _ in range(2):
         resample({"shift": stats["shift"]}, units["shift"], n_replicates=20, seed=5, block_n=n, counts=cache)
     assert cache == {} and drawn == [n] * 6  # per call 3 blocks, not kept
+
+
+def _members(rng, m, n, c):
+    """(M, N, C) member probabilities with rounded logits: tied confidences, entropies and votes."""
+    z = np.round(rng.normal(0, 1.5, (m, n, c)) + rng.normal(0, 1.5, (1, n, c)))
+    p = np.exp(z - z.max(axis=2, keepdims=True))
+    return p / p.sum(axis=2, keepdims=True)
+
+
+def _same(got: float, want) -> bool:
+    """A replicate value against a point value: NaN stands for an undefined (None) one."""
+    if want is None:
+        return bool(np.isnan(got))
+    return bool(np.isclose(got, want, rtol=1e-9, atol=1e-12))
+
+
+@pytest.mark.parametrize("c,scores,reduction", [(2, ("total",), "sum"),
+                                                (5, ("total", "knowledge", "confidence"), "mean"),
+                                                (6, ("knowledge", "confidence"), "sum")])
+def test_labelled_statistics_replicates_are_the_report_sections_of_the_resampled_split(c, scores, reduction):
+    """Every replicate of an in-domain split (:class:`LabelledStatistics`, ``full``) and of a shift split equals
+    the report's own section (``in_domain_section`` / ``shift_split_section``, whose metrics are pinned against
+    scikit-learn elsewhere) of the explicitly resampled split ``np.repeat``: every key, with its report name, and
+    no other; all-ones counts first (the point estimate). ``l2_ce_debiased`` holds the full set's equal-mass edges
+    (Kumar et al.'s estimator by hand). C = 2 has a UCE, C = 5 no top-5 accuracy, C = 6 one; the detection
+    threshold is the default 95 % TPR; the decision cost sees the smoothing."""
+    from ubench.metrics.intervals import LabelledStatistics
+    from ubench.metrics.report_sections import in_domain_section, shift_split_section, split_arrays
+
+    rng = np.random.default_rng(c)
+    n, bins, eps, smoothing = 90, 8, 1e-12, 0.05
+    members = _members(rng, 3, n, c)
+    labels = rng.integers(0, c, n)
+    cost = rng.uniform(0.5, 3.0, (c, c))
+    np.fill_diagonal(cost, 0.0)
+    arrays = split_arrays(members, smoothing=smoothing)
+    settings = dict(unit="u", bins=bins, eps=eps, smoothing=smoothing)
+    stat = LabelledStatistics(arrays, labels, **settings, scores=scores, cost=cost, cost_reduction=reduction)
+    shift = LabelledStatistics(arrays, labels, **settings, full=False)
+    w = _counts(n, 4, c)
+    reps, shift_reps = stat.replicates({"u": w}), shift.replicates({"u": w})
+
+    keys = {"accuracy", "nll", "brier", "ece", "uce", "l2_ce_debiased", "mean_total_uncertainty",
+            "mean_knowledge_uncertainty", "mean_data_uncertainty", "disagreement", "variation_ratio",
+            "decision_cost", "decision_cost_mean", "decision_cost_sum", "augrc", "risk_at_80_cov", "cov_at_5_risk"}
+    keys |= {f"aurc_{s}" for s in scores} | {f"misclassification_{k}_{s}" for s in scores
+                                             for k in ("auroc", "aupr", "fpr95")}
+    keys |= {"top5_accuracy"} if c > 5 else set()
+    assert set(reps) == keys
+    assert set(shift_reps) == {"accuracy", "nll", "brier", "ece", "mean_total_uncertainty"}
+    assert all(v.shape == (5,) for v in reps.values())
+
+    conf = arrays.mean_probs.max(axis=1)
+    hit = (arrays.mean_probs.argmax(axis=1) == labels).astype(float)
+    cell = np.searchsorted(equal_mass_edges(conf, bins), conf)  # the full set's bins, held
+    for b in range(w.shape[0]):
+        idx = np.repeat(np.arange(n), w[b].astype(int))
+        resampled = split_arrays(members[:, idx], smoothing=smoothing)
+        want = in_domain_section(resampled, labels[idx], bins=bins, eps=eps, smoothing=smoothing, tpr=0.95,
+                                 cost_matrix=cost, cost_reduction=reduction, scores=scores)
+        n_b = np.bincount(cell[idx])
+        ok = n_b >= 2
+        cb, yb = (np.bincount(cell[idx], weights=x[idx])[ok] / n_b[ok] for x in (conf, hit))
+        sq = np.sum(n_b[ok] * ((cb - yb) ** 2 - yb * (1 - yb) / (n_b[ok] - 1))) / idx.size
+        want["l2_ce_debiased"] = np.sqrt(max(sq, 0.0))
+        if b == 0:
+            assert want["l2_ce_debiased"] == pytest.approx(in_domain_section(
+                arrays, labels, bins=bins, eps=eps, smoothing=smoothing, tpr=0.95, scores=scores)["l2_ce_debiased"])
+        bad = [k for k in sorted(keys) if not _same(reps[k][b], want[k])]
+        assert not bad, (b, {k: (reps[k][b], want[k]) for k in bad})
+        want = shift_split_section(resampled, labels[idx], bins=bins, eps=eps, smoothing=smoothing)
+        bad = [k for k in sorted(shift_reps) if not _same(shift_reps[k][b], want[k])]
+        assert not bad, (b, {k: (shift_reps[k][b], want[k]) for k in bad})
+
+
+@pytest.mark.parametrize("n_errors", [0, 1, 29, 30])
+def test_misclassification_detection_replicates_exist_exactly_when_the_split_has_errors_and_hits(n_errors):
+    """Misclassification detection has replicates when the split holds at least one error and one correct
+    prediction (1 and N - 1 errors included), none otherwise (the report's value is None there)."""
+    from ubench.metrics.intervals import LabelledStatistics
+    from ubench.metrics.report_sections import misclassification_section, split_arrays
+
+    rng = np.random.default_rng(n_errors)
+    n = 30
+    members = _members(rng, 2, n, 3)
+    arrays = split_arrays(members)
+    pred = arrays.mean_probs.argmax(axis=1)
+    labels = np.where(np.arange(n) < n_errors, (pred + 1) % 3, pred)
+    stat = LabelledStatistics(arrays, labels, unit="u", bins=10, eps=1e-12, smoothing=0.0, scores=("total",))
+    reps = stat.replicates({"u": _counts(n, 2, 1)})
+    section, _ = misclassification_section(arrays, labels, tpr=0.95, scores=("total",))
+    assert ("misclassification_auroc_total" in reps) == (0 < n_errors < n)
+    assert (section["misclassification_auroc_total"] is not None) == (0 < n_errors < n)
+    if 0 < n_errors < n:
+        assert reps["misclassification_auroc_total"][0] == pytest.approx(section["misclassification_auroc_total"])
+
+
+@pytest.mark.parametrize("tpr", [None, 0.9])
+def test_ood_statistics_replicates_are_the_ood_section_of_both_resampled_splits(tpr):
+    """An OOD split's replicates equal the report's ``ood_section`` of the in-domain samples resampled with the
+    in-domain unit's counts against the OOD samples resampled with their own (stratified), every score, with
+    the report's key names; the default TPR is 95 %."""
+    from ubench.metrics.intervals import OODStatistics
+    from ubench.metrics.report_sections import ood_section, split_arrays
+
+    rng = np.random.default_rng(11)
+    n_in, n_ood = 70, 50
+    in_members, ood_members = _members(rng, 2, n_in, 4), _members(rng, 2, n_ood, 4) ** 0.5
+    ood_members /= ood_members.sum(axis=2, keepdims=True)
+    in_arrays, ood_arrays = split_arrays(in_members), split_arrays(ood_members)
+    kw = {} if tpr is None else {"tpr": tpr}
+    stat = OODStatistics(in_arrays, ood_arrays, unit="o", against="u", **kw)
+    wi, wo = _counts(n_in, 3, 1), _counts(n_ood, 3, 2)
+    reps = stat.replicates({"u": wi, "o": wo})
+    assert set(reps) == {f"ood_{k}_{s}" for k in ("auroc", "aupr", "fpr95") for s in ("total", "knowledge",
+                                                                                        "confidence")}
+    for b in range(wi.shape[0]):
+        ii, io = (np.repeat(np.arange(w.shape[1]), w[b].astype(int)) for w in (wi, wo))
+        want = ood_section(split_arrays(in_members[:, ii]), split_arrays(ood_members[:, io]), tpr=tpr or 0.95)
+        bad = [k for k in sorted(reps) if not _same(reps[k][b], want[k])]
+        assert not bad, (b, {k: (reps[k][b], want[k]) for k in bad})
+
+
+def test_report_intervals_summary_by_hand():
+    """``report_intervals``: each split's keys that have replicates (numbers only, its ``calibrated`` ones
+    included), a split without replicates skipped (not the splits after it), the summary's primary-split keys,
+    the mean over OOD splits and the median and quartiles over shift splits computed per replicate, each the
+    percentile interval (numpy's quantiles at (1 -+ level) / 2) of its replicates."""
+    from ubench.metrics.intervals import report_intervals
+
+    rng = np.random.default_rng(2)
+    b, level = 400, 0.9
+    keys = {"test": ("accuracy", "nll", "brier", "ece", "cll"), "o": ("ood_auroc_total",),
+            "s": ("accuracy", "nll", "brier", "ece")}
+    reps = {name: {k: rng.normal(i, 1.0, b) for k in keys[name if name == "test" else name[0]]}
+            for i, name in enumerate(("test", "s1", "s2", "s3", "o1", "o2"))}
+    report = {"primary_split": "test",
+              "in_domain": {"test": {"accuracy": 0.9, "nll": 0.3, "label": "x", "flag": True,
+                                     "calibrated": {"cll": -0.2}}},
+              "shift": {"s0": {"accuracy": 0.5}, "s1": {"accuracy": 0.7, "ece": 0.1}, "s2": {"accuracy": 0.6},
+                        "s3": {"accuracy": 0.4}},
+              "ood": {"o1": {"ood_auroc_total": 0.8}, "o2": {"ood_auroc_total": 0.7}},
+              "summary": {"accuracy": 0.9, "cll": -0.2, "ood_auroc_total": 0.75, "shift_accuracy_median": 0.6,
+                          "shift_ece_q25": 0.1, "shift_nll_q75": 0.2, "shift_brier_median": None, "note": "n"}}
+    iv = report_intervals(report, reps, level=level, n_replicates=b, seed=7)
+
+    def pi(v):
+        return [float(np.quantile(v, (1 - level) / 2)), float(np.quantile(v, (1 + level) / 2))]
+
+    assert (iv["level"], iv["replicates"], iv["seed"]) == (level, b, 7)
+    assert sorted(iv["splits"]) == ["o1", "o2", "s1", "s2", "s3", "test"]  # s0 has no replicates
+    assert sorted(iv["splits"]["test"]) == ["accuracy", "cll", "nll"]
+    assert sorted(iv["splits"]["s1"]) == ["accuracy", "ece"]
+    assert iv["splits"]["test"]["nll"] == pytest.approx(pi(reps["test"]["nll"]))
+    shift = np.stack([reps[s]["accuracy"] for s in ("s1", "s2", "s3")])
+    want = {"accuracy": pi(reps["test"]["accuracy"]), "cll": pi(reps["test"]["cll"]),
+            "ood_auroc_total": pi((reps["o1"]["ood_auroc_total"] + reps["o2"]["ood_auroc_total"]) / 2),
+            "shift_accuracy_median": pi(np.sort(shift, axis=0)[1]),
+            "shift_ece_q25": pi(np.percentile(np.stack([reps[s]["ece"] for s in ("s1", "s2", "s3")]), 25, axis=0)),
+            "shift_nll_q75": pi(np.percentile(np.stack([reps[s]["nll"] for s in ("s1", "s2", "s3")]), 75, axis=0))}
+    assert sorted(iv["summary"]) == sorted(want)
+    for k, v in want.items():
+        assert iv["summary"][k] == pytest.approx(v, rel=1e-12), k
+    # the quartiles of three values by hand: linear interpolation halfway between the lowest two (and top two)
+    srt = np.sort(np.stack([reps[s]["ece"] for s in ("s1", "s2", "s3")]), axis=0)
+    assert iv["summary"]["shift_ece_q25"] == pytest.approx(pi((srt[0] + srt[1]) / 2), rel=1e-12)
+
+
+def test_samples_round_trip_exactly_and_decoding_names_the_bad_column():
+    """``encode_samples`` writes little-endian float64 whatever the column's dtype (float32, integers, a
+    big-endian array), which ``decode_samples`` reads back exactly; a column that is not base64 (a character
+    outside the alphabet, even where dropping it would decode), holds another number of values (or a partial
+    one) or a non-finite value is refused naming the column and, for the latter, the first bad index."""
+    from ubench.metrics.intervals import decode_samples, encode_samples
+
+    cols = {"a": np.array([0.1, -2.5, 3e-300], np.float32), "b": np.array([1, 2, 70000]),
+            "c": np.array([1.5, 2.25, -0.0], dtype=">f8")}
+    enc = encode_samples(cols)
+    assert enc["c"] == base64.b64encode(np.array([1.5, 2.25, -0.0], "<f8").tobytes()).decode("ascii")
+    dec = decode_samples(enc, 3)
+    for k, v in cols.items():
+        assert dec[k].dtype == np.float64 and np.array_equal(dec[k], v.astype(np.float64)), k
+    good = enc["c"]
+    with pytest.raises(ValueError, match=r"^where: column 'c' is not base64$"):
+        decode_samples({"c": good[:4] + "!" + good[4:]}, 3, "where")
+    with pytest.raises(ValueError, match=r"^samples: column 'c' holds 2 values, not 3$"):
+        decode_samples({"c": base64.b64encode(base64.b64decode(good)[:20]).decode()}, 3)
+    with pytest.raises(ValueError, match=r"^samples: column 'c' holds 3 values, not 4$"):
+        decode_samples({"c": good}, 4)
+    bad = np.array([1.0, 2.0, np.nan, np.inf, 5.0])
+    with pytest.raises(ValueError, match=r"^s: column 'x' has a non-finite value at index 2$"):
+        decode_samples(encode_samples({"x": bad}), 5, "s")
+
+
+def test_resampling_units_by_role_and_sample_ids():
+    """In-domain and shift splits are resampled by their sample ids (the same ids: one unit), else by name; an
+    OOD split always on its own, by its ids or its name."""
+    from ubench.metrics.intervals import _unit_key, resampling_unit
+
+    assert resampling_unit("in_domain", "test", "d1") == resampling_unit("shift", "s", "d1") == "ids:d1"
+    assert resampling_unit("shift", "s", None) == "split:s"
+    assert resampling_unit("ood", "svhn", "d1") == "ood:d1" and resampling_unit("ood", "svhn", None) == "ood:svhn"
+    assert _unit_key("ids:d1") == zlib.crc32(b"ids:d1")
+
+
+def test_kept_counts_are_bytes_only_below_256():
+    """A kept block of counts is stored as uint8 when every count is below 256 (255 included), else as it is
+    (256 would wrap to 0); an empty block stays as it is."""
+    from ubench.metrics.intervals import _as_bytes
+
+    w = np.array([[0, 255, 3]], np.uint16)
+    assert _as_bytes(w).dtype == np.uint8 and np.array_equal(_as_bytes(w), w)
+    w[0, 1] = 256
+    assert _as_bytes(w).dtype == np.uint16 and np.array_equal(_as_bytes(w), w)
+    assert _as_bytes(np.zeros((0, 3), np.uint16)).dtype == np.uint16
+
+
+@pytest.mark.parametrize("keep,kept", [(lambda n, m: 20 * n, ["u"]), (lambda n, m: 20 * n - 1, ["o"]),
+                                       (lambda n, m: 20 * (n + m), ["o", "u"]),
+                                       (lambda n, m: 20 * (n + m) - 1, ["u"])])
+def test_counts_are_kept_while_they_fit_in_keep_cells(monkeypatch, keep, kept):
+    """A unit's counts (B x n cells) are kept when they fit in what ``KEEP_CELLS`` leaves beside those kept
+    already, the bound included; units are taken in order, each one's cells taken from the room; a second call
+    counts the cells kept by the first."""
+    from ubench.metrics import intervals
+    from ubench.metrics.intervals import LabelledStatistics, resample
+    from ubench.metrics.report_sections import split_arrays
+
+    rng = np.random.default_rng(0)
+    n, m = 30, 20
+    stats = {}
+    for name, unit, size in (("a", "u", n), ("b", "o", m)):
+        members = _members(rng, 1, size, 3)
+        stats[name] = LabelledStatistics(split_arrays(members), rng.integers(0, 3, size), unit=unit, bins=5,
+                                         eps=1e-12, smoothing=0.0, full=False)
+    monkeypatch.setattr(intervals, "KEEP_CELLS", keep(n, m))
+    cache: dict = {}
+    resample(stats, {"u": n, "o": m}, n_replicates=20, seed=1, counts=cache)
+    assert sorted(cache) == kept
+    if kept == ["u"]:  # the room left beside u: o does not fit in a second call either
+        resample({"b": stats["b"]}, {"o": m}, n_replicates=20, seed=1, counts=cache)
+        assert sorted(cache) == ["u"]
