@@ -647,6 +647,57 @@ EQUIVALENT: dict[str, str] = {
        "another default for a missing cost_reduction: a section holds cost_reduction whenever it holds "
        "decision_cost, and without decision_cost no cost column is added, so the default is never used"
        for k in (98, 100, 103, 104)},
+    # metrics/intervals.py
+    "ubench.metrics.intervals.x__unit_key__mutmut_4": "Python reads the codec name 'UTF-8' as 'utf-8'",
+    **{f"ubench.metrics.intervals.xǁLabelledStatisticsǁ__init____mutmut_{k}":
+       "another default cost_reduction ('XXmeanXX', 'MEAN'): linear() only asks == 'sum', so every other value "
+       "is the mean" for k in (3, 4)},
+    **{f"ubench.metrics.intervals.xǁLabelledStatisticsǁ__init____mutmut_{k}":
+       "astype(None) is astype(float64)" for k in (11, 14, 179, 197)},
+    **{f"ubench.metrics.intervals.xǁLabelledStatisticsǁ__init____mutmut_{k}":
+       "detection and ranked first set to None: a full split sets both again below, and a shift split (not "
+       "full) returns first but never reads them (jobs() and sorted_kernels ask self.full first)" for k in (92, 93)},
+    "ubench.metrics.intervals.xǁLabelledStatisticsǁ__init____mutmut_140": "searchsorted's default side is 'left'",
+    "ubench.metrics.intervals.xǁLabelledStatisticsǁ__init____mutmut_165":
+        "getattr without a default on a SplitArrays: every field exists (None when absent), so it never raises",
+    **{f"ubench.metrics.intervals.xǁLabelledStatisticsǁ__init____mutmut_{k}":
+       "the confidence ranking rebuilt when it is already there: _Ranked.of of the same neg_confidence, the same "
+       "order and tie groups" for k in (219, 220)},
+    **{f"ubench.metrics.intervals.{f}__mutmut_{k}":
+       "no harmonic table handed to weighted_selective: it builds _harmonic_table(n) itself for the replicate "
+       "size n (every replicate sums to n), the same cumulative sums bit for bit (speed only)"
+       for f, k in (("xǁLabelledStatisticsǁ__init__", 228), ("xǁLabelledStatisticsǁ_selective", 7),
+                    ("xǁLabelledStatisticsǁ_selective", 12))},
+    "ubench.metrics.intervals.xǁLabelledStatisticsǁ_selective__mutmut_15":
+        "the detection kernel run for a score that is not detected: its values are computed but never read",
+    "ubench.metrics.intervals.xǁLabelledStatisticsǁjobs__mutmut_3":
+        "jobs of a shift split (not full): its ranked is empty, so the list is empty either way",
+    **{f"ubench.metrics.intervals.{f}__mutmut_{k}":
+       "the linear columns' product computed by LinearColumns.apply instead of resample: the same integer "
+       "counts cast to float64 times the same matrix, the same bits" for f, ks in
+       (("xǁLabelledStatisticsǁlinear", (3, 5)), ("x_resample", (80, 82, 84, 86))) for k in ks},
+    **{f"ubench.metrics.intervals.xǁOODStatisticsǁ_detection__mutmut_{k}":
+       "weighted_detection given its sort (order=) never reads the raw scores" for k in (3, 4)},
+    **{f"ubench.metrics.intervals.x_resample__mutmut_{k}":
+       "another number of pool threads (None: Python's default; threads ignored; 2 or 3 at least; one): every "
+       "job computes its values from the same counts whichever thread runs it" for k in
+       (10, 11, 12, 13, 18, 23, 24, 25, 87)},
+    "ubench.metrics.intervals.x_resample__mutmut_37":
+        "max(..., default=2) for no units: no statistic then reads a block, so its size is never used",
+    "ubench.metrics.intervals.x_resample__mutmut_60":
+        "kept counts read back as float64 instead of their integer dtype: small integers, exact in float64, and "
+        "every kernel computes the same bits from them (test_counts_kept_from_one_call_to_the_next... compares "
+        "exactly)",
+    **{f"ubench.metrics.intervals.x_resample__mutmut_{k}":
+       "how the sorted kernels' rows are split between jobs (one half empty, one job for the whole block, "
+       "slice(None, h) for slice(0, h), at 2 or 3 rows), or which statistics run on whole blocks: every value "
+       "is a function of its own replicate's counts (row by row), so any split of the rows gives the same values"
+       for k in (99, 100, 101, 102, 104, 110, 115, 116, 117, 118, 119, 139, 145, 146, 147, 148, 149)},
+    "ubench.metrics.intervals.x_encode_samples__mutmut_10": "Python reads the codec name 'ASCII' as 'ascii'",
+    "ubench.metrics.intervals.x_decode_samples__mutmut_18": "astype(None) is astype(float64)",
+    **{f"ubench.metrics.intervals.x_decode_samples__mutmut_{k}":
+       "frombuffer's default dtype is float64 in the machine's byte order, little-endian on every machine "
+       "ubench runs on (x86-64, arm64)" for k in (20, 22)},
     # metrics/calibration_debiased.py
     **{f"ubench.metrics.calibration_debiased.x__bin_sums__mutmut_{k}":
        "astype(None) is float64; searchsorted's default side is 'left'; bincount without minlength: the last bin "

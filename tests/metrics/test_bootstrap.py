@@ -576,3 +576,52 @@ def test_counts_are_kept_while_they_fit_in_keep_cells(monkeypatch, keep, kept):
     if kept == ["u"]:  # the room left beside u: o does not fit in a second call either
         resample({"b": stats["b"]}, {"o": m}, n_replicates=20, seed=1, counts=cache)
         assert sorted(cache) == ["u"]
+
+
+class _MeanOnly:
+    """A statistic with only ``unit`` and ``replicates`` (no linear columns, no jobs): the weighted mean of x."""
+
+    def __init__(self, x, unit):
+        self.x, self.unit = x, unit
+
+    def replicates(self, weights):
+        w = weights[self.unit]
+        return {"mean": (w @ self.x) / w.sum(axis=1)}
+
+
+@pytest.mark.parametrize("n_replicates", [1, 9])
+def test_resample_runs_a_replicates_only_statistic_and_single_row_blocks(monkeypatch, n_replicates):
+    """A statistic that only has ``replicates`` runs on whole blocks, one value per replicate (by hand: the mean
+    of the multiset), beside the sorted kernels of an in-domain split; a block of one replicate (B = 1, or the
+    last of 4 + 4 + 1) gives its one value to every key, the sorted kernels' too."""
+    from ubench.metrics import bootstrap
+    from ubench.metrics.intervals import LabelledStatistics, resample
+    from ubench.metrics.report_sections import split_arrays
+
+    rng = np.random.default_rng(3)
+    n = 40
+    x = rng.normal(size=n)
+    members = _members(rng, 2, n, 3)
+    labels = rng.integers(0, 3, n)
+    stats = {"m": _MeanOnly(x, "u"), "test": LabelledStatistics(split_arrays(members), labels, unit="u", bins=5,
+                                                                 eps=1e-12, smoothing=0.0, scores=("total",))}
+    monkeypatch.setattr(bootstrap, "BLOCK_CELLS", 4 * n)
+    got = resample(stats, {"u": n}, n_replicates=n_replicates, seed=2, threads=2)
+    rng_u = interval_rng(2, zlib.crc32(b"u"))
+    w = np.vstack([bootstrap_counts(n, stop - start, rng_u) for start, stop in count_blocks(n_replicates, n)])
+    assert w.shape[0] == n_replicates
+    want = [np.repeat(x, w[b].astype(int)).mean() for b in range(n_replicates)]
+    np.testing.assert_allclose(got["m"]["mean"], want, rtol=1e-12)
+    direct = stats["test"].replicates({"u": w})
+    assert sorted(got["test"]) == sorted(direct)
+    for key, v in direct.items():
+        assert got["test"][key].shape == (n_replicates,), key
+        np.testing.assert_allclose(got["test"][key], v, rtol=1e-12, err_msg=key)
+
+
+def test_resample_of_nothing_is_nothing():
+    """No statistics and no units, or no replicates: empty results, not an error."""
+    from ubench.metrics.intervals import resample
+
+    assert resample({}, {}, n_replicates=5, seed=0) == {}
+    assert resample({"m": _MeanOnly(np.ones(3), "u")}, {"u": 3}, n_replicates=0, seed=0) == {"m": {}}
