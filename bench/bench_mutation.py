@@ -647,6 +647,29 @@ EQUIVALENT: dict[str, str] = {
        "another default for a missing cost_reduction: a section holds cost_reduction whenever it holds "
        "decision_cost, and without decision_cost no cost column is added, so the default is never used"
        for k in (98, 100, 103, 104)},
+    **{f"ubench.metrics.report_intervals.xǁIntervalCollectorǁ__init____mutmut_{k}":
+       "getattr's default None instead of False for a protocol without the setting: bool(None) is False too"
+       for k in (7, 18)},
+    "ubench.metrics.report_intervals.xǁIntervalCollectorǁ__init____mutmut_28":
+        "no cost matrix kept as '' instead of None: add_labelled reads it only for a section with decision_cost, "
+        "which the report writes only when it named a cost matrix, and then the collector keeps that matrix",
+    "ubench.metrics.report_intervals.xǁIntervalCollectorǁ__init____mutmut_43":
+        "block_n '' instead of None: resample reads 'block_n or the largest unit', and '' is falsy like None",
+    "ubench.metrics.report_intervals.xǁIntervalCollectorǁ__init____mutmut_49":
+        "overlap None instead of False: only read as a truth value (settle, _resample)",
+    "ubench.metrics.report_intervals.xǁIntervalCollectorǁadd_labelled__mutmut_24":
+        "the post-hoc mean smoothed with gamma 0: _smooth returns a float64 copy of the float64 mean, unchanged",
+    "ubench.metrics.report_intervals.xǁIntervalCollectorǁadd_labelled__mutmut_45":
+        "the cost matrix handed to a shift split too (or to an in-domain split without decision_cost): a shift "
+        "split is not full and returns before its cost is read, and the report writes decision_cost whenever it "
+        "named the matrix the collector holds",
+    "ubench.metrics.report_intervals.xǁIntervalCollectorǁadd_labelled__mutmut_85":
+        "resampling_unit(None, ...) for an in-domain or shift split: only role == 'ood' is asked, the same unit",
+    "ubench.metrics.report_intervals.xǁIntervalCollectorǁadd_labelled__mutmut_93":
+        "scores handed to a shift split too: it is not full and returns before its scores are read",
+    **{f"ubench.metrics.report_intervals.xǁIntervalCollectorǁsettle__mutmut_{k}":
+       "getattr's default for sorted_kernels (None, none, True): every statistic the collector holds "
+       "(LabelledStatistics, OODStatistics) defines it" for k in (9, 12, 15)},
     # metrics/intervals.py
     "ubench.metrics.intervals.x__unit_key__mutmut_4": "Python reads the codec name 'UTF-8' as 'utf-8'",
     **{f"ubench.metrics.intervals.xǁLabelledStatisticsǁ__init____mutmut_{k}":

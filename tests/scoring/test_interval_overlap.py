@@ -221,7 +221,8 @@ def test_collector_exports_only_when_asked_and_a_worker_hands_its_splits_over():
     """Without ``sample_stats`` no columns are kept; with it, the primary split's SAMPLE_COLUMNS and scores and a
     shift split's accuracy alone (its 0/1 hits). A protocol that names neither setting is inactive. A Dask
     worker's collector (``resampling`` off) resamples nothing and hands each split over (``split_result``, None
-    for a split it never saw); absorbed, it gives the replicates and columns of adding it directly."""
+    for a split it never saw; only its columns without intervals); absorbed, it gives the replicates and columns
+    of adding it directly. The overlap is off until ``scoring/score.py`` turns it on."""
     from types import SimpleNamespace
 
     from ubench.metrics.report_intervals import SAMPLE_COLUMNS, IntervalCollector
@@ -262,6 +263,13 @@ def test_collector_exports_only_when_asked_and_a_worker_hands_its_splits_over():
         main.absorb(name, worker.split_result(name))
     main.absorb("nothing", None)
     main.flush()
+    assert main.overlap is False and main.resampling is True  # score.py turns the overlap on, for small splits
+    # a worker exporting samples without intervals: its split's columns, no statistics
+    worker = IntervalCollector(FAST.replace(intervals=False, sample_stats=True), scores=("total",), cost_preset=None,
+                               cost_matrix=None, primary="test")
+    worker.add_labelled("shift", "blur", shift_arrays, labels, {})
+    role, size, stat, cols = worker.split_result("blur")
+    assert (role, size[1], stat) == ("shift", 50, None) and list(cols) == ["accuracy"]
     assert sorted(main.replicates) == ["blur", "test"] and sorted(main.columns) == ["blur", "test"]
     for name in ("test", "blur"):
         assert sorted(main.replicates[name]) == sorted(direct.replicates[name])
