@@ -670,6 +670,10 @@ EQUIVALENT: dict[str, str] = {
     **{f"ubench.metrics.report_intervals.xǁIntervalCollectorǁsettle__mutmut_{k}":
        "getattr's default for sorted_kernels (None, none, True): every statistic the collector holds "
        "(LabelledStatistics, OODStatistics) defines it" for k in (9, 12, 15)},
+    **{f"ubench.metrics.report_intervals.xǁ_Resamplingǁ{f}__mutmut_{k}":
+       "a placeholder '' instead of None: _value is set before result() reads it (or an error is raised instead), "
+       "and _after and _batch are never read again once cleared (they only let the objects go)"
+       for f, k in (("__init__", 9), ("run", 2), ("run", 9))},
     # metrics/intervals.py
     "ubench.metrics.intervals.x__unit_key__mutmut_4": "Python reads the codec name 'UTF-8' as 'utf-8'",
     **{f"ubench.metrics.intervals.xǁLabelledStatisticsǁ__init____mutmut_{k}":
