@@ -674,6 +674,38 @@ EQUIVALENT: dict[str, str] = {
        "a placeholder '' instead of None: _value is set before result() reads it (or an error is raised instead), "
        "and _after and _batch are never read again once cleared (they only let the objects go)"
        for f, k in (("__init__", 9), ("run", 2), ("run", 9))},
+    # metrics/bootstrap_ranking.py
+    **{f"ubench.metrics.bootstrap_ranking.{f}__mutmut_{k}":
+       "the order inside a run of equal scores (an unstable sort, or numpy's reading of 'STABLE' as 'stable'): "
+       "every statistic reads a run of ties as a whole (weights strictly below it, its bounds, its mean error "
+       "share), never a position inside it" for f, ks in (("xǁ_Sortedǁof", (3, 5, 7, 10)),
+                                                         ("xǁ_Rankedǁof", (3, 5, 7))) for k in ks},
+    **{f"ubench.metrics.bootstrap_ranking.{f}__mutmut_{k}":
+       "no harmonic table handed down, or always rebuilt: _harmonic_table(total.max()) is the same cumulative "
+       "sums bit for bit (speed only)" for f, k in (("x_weighted_selective", 10), ("x__selective", 47))},
+    **{f"ubench.metrics.bootstrap_ranking.{f}__mutmut_{k}": "astype(None) is astype(float64)"
+       for f, ks in (("x__selective", (14, 20, 21)), ("x__errors_detected", (13, 23, 81))) for k in ks},
+    **{f"ubench.metrics.bootstrap_ranking.{f}__mutmut_{k}":
+       "einsum 'BJ,BJ->B' is the same contraction as 'bj,bj->b' (subscripts are letters of either case)"
+       for f, ks in (("x__selective", (63, 77)), ("x__errors_detected", (41, 68))) for k in ks},
+    **{f"ubench.metrics.bootstrap_ranking.x__errors_detected__mutmut_{k}":
+       "the 'divide' error state: every division there is by tot_p, tot_n or their product, whose numerators are "
+       "0 when they are (no weight, no sum), so a zero divisor gives 0/0 ('invalid'), never x/0"
+       for k in (25, 27)},
+    **{f"ubench.metrics.bootstrap_ranking.x__errors_detected__mutmut_{k}":
+       "np.divide into a new array instead of into tp: tp is not read again" for k in (71, 74)},
+    **{f"ubench.metrics.bootstrap_ranking.x__errors_detected__mutmut_{k}":
+       "the clip of the FPR threshold's index (no lower or upper bound, n_err + 1, at least 1): j is the last "
+       "index of the exclusive cumulative sum ce[:, :-1] (n_err entries, ce[:, 0] = 0) at most reach >= 0, "
+       "so 0 <= j <= n_err - 1 already, and without errors the FPR is NaN without reading j"
+       for k in (92, 93, 102, 104)},
+    "ubench.metrics.bootstrap_ranking.x__errors_detected__mutmut_124":
+        "a[bad] = None on a float64 array stores NaN",
+    **{f"ubench.metrics.bootstrap_ranking.x__selective__mutmut_{k}":
+       "the crossing point inside a tie group at its own start (inner = lo: lo >= 2 instead of 1, or "
+       "e_lo < risk lo instead of <=) or end (inner <= hi): those coverages are a group end already, the "
+       "previous group's (or this one's) end_ok candidate with the same E(k) / k, and the first group starts "
+       "at 0 with no errors before it" for k in (174, 175, 176)},
     # metrics/intervals.py
     "ubench.metrics.intervals.x__unit_key__mutmut_4": "Python reads the codec name 'UTF-8' as 'utf-8'",
     **{f"ubench.metrics.intervals.xǁLabelledStatisticsǁ__init____mutmut_{k}":

@@ -8,6 +8,7 @@ discrete scores."""
 from __future__ import annotations
 
 import base64
+import warnings
 import zlib
 
 import numpy as np
@@ -625,3 +626,44 @@ def test_resample_of_nothing_is_nothing():
 
     assert resample({}, {}, n_replicates=5, seed=0) == {}
     assert resample({"m": _MeanOnly(np.ones(3), "u")}, {"u": 3}, n_replicates=0, seed=0) == {"m": {}}
+
+
+def test_selective_and_detection_kernels_on_small_multisets_at_exact_levels():
+    """Small multisets (1 to 7 samples, counts of 0 to 3, tied uncertainties) at levels that land exactly on a
+    count: coverage with ceil(c n) = 1 or n, risks equal to an error share (0, 1/4, 1/2, 3/4, 1), TPRs reaching
+    the first or the last positive. Every replicate's AURC, AUGRC, risk at coverage, coverage at risk and the
+    errors' detection (AUROC, AP, FPR at TPR; NaN without an error or a hit) equal ubench's functions on the
+    multiset (``np.repeat``), which the selective and ranking tests pin by hand and against scikit-learn; float64
+    arrays, and no floating-point warning for the undefined ones."""
+    rng = np.random.default_rng(17)
+    levels = [(0.1, 0.0, 0.5), (0.25, 0.25, 0.75), (0.5, 0.75, 1.0), (0.8, 0.5, 0.95), (1.0, 1.0, 0.6)]
+    for case in range(150):
+        n = int(rng.integers(1, 8))
+        p = _probs(rng, n, 3, discrete=True)
+        y = np.where(rng.random(n) < 0.6, p.argmax(1), (p.argmax(1) + 1) % 3)
+        u = -p.max(1)
+        err = (p.argmax(1) != y).astype(float)
+        w = rng.integers(0, 4, (4, n)).astype(float)
+        w[w.sum(axis=1) == 0, 0] = 1.0
+        coverage, risk, tpr = levels[case % len(levels)]
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # no 0/0 warning leaks from the undefined replicates
+            got = weighted_selective(err, w, _Ranked.of(u), coverage=coverage, risk=risk, detection_tpr=tpr)
+        assert all(v.dtype == np.float64 and v.shape == (4,) for v in got.values())
+        for b in range(w.shape[0]):
+            idx = np.repeat(np.arange(n), w[b].astype(int))
+            pp, yy, uu, ee = p[idx], y[idx], u[idx], err[idx].astype(int)
+            where = (case, b, n, coverage, risk, tpr)
+            assert got["aurc"][b] == pytest.approx(risk_coverage_auc(pp, yy, uncertainty=uu), abs=1e-12), where
+            assert got["augrc"][b] == pytest.approx(generalized_risk_coverage_auc(pp, yy, uncertainty=uu),
+                                                    abs=1e-12), where
+            assert got["risk_at_cov"][b] == pytest.approx(risk_at_coverage(pp, yy, coverage=coverage, uncertainty=uu),
+                                                          abs=1e-12), where
+            cov = coverage_at_risk(pp, yy, risk=risk, uncertainty=uu)
+            assert (np.isnan(got["cov_at_risk"][b]) and cov is None) or got["cov_at_risk"][b] == pytest.approx(
+                cov, abs=1e-12), (where, got["cov_at_risk"][b], cov)
+            for key, fn in (("auroc", auroc_score), ("aupr", average_precision_score),
+                            ("fpr", lambda s, t: fpr_at_tpr(s, t, tpr=tpr))):
+                # undefined (as the report's detection section) unless the multiset holds an error and a hit
+                want = fn(uu, ee) if 0 < ee.sum() < ee.size else np.nan
+                assert got[key][b] == pytest.approx(want, abs=1e-12, nan_ok=True), (where, key)
