@@ -678,7 +678,7 @@ EQUIVALENT: dict[str, str] = {
     **{f"ubench.metrics.bootstrap_ranking.{f}__mutmut_{k}":
        "the order inside a run of equal scores (an unstable sort, or numpy's reading of 'STABLE' as 'stable'): "
        "every statistic reads a run of ties as a whole (weights strictly below it, its bounds, its mean error "
-       "share), never a position inside it" for f, ks in (("xǁ_Sortedǁof", (3, 5, 7, 10)),
+       "share), never a position inside it" for f, ks in (("xǁ_Sortedǁof", (3, 5, 7, 10, 12, 14)),
                                                          ("xǁ_Rankedǁof", (3, 5, 7))) for k in ks},
     **{f"ubench.metrics.bootstrap_ranking.{f}__mutmut_{k}":
        "no harmonic table handed down, or always rebuilt: _harmonic_table(total.max()) is the same cumulative "
@@ -706,6 +706,36 @@ EQUIVALENT: dict[str, str] = {
        "e_lo < risk lo instead of <=) or end (inner <= hi): those coverages are a group end already, the "
        "previous group's (or this one's) end_ok candidate with the same E(k) / k, and the first group starts "
        "at 0 with no errors before it" for k in (174, 175, 176)},
+    **{f"ubench.metrics.bootstrap_ranking.xǁ_Sortedǁof__mutmut_{k}": "searchsorted's default side is 'left'"
+       for k in (22, 39)},
+    **{f"ubench.metrics.bootstrap_ranking.xǁ_Sortedǁof__mutmut_{k}":
+       "a tie flag set when there is no tie (np.array_equal with None is False): the tie branches read the same "
+       "counts (neg_upto = neg_below, pos_first = arange) and give the same values, only slower"
+       for k in (61, 62, 66, 67)},
+    **{f"ubench.metrics.bootstrap_ranking.x__row_dot__mutmut_{k}":
+       "which exact integer sum computes the rank sum (float64 always, int32 for int32 counts too, the promoted "
+       "integer type, float64 of an exact integer): below 2^31 every one of them is exact, the same value "
+       "(test_detection_sums_past_int32_are_exact pins the bound)" for k in (4, 7, 8, 9, 10, 11, 15, 19, 25, 29)},
+    **{f"ubench.metrics.bootstrap_ranking.x__row_dot__mutmut_{k}":
+       "einsum 'BJ,BJ->B' is the same contraction as 'bj,bj->b'" for k in (21, 31)},
+    "ubench.metrics.bootstrap_ranking.x_weighted_detection__mutmut_22":
+        "another sample count to size the row chunks (n_pos - n_neg; at least one row): every row is computed on "
+        "its own, so the chunks change no value",
+    **{f"ubench.metrics.bootstrap_ranking.x__detection__mutmut_{k}": "astype(None) is astype(float64), and the "
+       "integer reach compared as float64 is exact (counts far below 2^53)" for k in (28, 29, 130)},
+    **{f"ubench.metrics.bootstrap_ranking.x__detection__mutmut_{k}":
+       "max(initial=None or 1) of the replicates' totals: there is always a replicate, and a bound of 1 instead "
+       "of 0 keeps the (exact) int32 sum of zeros" for k in (41, 42, 44, 45)},
+    **{f"ubench.metrics.bootstrap_ranking.x__detection__mutmut_{k}":
+       "the 'divide' error state: a zero total divides a zero sum (0/0 is 'invalid'), and AP divides by "
+       "max(both, 1)" for k in (47, 49)},
+    "ubench.metrics.bootstrap_ranking.x__detection__mutmut_71":
+        "a larger bound (3 instead of 2 times) only sends more rank sums to the float64 path, exact too",
+    "ubench.metrics.bootstrap_ranking.x__detection__mutmut_86":
+        "the tie branch's lower bounds without ties: np.take(cp, arange) is cp[:, :-1]",
+    "ubench.metrics.bootstrap_ranking.x__detection__mutmut_119": "einsum 'BJ,BJ->B' is 'bj,bj->b'",
+    "ubench.metrics.bootstrap_ranking.x__detection__mutmut_141":
+        "no lower clip of j: _last_at_most over cp[:, :-1] (cp[:, 0] = 0) at reach >= 0 is >= 0 already",
     # metrics/intervals.py
     "ubench.metrics.intervals.x__unit_key__mutmut_4": "Python reads the codec name 'UTF-8' as 'utf-8'",
     **{f"ubench.metrics.intervals.xǁLabelledStatisticsǁ__init____mutmut_{k}":

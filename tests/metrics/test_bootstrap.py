@@ -632,7 +632,8 @@ def test_selective_and_detection_kernels_on_small_multisets_at_exact_levels():
     """Small multisets (1 to 7 samples, counts of 0 to 3, tied uncertainties) at levels that land exactly on a
     count: coverage with ceil(c n) = 1 or n, risks equal to an error share (0, 1/4, 1/2, 3/4, 1), TPRs reaching
     the first or the last positive. Every replicate's AURC, AUGRC, risk at coverage, coverage at risk and the
-    errors' detection (AUROC, AP, FPR at TPR; NaN without an error or a hit) equal ubench's functions on the
+    errors' detection (AUROC, AP, FPR at TPR; NaN without an error or a hit; from the selective sort and from
+    ``weighted_detection``'s own) equal ubench's functions on the
     multiset (``np.repeat``), which the selective and ranking tests pin by hand and against scikit-learn; float64
     arrays, and no floating-point warning for the undefined ones."""
     rng = np.random.default_rng(17)
@@ -649,7 +650,12 @@ def test_selective_and_detection_kernels_on_small_multisets_at_exact_levels():
         with warnings.catch_warnings():
             warnings.simplefilter("error")  # no 0/0 warning leaks from the undefined replicates
             got = weighted_selective(err, w, _Ranked.of(u), coverage=coverage, risk=risk, detection_tpr=tpr)
-        assert all(v.dtype == np.float64 and v.shape == (4,) for v in got.values())
+            pos = err > 0  # the same detection from the two samples' own sort (the OOD kernel); default TPR 95 %
+            det = (weighted_detection(u[pos], u[~pos], w[:, pos], w[:, ~pos], **({} if tpr == 0.95 else {"tpr": tpr}))
+                   if 0 < pos.sum() < n else got)  # (both kinds of sample present, as every OOD split has them)
+        assert all(v.dtype == np.float64 and v.shape == (4,) for v in [*got.values(), *det.values()])
+        for key in ("auroc", "aupr", "fpr"):
+            np.testing.assert_allclose(det[key], got[key], rtol=0, atol=1e-12, err_msg=key)
         for b in range(w.shape[0]):
             idx = np.repeat(np.arange(n), w[b].astype(int))
             pp, yy, uu, ee = p[idx], y[idx], u[idx], err[idx].astype(int)
@@ -667,3 +673,18 @@ def test_selective_and_detection_kernels_on_small_multisets_at_exact_levels():
                 # undefined (as the report's detection section) unless the multiset holds an error and a hit
                 want = fn(uu, ee) if 0 < ee.sum() < ee.size else np.nan
                 assert got[key][b] == pytest.approx(want, abs=1e-12, nan_ok=True), (where, key)
+
+
+@pytest.mark.parametrize("n_pos,n_neg,tie", [(1 << 16, 1 << 15, False), (1 << 15, 1 << 15, False),
+                                             ((1 << 15) + 1, 1 << 15, True)])
+def test_detection_sums_past_int32_are_exact(n_pos, n_neg, tie):
+    """AUROC's rank sum is summed in int32 only while it cannot reach 2^31: with every positive above every
+    negative the sum is n_pos n_neg (twice that, less the tied pair, with a tie), so at 2^31 (and past it with a
+    tie) an int32 sum would wrap; the AUROC is 1 (by hand: (2 n_pos n_neg - 1) / (2 n_pos n_neg) with the tie)."""
+    pos = np.arange(n_pos, dtype=np.float64) + n_neg
+    neg = np.arange(n_neg, dtype=np.float64)
+    if tie:
+        pos[0] = neg[-1]
+    got = weighted_detection(pos, neg, np.ones((1, n_pos), np.uint8), np.ones((1, n_neg), np.uint8))
+    want = 1.0 - 0.5 / (n_pos * n_neg) if tie else 1.0
+    assert got["auroc"][0] == pytest.approx(want, rel=1e-15)
