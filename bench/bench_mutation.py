@@ -58,7 +58,8 @@ RESULTS = RESULTS_DIR / "bench_mutation.json"
 #: One stats run (the selected tests, once) serves every unit of a shard.
 SHARDS = {
     "metrics": (sorted(str(p.relative_to(ROOT)) for p in (ROOT / "metrics").glob("*.py")
-                       if p.name not in ("__init__.py", "method_scores.py", "report_intervals.py", "intervals.py")),
+                       if p.name not in ("__init__.py", "method_scores.py", "report_intervals.py", "intervals.py",
+                                         "report.py")),
                 ["tests/metrics"]),
     # Units whose tests are mostly under tests/scoring (through the scorer) get shards of their own: mutmut 3.8
     # resets every verdict of a shard when its test selection changes, so the metrics shard's stays tests/metrics.
@@ -73,6 +74,10 @@ SHARDS = {
                                              "tests/scoring/test_intervals_report.py",
                                              "tests/scoring/test_interval_overlap.py"]),
     # the archive tests that validate in-process (the crash tests' children import the installed ubench instead)
+    # the report builder: only the scorer's tests reach it (tests/metrics reaches primary_split alone)
+    "report": (["metrics/report.py"], ["tests/scoring/test_score.py", "tests/scoring/test_report_oracles.py",
+                                       "tests/scoring/test_known_splits.py", "tests/scoring/test_calibrated_and_dee.py",
+                                       "tests/metrics/test_primary_split.py"]),
     "validator": (["archive_schema/validator.py"], [f"tests/archive_schema/test_archive_{t}.py" for t in
                                                     ("hostile", "spec_plain", "frozen", "describe", "roundtrip",
                                                      "values", "v1_1")]),
