@@ -741,6 +741,17 @@ EQUIVALENT: dict[str, str] = {
     "ubench.metrics.bootstrap_ranking.x__detection__mutmut_119": "einsum 'BJ,BJ->B' is 'bj,bj->b'",
     "ubench.metrics.bootstrap_ranking.x__detection__mutmut_141":
         "no lower clip of j: _last_at_most over cp[:, :-1] (cp[:, 0] = 0) at reach >= 0 is >= 0 already",
+    **{f"ubench.metrics.bootstrap_ranking.x__smallest_count__mutmut_{k}":
+       "the descent from ceil(tpr n) changed so that the one climb step after it repairs it: descending also from "
+       "k = 1 or only from k > 2 (at k = 2 the answer 1 needs 1 / n >= tpr, so tpr n <= 1 and its rounding "
+       "<= 1: ceil gives 1 already), on a test that always holds ((k - 1) n >= tpr, (k + 1) / n >= tpr: down "
+       "one, and back up when k - 1 falls short), two steps down where one is right (the climb adds it back), "
+       "or max(n, 2) (at n = 1, k = ceil(tpr) = 1 never descends)" for k in (11, 12, 13, 14, 15, 21, 24)},
+    **{f"ubench.metrics.bootstrap_ranking.x__detection__mutmut_{k}":
+       "no upper clip of j (or pos.size + 1): _last_at_most over cp[:, :-1], pos.size entries, is <= pos.size - 1"
+       for k in (142, 147)},
+    "ubench.metrics.bootstrap_ranking.x__detection__mutmut_155": "searchsorted's default side is 'left'",
+    "ubench.metrics.bootstrap_ranking.x__detection__mutmut_169": "a[bad] = None on a float64 array stores NaN",
     # metrics/intervals.py
     "ubench.metrics.intervals.x__unit_key__mutmut_4": "Python reads the codec name 'UTF-8' as 'utf-8'",
     **{f"ubench.metrics.intervals.xǁLabelledStatisticsǁ__init____mutmut_{k}":

@@ -688,3 +688,17 @@ def test_detection_sums_past_int32_are_exact(n_pos, n_neg, tie):
     got = weighted_detection(pos, neg, np.ones((1, n_pos), np.uint8), np.ones((1, n_neg), np.uint8))
     want = 1.0 - 0.5 / (n_pos * n_neg) if tie else 1.0
     assert got["auroc"][0] == pytest.approx(want, rel=1e-15)
+
+
+def test_smallest_count_is_the_first_count_reaching_the_tpr_by_brute_force():
+    """``_smallest_count``: the smallest k in [1, total] with the float k / total >= tpr (the comparison
+    ``ranking.fpr_at_tpr`` makes), found by trying every k, for totals 0 to 400 and TPRs whose product with a
+    total rounds up past an integer (0.55 * 100 = 55.00000000000001: k = 55, not 56); at least 1 (total 0
+    included)."""
+    from ubench.metrics.bootstrap_ranking import _smallest_count
+
+    totals = np.arange(0, 401, dtype=np.float64)
+    for tpr in (0.01, 0.07, 0.28, 0.3, 0.55, 0.56, 0.7, 0.9, 0.95, 0.99, 1.0, 1 / 3, 2 / 3):
+        got = _smallest_count(totals, tpr)
+        want = [next((k for k in range(1, int(t) + 1) if k / t >= tpr), max(int(t), 1)) for t in totals]
+        np.testing.assert_array_equal(got, want, err_msg=str(tpr))
