@@ -752,6 +752,27 @@ EQUIVALENT: dict[str, str] = {
        for k in (142, 147)},
     "ubench.metrics.bootstrap_ranking.x__detection__mutmut_155": "searchsorted's default side is 'left'",
     "ubench.metrics.bootstrap_ranking.x__detection__mutmut_169": "a[bad] = None on a float64 array stores NaN",
+    **{f"ubench.metrics.bootstrap_ranking.x__in_chunks__mutmut_{k}":
+       "another chunk size (at least 2 rows, n counted as 2 when 1, one chunk less often, the samples axis "
+       "deciding whether to chunk) or the keys read off the second chunk (every chunk has the same keys): every "
+       "row is computed on its own, the same values" for k in (6, 12, 14, 15, 32)},
+    **{f"ubench.metrics.bootstrap_ranking.x__exclusive_cumsum__mutmut_{k}":
+       "the running sums in another exact type (numpy's default int64 for int32, float64 of integers below 2^53) "
+       "or reshape(-2) (numpy 2 reads it as -1): the same integers" for k in (30, 32, 34, 36)},
+    "ubench.metrics.bootstrap_ranking.x__row_bound__mutmut_6":
+        "a bound of 1 instead of 0 for no weights: the int32 type is chosen either way",
+    **{f"ubench.metrics.bootstrap_ranking.x__as_counts__mutmut_{k}":
+       "counts kept or cast (to int64, or float64) by another rule: integer counts and their float64 copies are "
+       "the same numbers, and every sum of them is exact (the type only picks an exact path)"
+       for k in (3, 4, 5, 6, 7, 8)},
+    "ubench.metrics.bootstrap_ranking.x__last_at_most__mutmut_2":
+        "the count of rows <= x instead of searchsorted at exactly SEARCH_ROW_MIN columns: the same index",
+    **{f"ubench.metrics.bootstrap_ranking.x__last_at_most__mutmut_{k}": "np.array of Python ints is intp (int64)"
+       for k in (12, 14)},
+    "ubench.metrics.bootstrap_ranking.x__selective__mutmut_168":
+        "share == risk admitted: the crossing (share lo - e_lo) / 0 is +-inf or NaN, never < hi, so nothing changes",
+    "ubench.metrics.bootstrap_ranking.x__selective__mutmut_169":
+        "inner = lo excluded: that coverage is the previous group's end, an end_ok candidate with the same E(k) / k",
     # metrics/intervals.py
     "ubench.metrics.intervals.x__unit_key__mutmut_4": "Python reads the codec name 'UTF-8' as 'utf-8'",
     **{f"ubench.metrics.intervals.xǁLabelledStatisticsǁ__init____mutmut_{k}":

@@ -702,3 +702,22 @@ def test_smallest_count_is_the_first_count_reaching_the_tpr_by_brute_force():
         got = _smallest_count(totals, tpr)
         want = [next((k for k in range(1, int(t) + 1) if k / t >= tpr), max(int(t), 1)) for t in totals]
         np.testing.assert_array_equal(got, want, err_msg=str(tpr))
+
+
+def test_kernels_in_row_chunks_give_every_row_once(monkeypatch):
+    """With chunks of a few rows (more replicates than samples, so chunking by the wrong axis would drop rows),
+    the selective and detection kernels give the values of one unchunked call, row for row."""
+    rng = np.random.default_rng(8)
+    n, b = 6, 23
+    u = np.round(rng.normal(size=n), 1)
+    err = np.array([1, 0, 0, 1, 0, 0], float)
+    w = bootstrap_counts(n, b, interval_rng(1, 2))
+    whole = weighted_selective(err, w, _Ranked.of(u), detection_tpr=0.9)
+    whole_det = weighted_detection(u[:2], u[2:], w[:, :2], w[:, 2:], tpr=0.9)
+    monkeypatch.setattr(bootstrap_ranking, "CHUNK_CELLS", 2 * n + 1)
+    chunked = weighted_selective(err, w, _Ranked.of(u), detection_tpr=0.9)
+    chunked_det = weighted_detection(u[:2], u[2:], w[:, :2], w[:, 2:], tpr=0.9)
+    for got, want in ((chunked, whole), (chunked_det, whole_det)):
+        assert sorted(got) == sorted(want)
+        for key in want:
+            np.testing.assert_array_equal(got[key], want[key], err_msg=key)
