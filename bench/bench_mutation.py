@@ -675,6 +675,10 @@ EQUIVALENT: dict[str, str] = {
     **{f"ubench.metrics.report_intervals.xǁIntervalCollectorǁsettle__mutmut_{k}":
        "getattr's default for sorted_kernels (None, none, True): every statistic the collector holds "
        "(LabelledStatistics, OODStatistics) defines it" for k in (9, 12, 15)},
+    **{f"ubench.metrics.report_intervals.xǁIntervalCollectorǁ{f}__mutmut_{k}":
+       "another number of kernel threads for a batch (resample's default, 2, or the caller's None): every value "
+       "comes from the same counts by the same kernel whichever thread runs it (speed only)"
+       for f, ks in (("settle", (34, 36, 37)), ("_resample", (7, 14))) for k in ks},
     **{f"ubench.metrics.report_intervals.xǁ_Resamplingǁ{f}__mutmut_{k}":
        "a placeholder '' instead of None: _value is set before result() reads it (or an error is raised instead), "
        "and _after and _batch are never read again once cleared (they only let the objects go)"
