@@ -777,6 +777,10 @@ EQUIVALENT: dict[str, str] = {
         "share == risk admitted: the crossing (share lo - e_lo) / 0 is +-inf or NaN, never < hi, so nothing changes",
     "ubench.metrics.bootstrap_ranking.x__selective__mutmut_169":
         "inner = lo excluded: that coverage is the previous group's end, an end_ok candidate with the same E(k) / k",
+    # metrics/report.py
+    "ubench.metrics.report.xǁReportBuilderǁsplit_result__mutmut_20":
+        "a worker's primary arrays handed over for every split: a builder given one other split holds None there, "
+        "and absorb skips None",
     # metrics/intervals.py
     "ubench.metrics.intervals.x__unit_key__mutmut_4": "Python reads the codec name 'UTF-8' as 'utf-8'",
     **{f"ubench.metrics.intervals.xǁLabelledStatisticsǁ__init____mutmut_{k}":
