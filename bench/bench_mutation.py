@@ -58,7 +58,8 @@ RESULTS = RESULTS_DIR / "bench_mutation.json"
 #: One stats run (the selected tests, once) serves every unit of a shard.
 SHARDS = {
     "metrics": (sorted(str(p.relative_to(ROOT)) for p in (ROOT / "metrics").glob("*.py")
-                       if p.name not in ("__init__.py", "method_scores.py", "report_intervals.py", "intervals.py")),
+                       if p.name not in ("__init__.py", "method_scores.py", "report_intervals.py", "intervals.py",
+                                         "report.py")),
                 ["tests/metrics"]),
     # Units whose tests are mostly under tests/scoring (through the scorer) get shards of their own: mutmut 3.8
     # resets every verdict of a shard when its test selection changes, so the metrics shard's stays tests/metrics.
@@ -73,6 +74,10 @@ SHARDS = {
                                              "tests/scoring/test_intervals_report.py",
                                              "tests/scoring/test_interval_overlap.py"]),
     # the archive tests that validate in-process (the crash tests' children import the installed ubench instead)
+    # the report builder: only the scorer's tests reach it (tests/metrics reaches primary_split alone)
+    "report": (["metrics/report.py"], ["tests/scoring/test_score.py", "tests/scoring/test_report_oracles.py",
+                                       "tests/scoring/test_known_splits.py", "tests/scoring/test_calibrated_and_dee.py",
+                                       "tests/metrics/test_primary_split.py"]),
     "validator": (["archive_schema/validator.py"], [f"tests/archive_schema/test_archive_{t}.py" for t in
                                                     ("hostile", "spec_plain", "frozen", "describe", "roundtrip",
                                                      "values", "v1_1")]),
@@ -647,6 +652,186 @@ EQUIVALENT: dict[str, str] = {
        "another default for a missing cost_reduction: a section holds cost_reduction whenever it holds "
        "decision_cost, and without decision_cost no cost column is added, so the default is never used"
        for k in (98, 100, 103, 104)},
+    **{f"ubench.metrics.report_intervals.xǁIntervalCollectorǁ__init____mutmut_{k}":
+       "getattr's default None instead of False for a protocol without the setting: bool(None) is False too"
+       for k in (7, 18)},
+    "ubench.metrics.report_intervals.xǁIntervalCollectorǁ__init____mutmut_28":
+        "no cost matrix kept as '' instead of None: add_labelled reads it only for a section with decision_cost, "
+        "which the report writes only when it named a cost matrix, and then the collector keeps that matrix",
+    "ubench.metrics.report_intervals.xǁIntervalCollectorǁ__init____mutmut_43":
+        "block_n '' instead of None: resample reads 'block_n or the largest unit', and '' is falsy like None",
+    "ubench.metrics.report_intervals.xǁIntervalCollectorǁ__init____mutmut_49":
+        "overlap None instead of False: only read as a truth value (settle, _resample)",
+    "ubench.metrics.report_intervals.xǁIntervalCollectorǁadd_labelled__mutmut_24":
+        "the post-hoc mean smoothed with gamma 0: _smooth returns a float64 copy of the float64 mean, unchanged",
+    "ubench.metrics.report_intervals.xǁIntervalCollectorǁadd_labelled__mutmut_45":
+        "the cost matrix handed to a shift split too (or to an in-domain split without decision_cost): a shift "
+        "split is not full and returns before its cost is read, and the report writes decision_cost whenever it "
+        "named the matrix the collector holds",
+    "ubench.metrics.report_intervals.xǁIntervalCollectorǁadd_labelled__mutmut_85":
+        "resampling_unit(None, ...) for an in-domain or shift split: only role == 'ood' is asked, the same unit",
+    "ubench.metrics.report_intervals.xǁIntervalCollectorǁadd_labelled__mutmut_93":
+        "scores handed to a shift split too: it is not full and returns before its scores are read",
+    **{f"ubench.metrics.report_intervals.xǁIntervalCollectorǁsettle__mutmut_{k}":
+       "getattr's default for sorted_kernels (None, none, True): every statistic the collector holds "
+       "(LabelledStatistics, OODStatistics) defines it" for k in (9, 12, 15)},
+    **{f"ubench.metrics.report_intervals.xǁIntervalCollectorǁ{f}__mutmut_{k}":
+       "another number of kernel threads for a batch (resample's default, 2, or the caller's None): every value "
+       "comes from the same counts by the same kernel whichever thread runs it (speed only)"
+       for f, ks in (("settle", (34, 36, 37)), ("_resample", (7, 14))) for k in ks},
+    **{f"ubench.metrics.report_intervals.xǁ_Resamplingǁ{f}__mutmut_{k}":
+       "a placeholder '' instead of None: _value is set before result() reads it (or an error is raised instead), "
+       "and _after and _batch are never read again once cleared (they only let the objects go)"
+       for f, k in (("__init__", 9), ("run", 2), ("run", 9))},
+    # metrics/bootstrap_ranking.py
+    **{f"ubench.metrics.bootstrap_ranking.{f}__mutmut_{k}":
+       "the order inside a run of equal scores (an unstable sort, or numpy's reading of 'STABLE' as 'stable'): "
+       "every statistic reads a run of ties as a whole (weights strictly below it, its bounds, its mean error "
+       "share), never a position inside it" for f, ks in (("xǁ_Sortedǁof", (3, 5, 7, 10, 12, 14)),
+                                                         ("xǁ_Rankedǁof", (3, 5, 7))) for k in ks},
+    **{f"ubench.metrics.bootstrap_ranking.{f}__mutmut_{k}":
+       "no harmonic table handed down, or always rebuilt: _harmonic_table(total.max()) is the same cumulative "
+       "sums bit for bit (speed only)" for f, k in (("x_weighted_selective", 10), ("x__selective", 47))},
+    **{f"ubench.metrics.bootstrap_ranking.{f}__mutmut_{k}": "astype(None) is astype(float64)"
+       for f, ks in (("x__selective", (14, 20, 21)), ("x__errors_detected", (13, 23, 81))) for k in ks},
+    **{f"ubench.metrics.bootstrap_ranking.{f}__mutmut_{k}":
+       "einsum 'BJ,BJ->B' is the same contraction as 'bj,bj->b' (subscripts are letters of either case)"
+       for f, ks in (("x__selective", (63, 77)), ("x__errors_detected", (41, 68))) for k in ks},
+    **{f"ubench.metrics.bootstrap_ranking.x__errors_detected__mutmut_{k}":
+       "the 'divide' error state: every division there is by tot_p, tot_n or their product, whose numerators are "
+       "0 when they are (no weight, no sum), so a zero divisor gives 0/0 ('invalid'), never x/0"
+       for k in (25, 27)},
+    **{f"ubench.metrics.bootstrap_ranking.x__errors_detected__mutmut_{k}":
+       "np.divide into a new array instead of into tp: tp is not read again" for k in (71, 74)},
+    **{f"ubench.metrics.bootstrap_ranking.x__errors_detected__mutmut_{k}":
+       "the clip of the FPR threshold's index (no lower or upper bound, n_err + 1, at least 1): j is the last "
+       "index of the exclusive cumulative sum ce[:, :-1] (n_err entries, ce[:, 0] = 0) at most reach >= 0, "
+       "so 0 <= j <= n_err - 1 already, and without errors the FPR is NaN without reading j"
+       for k in (92, 93, 102, 104)},
+    "ubench.metrics.bootstrap_ranking.x__errors_detected__mutmut_124":
+        "a[bad] = None on a float64 array stores NaN",
+    **{f"ubench.metrics.bootstrap_ranking.x__selective__mutmut_{k}":
+       "the crossing point inside a tie group at its own start (inner = lo: lo >= 2 instead of 1, or "
+       "e_lo < risk lo instead of <=) or end (inner <= hi): those coverages are a group end already, the "
+       "previous group's (or this one's) end_ok candidate with the same E(k) / k, and the first group starts "
+       "at 0 with no errors before it" for k in (174, 175, 176)},
+    **{f"ubench.metrics.bootstrap_ranking.xǁ_Sortedǁof__mutmut_{k}": "searchsorted's default side is 'left'"
+       for k in (22, 39)},
+    **{f"ubench.metrics.bootstrap_ranking.xǁ_Sortedǁof__mutmut_{k}":
+       "a tie flag set when there is no tie (np.array_equal with None is False): the tie branches read the same "
+       "counts (neg_upto = neg_below, pos_first = arange) and give the same values, only slower"
+       for k in (61, 62, 66, 67)},
+    **{f"ubench.metrics.bootstrap_ranking.x__row_dot__mutmut_{k}":
+       "which exact integer sum computes the rank sum (float64 always, int32 for int32 counts too, the promoted "
+       "integer type, float64 of an exact integer): below 2^31 every one of them is exact, the same value "
+       "(test_detection_sums_past_int32_are_exact pins the bound)" for k in (4, 7, 8, 9, 10, 11, 15, 19, 25, 29)},
+    **{f"ubench.metrics.bootstrap_ranking.x__row_dot__mutmut_{k}":
+       "einsum 'BJ,BJ->B' is the same contraction as 'bj,bj->b'" for k in (21, 31)},
+    "ubench.metrics.bootstrap_ranking.x_weighted_detection__mutmut_22":
+        "another sample count to size the row chunks (n_pos - n_neg; at least one row): every row is computed on "
+        "its own, so the chunks change no value",
+    **{f"ubench.metrics.bootstrap_ranking.x__detection__mutmut_{k}": "astype(None) is astype(float64), and the "
+       "integer reach compared as float64 is exact (counts far below 2^53)" for k in (28, 29, 130)},
+    **{f"ubench.metrics.bootstrap_ranking.x__detection__mutmut_{k}":
+       "max(initial=None or 1) of the replicates' totals: there is always a replicate, and a bound of 1 instead "
+       "of 0 keeps the (exact) int32 sum of zeros" for k in (41, 42, 44, 45)},
+    **{f"ubench.metrics.bootstrap_ranking.x__detection__mutmut_{k}":
+       "the 'divide' error state: a zero total divides a zero sum (0/0 is 'invalid'), and AP divides by "
+       "max(both, 1)" for k in (47, 49)},
+    "ubench.metrics.bootstrap_ranking.x__detection__mutmut_71":
+        "a larger bound (3 instead of 2 times) only sends more rank sums to the float64 path, exact too",
+    "ubench.metrics.bootstrap_ranking.x__detection__mutmut_86":
+        "the tie branch's lower bounds without ties: np.take(cp, arange) is cp[:, :-1]",
+    "ubench.metrics.bootstrap_ranking.x__detection__mutmut_119": "einsum 'BJ,BJ->B' is 'bj,bj->b'",
+    "ubench.metrics.bootstrap_ranking.x__detection__mutmut_141":
+        "no lower clip of j: _last_at_most over cp[:, :-1] (cp[:, 0] = 0) at reach >= 0 is >= 0 already",
+    **{f"ubench.metrics.bootstrap_ranking.x__smallest_count__mutmut_{k}":
+       "the descent from ceil(tpr n) changed so that the one climb step after it repairs it: descending also from "
+       "k = 1 or only from k > 2 (at k = 2 the answer 1 needs 1 / n >= tpr, so tpr n <= 1 and its rounding "
+       "<= 1: ceil gives 1 already), on a test that always holds ((k - 1) n >= tpr, (k + 1) / n >= tpr: down "
+       "one, and back up when k - 1 falls short), two steps down where one is right (the climb adds it back), "
+       "or max(n, 2) (at n = 1, k = ceil(tpr) = 1 never descends)" for k in (11, 12, 13, 14, 15, 21, 24)},
+    **{f"ubench.metrics.bootstrap_ranking.x__detection__mutmut_{k}":
+       "no upper clip of j (or pos.size + 1): _last_at_most over cp[:, :-1], pos.size entries, is <= pos.size - 1"
+       for k in (142, 147)},
+    "ubench.metrics.bootstrap_ranking.x__detection__mutmut_155": "searchsorted's default side is 'left'",
+    "ubench.metrics.bootstrap_ranking.x__detection__mutmut_169": "a[bad] = None on a float64 array stores NaN",
+    **{f"ubench.metrics.bootstrap_ranking.x__in_chunks__mutmut_{k}":
+       "another chunk size (at least 2 rows, n counted as 2 when 1, one chunk less often, the samples axis "
+       "deciding whether to chunk) or the keys read off the second chunk (every chunk has the same keys): every "
+       "row is computed on its own, the same values" for k in (6, 12, 14, 15, 32)},
+    **{f"ubench.metrics.bootstrap_ranking.x__exclusive_cumsum__mutmut_{k}":
+       "the running sums in another exact type (numpy's default int64 for int32, float64 of integers below 2^53) "
+       "or reshape(-2) (numpy 2 reads it as -1): the same integers" for k in (30, 32, 34, 36)},
+    "ubench.metrics.bootstrap_ranking.x__row_bound__mutmut_6":
+        "a bound of 1 instead of 0 for no weights: the int32 type is chosen either way",
+    **{f"ubench.metrics.bootstrap_ranking.x__as_counts__mutmut_{k}":
+       "counts kept or cast (to int64, or float64) by another rule: integer counts and their float64 copies are "
+       "the same numbers, and every sum of them is exact (the type only picks an exact path)"
+       for k in (3, 4, 5, 6, 7, 8)},
+    "ubench.metrics.bootstrap_ranking.x__last_at_most__mutmut_2":
+        "the count of rows <= x instead of searchsorted at exactly SEARCH_ROW_MIN columns: the same index",
+    **{f"ubench.metrics.bootstrap_ranking.x__last_at_most__mutmut_{k}": "np.array of Python ints is intp (int64)"
+       for k in (12, 14)},
+    "ubench.metrics.bootstrap_ranking.x__selective__mutmut_168":
+        "share == risk admitted: the crossing (share lo - e_lo) / 0 is +-inf or NaN, never < hi, so nothing changes",
+    "ubench.metrics.bootstrap_ranking.x__selective__mutmut_169":
+        "inner = lo excluded: that coverage is the previous group's end, an end_ok candidate with the same E(k) / k",
+    # metrics/report.py
+    "ubench.metrics.report.xǁReportBuilderǁsplit_result__mutmut_20":
+        "a worker's primary arrays handed over for every split: a builder given one other split holds None there, "
+        "and absorb skips None",
+    # metrics/intervals.py
+    "ubench.metrics.intervals.x__unit_key__mutmut_4": "Python reads the codec name 'UTF-8' as 'utf-8'",
+    **{f"ubench.metrics.intervals.xǁLabelledStatisticsǁ__init____mutmut_{k}":
+       "another default cost_reduction ('XXmeanXX', 'MEAN'): linear() only asks == 'sum', so every other value "
+       "is the mean" for k in (3, 4)},
+    **{f"ubench.metrics.intervals.xǁLabelledStatisticsǁ__init____mutmut_{k}":
+       "astype(None) is astype(float64)" for k in (11, 14, 179, 197)},
+    **{f"ubench.metrics.intervals.xǁLabelledStatisticsǁ__init____mutmut_{k}":
+       "detection and ranked first set to None: a full split sets both again below, and a shift split (not "
+       "full) returns first but never reads them (jobs() and sorted_kernels ask self.full first)" for k in (92, 93)},
+    "ubench.metrics.intervals.xǁLabelledStatisticsǁ__init____mutmut_140": "searchsorted's default side is 'left'",
+    "ubench.metrics.intervals.xǁLabelledStatisticsǁ__init____mutmut_165":
+        "getattr without a default on a SplitArrays: every field exists (None when absent), so it never raises",
+    **{f"ubench.metrics.intervals.xǁLabelledStatisticsǁ__init____mutmut_{k}":
+       "the confidence ranking rebuilt when it is already there: _Ranked.of of the same neg_confidence, the same "
+       "order and tie groups" for k in (219, 220)},
+    **{f"ubench.metrics.intervals.{f}__mutmut_{k}":
+       "no harmonic table handed to weighted_selective: it builds _harmonic_table(n) itself for the replicate "
+       "size n (every replicate sums to n), the same cumulative sums bit for bit (speed only)"
+       for f, k in (("xǁLabelledStatisticsǁ__init__", 228), ("xǁLabelledStatisticsǁ_selective", 7),
+                    ("xǁLabelledStatisticsǁ_selective", 12))},
+    "ubench.metrics.intervals.xǁLabelledStatisticsǁ_selective__mutmut_15":
+        "the detection kernel run for a score that is not detected: its values are computed but never read",
+    "ubench.metrics.intervals.xǁLabelledStatisticsǁjobs__mutmut_3":
+        "jobs of a shift split (not full): its ranked is empty, so the list is empty either way",
+    **{f"ubench.metrics.intervals.{f}__mutmut_{k}":
+       "the linear columns' product computed by LinearColumns.apply instead of resample: the same integer "
+       "counts cast to float64 times the same matrix, the same bits" for f, ks in
+       (("xǁLabelledStatisticsǁlinear", (3, 5)), ("x_resample", (80, 82, 84, 86))) for k in ks},
+    **{f"ubench.metrics.intervals.xǁOODStatisticsǁ_detection__mutmut_{k}":
+       "weighted_detection given its sort (order=) never reads the raw scores" for k in (3, 4)},
+    **{f"ubench.metrics.intervals.x_resample__mutmut_{k}":
+       "another number of pool threads (None: Python's default; threads ignored; 2 or 3 at least; one): every "
+       "job computes its values from the same counts whichever thread runs it" for k in
+       (10, 11, 12, 13, 18, 23, 24, 25, 87)},
+    "ubench.metrics.intervals.x_resample__mutmut_37":
+        "max(..., default=2) for no units: no statistic then reads a block, so its size is never used",
+    "ubench.metrics.intervals.x_resample__mutmut_60":
+        "kept counts read back as float64 instead of their integer dtype: small integers, exact in float64, and "
+        "every kernel computes the same bits from them (test_counts_kept_from_one_call_to_the_next... compares "
+        "exactly)",
+    **{f"ubench.metrics.intervals.x_resample__mutmut_{k}":
+       "how the sorted kernels' rows are split between jobs (one half empty, one job for the whole block, "
+       "slice(None, h) for slice(0, h), at 2 or 3 rows), or which statistics run on whole blocks: every value "
+       "is a function of its own replicate's counts (row by row), so any split of the rows gives the same values"
+       for k in (99, 100, 101, 102, 104, 110, 115, 116, 117, 118, 119, 139, 145, 146, 147, 148, 149)},
+    "ubench.metrics.intervals.x_encode_samples__mutmut_10": "Python reads the codec name 'ASCII' as 'ascii'",
+    "ubench.metrics.intervals.x_decode_samples__mutmut_18": "astype(None) is astype(float64)",
+    **{f"ubench.metrics.intervals.x_decode_samples__mutmut_{k}":
+       "frombuffer's default dtype is float64 in the machine's byte order, little-endian on every machine "
+       "ubench runs on (x86-64, arm64)" for k in (20, 22)},
     # metrics/calibration_debiased.py
     **{f"ubench.metrics.calibration_debiased.x__bin_sums__mutmut_{k}":
        "astype(None) is float64; searchsorted's default side is 'left'; bincount without minlength: the last bin "

@@ -7,6 +7,10 @@ discrete scores."""
 
 from __future__ import annotations
 
+import base64
+import warnings
+import zlib
+
 import numpy as np
 import pytest
 
@@ -331,3 +335,389 @@ def test_counts_kept_from_one_call_to_the_next_are_drawn_once_and_give_the_same_
     for _ in range(2):
         resample({"shift": stats["shift"]}, units["shift"], n_replicates=20, seed=5, block_n=n, counts=cache)
     assert cache == {} and drawn == [n] * 6  # per call 3 blocks, not kept
+
+
+def _members(rng, m, n, c):
+    """(M, N, C) member probabilities with rounded logits: tied confidences, entropies and votes."""
+    z = np.round(rng.normal(0, 1.5, (m, n, c)) + rng.normal(0, 1.5, (1, n, c)))
+    p = np.exp(z - z.max(axis=2, keepdims=True))
+    return p / p.sum(axis=2, keepdims=True)
+
+
+def _same(got: float, want) -> bool:
+    """A replicate value against a point value: NaN stands for an undefined (None) one."""
+    if want is None:
+        return bool(np.isnan(got))
+    return bool(np.isclose(got, want, rtol=1e-9, atol=1e-12))
+
+
+@pytest.mark.parametrize("c,scores,reduction", [(2, ("total",), "sum"),
+                                                (5, ("total", "knowledge", "confidence"), "mean"),
+                                                (6, ("knowledge", "confidence"), "sum")])
+def test_labelled_statistics_replicates_are_the_report_sections_of_the_resampled_split(c, scores, reduction):
+    """Every replicate of an in-domain split (:class:`LabelledStatistics`, ``full``) and of a shift split equals
+    the report's own section (``in_domain_section`` / ``shift_split_section``, whose metrics are pinned against
+    scikit-learn elsewhere) of the explicitly resampled split ``np.repeat``: every key, with its report name, and
+    no other; all-ones counts first (the point estimate). ``l2_ce_debiased`` holds the full set's equal-mass edges
+    (Kumar et al.'s estimator by hand). C = 2 has a UCE, C = 5 no top-5 accuracy, C = 6 one; the detection
+    threshold is the default 95 % TPR; the decision cost sees the smoothing."""
+    from ubench.metrics.intervals import LabelledStatistics
+    from ubench.metrics.report_sections import in_domain_section, shift_split_section, split_arrays
+
+    rng = np.random.default_rng(c)
+    n, bins, eps, smoothing = 90, 8, 1e-12, 0.05
+    members = _members(rng, 3, n, c)
+    labels = rng.integers(0, c, n)
+    cost = rng.uniform(0.5, 3.0, (c, c))
+    np.fill_diagonal(cost, 0.0)
+    arrays = split_arrays(members, smoothing=smoothing)
+    settings = dict(unit="u", bins=bins, eps=eps, smoothing=smoothing)
+    stat = LabelledStatistics(arrays, labels, **settings, scores=scores, cost=cost, cost_reduction=reduction)
+    shift = LabelledStatistics(arrays, labels, **settings, full=False)
+    w = _counts(n, 4, c)
+    reps, shift_reps = stat.replicates({"u": w}), shift.replicates({"u": w})
+
+    keys = {"accuracy", "nll", "brier", "ece", "uce", "l2_ce_debiased", "mean_total_uncertainty",
+            "mean_knowledge_uncertainty", "mean_data_uncertainty", "disagreement", "variation_ratio",
+            "decision_cost", "decision_cost_mean", "decision_cost_sum", "augrc", "risk_at_80_cov", "cov_at_5_risk"}
+    keys |= {f"aurc_{s}" for s in scores} | {f"misclassification_{k}_{s}" for s in scores
+                                             for k in ("auroc", "aupr", "fpr95")}
+    keys |= {"top5_accuracy"} if c > 5 else set()
+    assert set(reps) == keys
+    assert set(shift_reps) == {"accuracy", "nll", "brier", "ece", "mean_total_uncertainty"}
+    assert all(v.shape == (5,) for v in reps.values())
+
+    conf = arrays.mean_probs.max(axis=1)
+    hit = (arrays.mean_probs.argmax(axis=1) == labels).astype(float)
+    cell = np.searchsorted(equal_mass_edges(conf, bins), conf)  # the full set's bins, held
+    for b in range(w.shape[0]):
+        idx = np.repeat(np.arange(n), w[b].astype(int))
+        resampled = split_arrays(members[:, idx], smoothing=smoothing)
+        want = in_domain_section(resampled, labels[idx], bins=bins, eps=eps, smoothing=smoothing, tpr=0.95,
+                                 cost_matrix=cost, cost_reduction=reduction, scores=scores)
+        n_b = np.bincount(cell[idx])
+        ok = n_b >= 2
+        cb, yb = (np.bincount(cell[idx], weights=x[idx])[ok] / n_b[ok] for x in (conf, hit))
+        sq = np.sum(n_b[ok] * ((cb - yb) ** 2 - yb * (1 - yb) / (n_b[ok] - 1))) / idx.size
+        want["l2_ce_debiased"] = np.sqrt(max(sq, 0.0))
+        if b == 0:
+            assert want["l2_ce_debiased"] == pytest.approx(in_domain_section(
+                arrays, labels, bins=bins, eps=eps, smoothing=smoothing, tpr=0.95, scores=scores)["l2_ce_debiased"])
+        bad = [k for k in sorted(keys) if not _same(reps[k][b], want[k])]
+        assert not bad, (b, {k: (reps[k][b], want[k]) for k in bad})
+        want = shift_split_section(resampled, labels[idx], bins=bins, eps=eps, smoothing=smoothing)
+        bad = [k for k in sorted(shift_reps) if not _same(shift_reps[k][b], want[k])]
+        assert not bad, (b, {k: (shift_reps[k][b], want[k]) for k in bad})
+
+
+@pytest.mark.parametrize("n_errors", [0, 1, 29, 30])
+def test_misclassification_detection_replicates_exist_exactly_when_the_split_has_errors_and_hits(n_errors):
+    """Misclassification detection has replicates when the split holds at least one error and one correct
+    prediction (1 and N - 1 errors included), none otherwise (the report's value is None there)."""
+    from ubench.metrics.intervals import LabelledStatistics
+    from ubench.metrics.report_sections import misclassification_section, split_arrays
+
+    rng = np.random.default_rng(n_errors)
+    n = 30
+    members = _members(rng, 2, n, 3)
+    arrays = split_arrays(members)
+    pred = arrays.mean_probs.argmax(axis=1)
+    labels = np.where(np.arange(n) < n_errors, (pred + 1) % 3, pred)
+    stat = LabelledStatistics(arrays, labels, unit="u", bins=10, eps=1e-12, smoothing=0.0, scores=("total",))
+    reps = stat.replicates({"u": _counts(n, 2, 1)})
+    section, _ = misclassification_section(arrays, labels, tpr=0.95, scores=("total",))
+    assert ("misclassification_auroc_total" in reps) == (0 < n_errors < n)
+    assert (section["misclassification_auroc_total"] is not None) == (0 < n_errors < n)
+    if 0 < n_errors < n:
+        assert reps["misclassification_auroc_total"][0] == pytest.approx(section["misclassification_auroc_total"])
+
+
+@pytest.mark.parametrize("tpr", [None, 0.9])
+def test_ood_statistics_replicates_are_the_ood_section_of_both_resampled_splits(tpr):
+    """An OOD split's replicates equal the report's ``ood_section`` of the in-domain samples resampled with the
+    in-domain unit's counts against the OOD samples resampled with their own (stratified), every score, with
+    the report's key names; the default TPR is 95 %."""
+    from ubench.metrics.intervals import OODStatistics
+    from ubench.metrics.report_sections import ood_section, split_arrays
+
+    rng = np.random.default_rng(11)
+    n_in, n_ood = 70, 50
+    in_members, ood_members = _members(rng, 2, n_in, 4), _members(rng, 2, n_ood, 4) ** 0.5
+    ood_members /= ood_members.sum(axis=2, keepdims=True)
+    in_arrays, ood_arrays = split_arrays(in_members), split_arrays(ood_members)
+    kw = {} if tpr is None else {"tpr": tpr}
+    stat = OODStatistics(in_arrays, ood_arrays, unit="o", against="u", **kw)
+    wi, wo = _counts(n_in, 3, 1), _counts(n_ood, 3, 2)
+    reps = stat.replicates({"u": wi, "o": wo})
+    assert set(reps) == {f"ood_{k}_{s}" for k in ("auroc", "aupr", "fpr95") for s in ("total", "knowledge",
+                                                                                        "confidence")}
+    for b in range(wi.shape[0]):
+        ii, io = (np.repeat(np.arange(w.shape[1]), w[b].astype(int)) for w in (wi, wo))
+        want = ood_section(split_arrays(in_members[:, ii]), split_arrays(ood_members[:, io]), tpr=tpr or 0.95)
+        bad = [k for k in sorted(reps) if not _same(reps[k][b], want[k])]
+        assert not bad, (b, {k: (reps[k][b], want[k]) for k in bad})
+
+
+def test_report_intervals_summary_by_hand():
+    """``report_intervals``: each split's keys that have replicates (numbers only, its ``calibrated`` ones
+    included), a split without replicates skipped (not the splits after it), the summary's primary-split keys,
+    the mean over OOD splits and the median and quartiles over shift splits computed per replicate, each the
+    percentile interval (numpy's quantiles at (1 -+ level) / 2) of its replicates."""
+    from ubench.metrics.intervals import report_intervals
+
+    rng = np.random.default_rng(2)
+    b, level = 400, 0.9
+    keys = {"test": ("accuracy", "nll", "brier", "ece", "cll"), "o": ("ood_auroc_total",),
+            "s": ("accuracy", "nll", "brier", "ece")}
+    reps = {name: {k: rng.normal(i, 1.0, b) for k in keys[name if name == "test" else name[0]]}
+            for i, name in enumerate(("test", "s1", "s2", "s3", "o1", "o2"))}
+    report = {"primary_split": "test",
+              "in_domain": {"test": {"accuracy": 0.9, "nll": 0.3, "label": "x", "flag": True,
+                                     "calibrated": {"cll": -0.2}}},
+              "shift": {"s0": {"accuracy": 0.5}, "s1": {"accuracy": 0.7, "ece": 0.1}, "s2": {"accuracy": 0.6},
+                        "s3": {"accuracy": 0.4}},
+              "ood": {"o1": {"ood_auroc_total": 0.8}, "o2": {"ood_auroc_total": 0.7}},
+              "summary": {"accuracy": 0.9, "cll": -0.2, "ood_auroc_total": 0.75, "shift_accuracy_median": 0.6,
+                          "shift_ece_q25": 0.1, "shift_nll_q75": 0.2, "shift_brier_median": None, "note": "n"}}
+    iv = report_intervals(report, reps, level=level, n_replicates=b, seed=7)
+
+    def pi(v):
+        return [float(np.quantile(v, (1 - level) / 2)), float(np.quantile(v, (1 + level) / 2))]
+
+    assert (iv["level"], iv["replicates"], iv["seed"]) == (level, b, 7)
+    assert sorted(iv["splits"]) == ["o1", "o2", "s1", "s2", "s3", "test"]  # s0 has no replicates
+    assert sorted(iv["splits"]["test"]) == ["accuracy", "cll", "nll"]
+    assert sorted(iv["splits"]["s1"]) == ["accuracy", "ece"]
+    assert iv["splits"]["test"]["nll"] == pytest.approx(pi(reps["test"]["nll"]))
+    shift = np.stack([reps[s]["accuracy"] for s in ("s1", "s2", "s3")])
+    want = {"accuracy": pi(reps["test"]["accuracy"]), "cll": pi(reps["test"]["cll"]),
+            "ood_auroc_total": pi((reps["o1"]["ood_auroc_total"] + reps["o2"]["ood_auroc_total"]) / 2),
+            "shift_accuracy_median": pi(np.sort(shift, axis=0)[1]),
+            "shift_ece_q25": pi(np.percentile(np.stack([reps[s]["ece"] for s in ("s1", "s2", "s3")]), 25, axis=0)),
+            "shift_nll_q75": pi(np.percentile(np.stack([reps[s]["nll"] for s in ("s1", "s2", "s3")]), 75, axis=0))}
+    assert sorted(iv["summary"]) == sorted(want)
+    for k, v in want.items():
+        assert iv["summary"][k] == pytest.approx(v, rel=1e-12), k
+    # the quartiles of three values by hand: linear interpolation halfway between the lowest two (and top two)
+    srt = np.sort(np.stack([reps[s]["ece"] for s in ("s1", "s2", "s3")]), axis=0)
+    assert iv["summary"]["shift_ece_q25"] == pytest.approx(pi((srt[0] + srt[1]) / 2), rel=1e-12)
+
+
+def test_samples_round_trip_exactly_and_decoding_names_the_bad_column():
+    """``encode_samples`` writes little-endian float64 whatever the column's dtype (float32, integers, a
+    big-endian array), which ``decode_samples`` reads back exactly; a column that is not base64 (a character
+    outside the alphabet, even where dropping it would decode), holds another number of values (or a partial
+    one) or a non-finite value is refused naming the column and, for the latter, the first bad index."""
+    from ubench.metrics.intervals import decode_samples, encode_samples
+
+    cols = {"a": np.array([0.1, -2.5, 3e-300], np.float32), "b": np.array([1, 2, 70000]),
+            "c": np.array([1.5, 2.25, -0.0], dtype=">f8")}
+    enc = encode_samples(cols)
+    assert enc["c"] == base64.b64encode(np.array([1.5, 2.25, -0.0], "<f8").tobytes()).decode("ascii")
+    dec = decode_samples(enc, 3)
+    for k, v in cols.items():
+        assert dec[k].dtype == np.float64 and np.array_equal(dec[k], v.astype(np.float64)), k
+    good = enc["c"]
+    with pytest.raises(ValueError, match=r"^where: column 'c' is not base64$"):
+        decode_samples({"c": good[:4] + "!" + good[4:]}, 3, "where")
+    with pytest.raises(ValueError, match=r"^samples: column 'c' holds 2 values, not 3$"):
+        decode_samples({"c": base64.b64encode(base64.b64decode(good)[:20]).decode()}, 3)
+    with pytest.raises(ValueError, match=r"^samples: column 'c' holds 3 values, not 4$"):
+        decode_samples({"c": good}, 4)
+    bad = np.array([1.0, 2.0, np.nan, np.inf, 5.0])
+    with pytest.raises(ValueError, match=r"^s: column 'x' has a non-finite value at index 2$"):
+        decode_samples(encode_samples({"x": bad}), 5, "s")
+
+
+def test_resampling_units_by_role_and_sample_ids():
+    """In-domain and shift splits are resampled by their sample ids (the same ids: one unit), else by name; an
+    OOD split always on its own, by its ids or its name."""
+    from ubench.metrics.intervals import _unit_key, resampling_unit
+
+    assert resampling_unit("in_domain", "test", "d1") == resampling_unit("shift", "s", "d1") == "ids:d1"
+    assert resampling_unit("shift", "s", None) == "split:s"
+    assert resampling_unit("ood", "svhn", "d1") == "ood:d1" and resampling_unit("ood", "svhn", None) == "ood:svhn"
+    assert _unit_key("ids:d1") == zlib.crc32(b"ids:d1")
+
+
+def test_kept_counts_are_bytes_only_below_256():
+    """A kept block of counts is stored as uint8 when every count is below 256 (255 included), else as it is
+    (256 would wrap to 0); an empty block stays as it is."""
+    from ubench.metrics.intervals import _as_bytes
+
+    w = np.array([[0, 255, 3]], np.uint16)
+    assert _as_bytes(w).dtype == np.uint8 and np.array_equal(_as_bytes(w), w)
+    w[0, 1] = 256
+    assert _as_bytes(w).dtype == np.uint16 and np.array_equal(_as_bytes(w), w)
+    assert _as_bytes(np.zeros((0, 3), np.uint16)).dtype == np.uint16
+
+
+@pytest.mark.parametrize("keep,kept", [(lambda n, m: 20 * n, ["u"]), (lambda n, m: 20 * n - 1, ["o"]),
+                                       (lambda n, m: 20 * (n + m), ["o", "u"]),
+                                       (lambda n, m: 20 * (n + m) - 1, ["u"])])
+def test_counts_are_kept_while_they_fit_in_keep_cells(monkeypatch, keep, kept):
+    """A unit's counts (B x n cells) are kept when they fit in what ``KEEP_CELLS`` leaves beside those kept
+    already, the bound included; units are taken in order, each one's cells taken from the room; a second call
+    counts the cells kept by the first."""
+    from ubench.metrics import intervals
+    from ubench.metrics.intervals import LabelledStatistics, resample
+    from ubench.metrics.report_sections import split_arrays
+
+    rng = np.random.default_rng(0)
+    n, m = 30, 20
+    stats = {}
+    for name, unit, size in (("a", "u", n), ("b", "o", m)):
+        members = _members(rng, 1, size, 3)
+        stats[name] = LabelledStatistics(split_arrays(members), rng.integers(0, 3, size), unit=unit, bins=5,
+                                         eps=1e-12, smoothing=0.0, full=False)
+    monkeypatch.setattr(intervals, "KEEP_CELLS", keep(n, m))
+    cache: dict = {}
+    resample(stats, {"u": n, "o": m}, n_replicates=20, seed=1, counts=cache)
+    assert sorted(cache) == kept
+    if kept == ["u"]:  # the room left beside u: o does not fit in a second call either
+        resample({"b": stats["b"]}, {"o": m}, n_replicates=20, seed=1, counts=cache)
+        assert sorted(cache) == ["u"]
+
+
+class _MeanOnly:
+    """A statistic with only ``unit`` and ``replicates`` (no linear columns, no jobs): the weighted mean of x."""
+
+    def __init__(self, x, unit):
+        self.x, self.unit = x, unit
+
+    def replicates(self, weights):
+        w = weights[self.unit]
+        return {"mean": (w @ self.x) / w.sum(axis=1)}
+
+
+@pytest.mark.parametrize("n_replicates", [1, 9])
+def test_resample_runs_a_replicates_only_statistic_and_single_row_blocks(monkeypatch, n_replicates):
+    """A statistic that only has ``replicates`` runs on whole blocks, one value per replicate (by hand: the mean
+    of the multiset), beside the sorted kernels of an in-domain split; a block of one replicate (B = 1, or the
+    last of 4 + 4 + 1) gives its one value to every key, the sorted kernels' too."""
+    from ubench.metrics import bootstrap
+    from ubench.metrics.intervals import LabelledStatistics, resample
+    from ubench.metrics.report_sections import split_arrays
+
+    rng = np.random.default_rng(3)
+    n = 40
+    x = rng.normal(size=n)
+    members = _members(rng, 2, n, 3)
+    labels = rng.integers(0, 3, n)
+    stats = {"m": _MeanOnly(x, "u"), "test": LabelledStatistics(split_arrays(members), labels, unit="u", bins=5,
+                                                                 eps=1e-12, smoothing=0.0, scores=("total",))}
+    monkeypatch.setattr(bootstrap, "BLOCK_CELLS", 4 * n)
+    got = resample(stats, {"u": n}, n_replicates=n_replicates, seed=2, threads=2)
+    rng_u = interval_rng(2, zlib.crc32(b"u"))
+    w = np.vstack([bootstrap_counts(n, stop - start, rng_u) for start, stop in count_blocks(n_replicates, n)])
+    assert w.shape[0] == n_replicates
+    want = [np.repeat(x, w[b].astype(int)).mean() for b in range(n_replicates)]
+    np.testing.assert_allclose(got["m"]["mean"], want, rtol=1e-12)
+    direct = stats["test"].replicates({"u": w})
+    assert sorted(got["test"]) == sorted(direct)
+    for key, v in direct.items():
+        assert got["test"][key].shape == (n_replicates,), key
+        np.testing.assert_allclose(got["test"][key], v, rtol=1e-12, err_msg=key)
+
+
+def test_resample_of_nothing_is_nothing():
+    """No statistics and no units, or no replicates: empty results, not an error."""
+    from ubench.metrics.intervals import resample
+
+    assert resample({}, {}, n_replicates=5, seed=0) == {}
+    assert resample({"m": _MeanOnly(np.ones(3), "u")}, {"u": 3}, n_replicates=0, seed=0) == {"m": {}}
+
+
+def test_selective_and_detection_kernels_on_small_multisets_at_exact_levels():
+    """Small multisets (1 to 7 samples, counts of 0 to 3, tied uncertainties) at levels that land exactly on a
+    count: coverage with ceil(c n) = 1 or n, risks equal to an error share (0, 1/4, 1/2, 3/4, 1), TPRs reaching
+    the first or the last positive. Every replicate's AURC, AUGRC, risk at coverage, coverage at risk and the
+    errors' detection (AUROC, AP, FPR at TPR; NaN without an error or a hit; from the selective sort and from
+    ``weighted_detection``'s own) equal ubench's functions on the
+    multiset (``np.repeat``), which the selective and ranking tests pin by hand and against scikit-learn; float64
+    arrays, and no floating-point warning for the undefined ones."""
+    rng = np.random.default_rng(17)
+    levels = [(0.1, 0.0, 0.5), (0.25, 0.25, 0.75), (0.5, 0.75, 1.0), (0.8, 0.5, 0.95), (1.0, 1.0, 0.6)]
+    for case in range(150):
+        n = int(rng.integers(1, 8))
+        p = _probs(rng, n, 3, discrete=True)
+        y = np.where(rng.random(n) < 0.6, p.argmax(1), (p.argmax(1) + 1) % 3)
+        u = -p.max(1)
+        err = (p.argmax(1) != y).astype(float)
+        w = rng.integers(0, 4, (4, n)).astype(float)
+        w[w.sum(axis=1) == 0, 0] = 1.0
+        coverage, risk, tpr = levels[case % len(levels)]
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # no 0/0 warning leaks from the undefined replicates
+            got = weighted_selective(err, w, _Ranked.of(u), coverage=coverage, risk=risk, detection_tpr=tpr)
+            pos = err > 0  # the same detection from the two samples' own sort (the OOD kernel); default TPR 95 %
+            det = (weighted_detection(u[pos], u[~pos], w[:, pos], w[:, ~pos], **({} if tpr == 0.95 else {"tpr": tpr}))
+                   if 0 < pos.sum() < n else got)  # (both kinds of sample present, as every OOD split has them)
+        assert all(v.dtype == np.float64 and v.shape == (4,) for v in [*got.values(), *det.values()])
+        for key in ("auroc", "aupr", "fpr"):
+            np.testing.assert_allclose(det[key], got[key], rtol=0, atol=1e-12, err_msg=key)
+        for b in range(w.shape[0]):
+            idx = np.repeat(np.arange(n), w[b].astype(int))
+            pp, yy, uu, ee = p[idx], y[idx], u[idx], err[idx].astype(int)
+            where = (case, b, n, coverage, risk, tpr)
+            assert got["aurc"][b] == pytest.approx(risk_coverage_auc(pp, yy, uncertainty=uu), abs=1e-12), where
+            assert got["augrc"][b] == pytest.approx(generalized_risk_coverage_auc(pp, yy, uncertainty=uu),
+                                                    abs=1e-12), where
+            assert got["risk_at_cov"][b] == pytest.approx(risk_at_coverage(pp, yy, coverage=coverage, uncertainty=uu),
+                                                          abs=1e-12), where
+            cov = coverage_at_risk(pp, yy, risk=risk, uncertainty=uu)
+            assert (np.isnan(got["cov_at_risk"][b]) and cov is None) or got["cov_at_risk"][b] == pytest.approx(
+                cov, abs=1e-12), (where, got["cov_at_risk"][b], cov)
+            for key, fn in (("auroc", auroc_score), ("aupr", average_precision_score),
+                            ("fpr", lambda s, t: fpr_at_tpr(s, t, tpr=tpr))):
+                # undefined (as the report's detection section) unless the multiset holds an error and a hit
+                want = fn(uu, ee) if 0 < ee.sum() < ee.size else np.nan
+                assert got[key][b] == pytest.approx(want, abs=1e-12, nan_ok=True), (where, key)
+
+
+@pytest.mark.parametrize("n_pos,n_neg,tie", [(1 << 16, 1 << 15, False), (1 << 15, 1 << 15, False),
+                                             ((1 << 15) + 1, 1 << 15, True)])
+def test_detection_sums_past_int32_are_exact(n_pos, n_neg, tie):
+    """AUROC's rank sum is summed in int32 only while it cannot reach 2^31: with every positive above every
+    negative the sum is n_pos n_neg (twice that, less the tied pair, with a tie), so at 2^31 (and past it with a
+    tie) an int32 sum would wrap; the AUROC is 1 (by hand: (2 n_pos n_neg - 1) / (2 n_pos n_neg) with the tie)."""
+    pos = np.arange(n_pos, dtype=np.float64) + n_neg
+    neg = np.arange(n_neg, dtype=np.float64)
+    if tie:
+        pos[0] = neg[-1]
+    got = weighted_detection(pos, neg, np.ones((1, n_pos), np.uint8), np.ones((1, n_neg), np.uint8))
+    want = 1.0 - 0.5 / (n_pos * n_neg) if tie else 1.0
+    assert got["auroc"][0] == pytest.approx(want, rel=1e-15)
+
+
+def test_smallest_count_is_the_first_count_reaching_the_tpr_by_brute_force():
+    """``_smallest_count``: the smallest k in [1, total] with the float k / total >= tpr (the comparison
+    ``ranking.fpr_at_tpr`` makes), found by trying every k, for totals 0 to 400 and TPRs whose product with a
+    total rounds up past an integer (0.55 * 100 = 55.00000000000001: k = 55, not 56); at least 1 (total 0
+    included)."""
+    from ubench.metrics.bootstrap_ranking import _smallest_count
+
+    totals = np.arange(0, 401, dtype=np.float64)
+    for tpr in (0.01, 0.07, 0.28, 0.3, 0.55, 0.56, 0.7, 0.9, 0.95, 0.99, 1.0, 1 / 3, 2 / 3):
+        got = _smallest_count(totals, tpr)
+        want = [next((k for k in range(1, int(t) + 1) if k / t >= tpr), max(int(t), 1)) for t in totals]
+        np.testing.assert_array_equal(got, want, err_msg=str(tpr))
+
+
+def test_kernels_in_row_chunks_give_every_row_once(monkeypatch):
+    """With chunks of a few rows (more replicates than samples, so chunking by the wrong axis would drop rows),
+    the selective and detection kernels give the values of one unchunked call, row for row."""
+    rng = np.random.default_rng(8)
+    n, b = 6, 23
+    u = np.round(rng.normal(size=n), 1)
+    err = np.array([1, 0, 0, 1, 0, 0], float)
+    w = bootstrap_counts(n, b, interval_rng(1, 2))
+    whole = weighted_selective(err, w, _Ranked.of(u), detection_tpr=0.9)
+    whole_det = weighted_detection(u[:2], u[2:], w[:, :2], w[:, 2:], tpr=0.9)
+    monkeypatch.setattr(bootstrap_ranking, "CHUNK_CELLS", 2 * n + 1)
+    chunked = weighted_selective(err, w, _Ranked.of(u), detection_tpr=0.9)
+    chunked_det = weighted_detection(u[:2], u[2:], w[:, :2], w[:, 2:], tpr=0.9)
+    for got, want in ((chunked, whole), (chunked_det, whole_det)):
+        assert sorted(got) == sorted(want)
+        for key in want:
+            np.testing.assert_array_equal(got[key], want[key], err_msg=key)

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
+
 import pytest
 
 from scoring_archives import build_archive
@@ -167,3 +169,162 @@ def test_a_splits_replicates_do_not_depend_on_the_splits_resampled_with_it(tmp_p
     one, two = alone.intervals.replicates["test"], batched.intervals.replicates["test"]
     assert "blur_1" in batched.intervals.replicates and one.keys() == two.keys()
     assert [k for k in one if not np.array_equal(one[k], two[k], equal_nan=True)] == []
+
+
+def _members(seed, m, n, c):
+    rng = np.random.default_rng(seed)
+    z = rng.normal(0, 1.5, (m, n, c)) + rng.normal(0, 1.5, (1, n, c))
+    p = np.exp(z - z.max(axis=2, keepdims=True))
+    return p / p.sum(axis=2, keepdims=True), rng.integers(0, c, n)
+
+
+@pytest.mark.parametrize("placement", ["per_member", "post"])
+def test_collector_resamples_with_the_protocols_settings_and_units(placement):
+    """An in-domain split with its calibrated section and an OOD split, through ``IntervalCollector``: their
+    replicates are those of statistics built by hand from the protocol's settings (the members smoothed as
+    (1 - s) p + s / C before the per-member or post-hoc calibration's influence columns, that protocol's repeats,
+    seed, eps and bins, its TPR and scores), resampled as the units named by the splits' sample ids (the OOD
+    split its own unit)."""
+    from ubench.metrics.intervals import LabelledStatistics, OODStatistics, resample
+    from ubench.metrics.protocol_bootstrap import cv_influence
+    from ubench.metrics.report_intervals import IntervalCollector
+    from ubench.metrics.report_sections import split_arrays
+
+    p = FAST.replace(bootstrap=30, smoothing=0.1, placement=placement, repeats=3, seed=4, eps=1e-6, bins=7, tpr=0.8)
+    members, labels = _members(1, 3, 60, 4)
+    ood, _ = _members(2, 3, 40, 4)
+    arrays = split_arrays(members, smoothing=p.smoothing, keep_members=True)
+    ood_arrays = split_arrays(ood, smoothing=p.smoothing)
+    coll = IntervalCollector(p, scores=("total", "confidence"), cost_preset=None, cost_matrix=None, primary="test")
+    coll.units = {"test": "d1", "svhn": "d2"}
+    coll.add_labelled("in_domain", "test", arrays, labels, {"calibrated": {"cll": -0.5}})
+    coll.add_ood("svhn", arrays, ood_arrays, "test")
+    coll.flush()
+
+    smoothed = 0.9 * members + 0.1 / 4
+    influence = cv_influence(smoothed if placement == "per_member" else (smoothed.mean(axis=0),), labels,
+                             placement=placement, n_repeats=3, seed=4, eps=1e-6, n_bins=7)
+    want = resample({"test": LabelledStatistics(arrays, labels, unit="ids:d1", bins=7, eps=1e-6, smoothing=0.1,
+                                                tpr=0.8, scores=("total", "confidence"), protocol=influence),
+                     "svhn": OODStatistics(arrays, ood_arrays, unit="ood:d2", against="ids:d1", tpr=0.8,
+                                           scores=("total", "confidence"))},
+                    {"ids:d1": 60, "ood:d2": 40}, n_replicates=30, seed=4)
+    assert sorted(coll.replicates) == ["svhn", "test"]
+    for name in want:
+        assert sorted(coll.replicates[name]) == sorted(want[name]), name
+        for key, v in want[name].items():
+            np.testing.assert_allclose(coll.replicates[name][key], v, rtol=1e-12, atol=1e-15, err_msg=key)
+    assert "calibrated_ece" in want["test"] and "ood_auroc_total" in want["svhn"]
+
+
+def test_collector_exports_only_when_asked_and_a_worker_hands_its_splits_over():
+    """Without ``sample_stats`` no columns are kept; with it, the primary split's SAMPLE_COLUMNS and scores and a
+    shift split's accuracy alone (its 0/1 hits). A protocol that names neither setting is inactive. A Dask
+    worker's collector (``resampling`` off) resamples nothing and hands each split over (``split_result``, None
+    for a split it never saw; only its columns without intervals); absorbed, it gives the replicates and columns
+    of adding it directly. The overlap is off until ``scoring/score.py`` turns it on."""
+    from types import SimpleNamespace
+
+    from ubench.metrics.report_intervals import SAMPLE_COLUMNS, IntervalCollector
+    from ubench.metrics.report_sections import split_arrays
+
+    assert not IntervalCollector(SimpleNamespace(), scores=(), cost_preset=None, cost_matrix=None).active
+    members, labels = _members(3, 2, 50, 3)
+    shifted, _ = _members(4, 2, 50, 3)
+    arrays, shift_arrays = split_arrays(members), split_arrays(shifted)
+    section = {"calibrated": {"cll": -0.5}}
+
+    def collector(export, resampling=True):
+        c = IntervalCollector(FAST.replace(bootstrap=20, sample_stats=export), scores=("total",), cost_preset=None,
+                              cost_matrix=None, primary="test")
+        c.resampling = resampling
+        return c
+
+    plain = collector(False)
+    plain.add_labelled("in_domain", "test", arrays, labels, section)
+    plain.add_labelled("shift", "blur", shift_arrays, labels, {})
+    assert plain.columns == {}
+
+    direct = collector(True)
+    direct.add_labelled("in_domain", "test", arrays, labels, section)
+    direct.add_labelled("shift", "blur", shift_arrays, labels, {})
+    direct.flush()
+    assert sorted(direct.columns["test"]) == sorted([k for k in SAMPLE_COLUMNS] + ["score_total"])
+    hits = (shift_arrays.mean_probs.argmax(axis=1) == labels).astype(float)
+    assert list(direct.columns["blur"]) == ["accuracy"]
+    np.testing.assert_array_equal(direct.columns["blur"]["accuracy"], hits)
+
+    main = collector(True)
+    for name, role, arr, sec in (("test", "in_domain", arrays, section), ("blur", "shift", shift_arrays, {})):
+        worker = collector(True, resampling=False)
+        getattr(worker, "add_labelled")(role, name, arr, labels, sec)
+        worker.settle()
+        assert worker.replicates == {} and worker.split_result("other") is None
+        main.absorb(name, worker.split_result(name))
+    main.absorb("nothing", None)
+    main.flush()
+    assert main.overlap is False and main.resampling is True  # score.py turns the overlap on, for small splits
+    # a worker exporting samples without intervals: its split's columns, no statistics
+    worker = IntervalCollector(FAST.replace(intervals=False, sample_stats=True), scores=("total",), cost_preset=None,
+                               cost_matrix=None, primary="test")
+    worker.add_labelled("shift", "blur", shift_arrays, labels, {})
+    role, size, stat, cols = worker.split_result("blur")
+    assert (role, size[1], stat) == ("shift", 50, None) and list(cols) == ["accuracy"]
+    assert sorted(main.replicates) == ["blur", "test"] and sorted(main.columns) == ["blur", "test"]
+    for name in ("test", "blur"):
+        assert sorted(main.replicates[name]) == sorted(direct.replicates[name])
+        for key, v in direct.replicates[name].items():
+            np.testing.assert_array_equal(main.replicates[name][key], v, err_msg=key)
+        for key, v in direct.columns[name].items():
+            np.testing.assert_array_equal(main.columns[name][key], v, err_msg=key)
+
+
+def test_at_most_in_flight_batches_are_out_and_the_counts_are_kept_only_with_the_overlap(monkeypatch):
+    """With the overlap, each batch goes to a daemon thread named ``ubench-resample``, at most ``IN_FLIGHT``
+    batches are out after any ``settle`` (the oldest is taken in first), and the in-domain unit's counts are
+    drawn once for all of the OOD splits against it; without it nothing is kept between batches."""
+    import threading
+
+    from ubench.metrics import intervals
+    from ubench.metrics.report_intervals import IntervalCollector
+    from ubench.metrics.report_sections import split_arrays
+
+    members, labels = _members(5, 2, 40, 3)
+    arrays = split_arrays(members)
+    oods = [split_arrays(_members(6 + k, 2, 30, 3)[0]) for k in range(4)]
+    drawn = []
+    counts_of = intervals.bootstrap_counts
+
+    def counted(m, rows, g):
+        drawn.append(m)
+        return counts_of(m, rows, g)
+
+    monkeypatch.setattr(intervals, "bootstrap_counts", counted)
+    for overlap in (True, False):
+        coll = IntervalCollector(FAST.replace(bootstrap=20), scores=("total",), cost_preset=None, cost_matrix=None,
+                                 primary="test")
+        coll.overlap = overlap
+        seen, resample_of = [], coll._resample
+
+        def traced(*args, **kw):
+            t = threading.current_thread()
+            seen.append((t.name, t.daemon))
+            return resample_of(*args, **kw)
+
+        coll._resample = traced
+        coll.units = {f"o{k}": f"d{k}" for k in range(4)}
+        drawn.clear()
+        coll.add_labelled("shift", "test", arrays, labels, {})
+        coll.flush()
+        out = []
+        for k, ood in enumerate(oods):
+            coll.add_ood(f"o{k}", arrays, ood, "test")
+            coll.settle()
+            out.append(len(coll._running))
+        coll.flush()
+        assert sorted(coll.replicates) == ["o0", "o1", "o2", "o3", "test"]
+        if overlap:
+            assert out == [1, 2, 2, 2] and all(s == ("ubench-resample", True) for s in seen[1:])
+            assert drawn.count(40) == 1  # kept from the first batch for the four OOD splits
+        else:
+            assert out == [0, 0, 0, 0] and coll._counts == {} and drawn.count(40) == 5

@@ -116,3 +116,129 @@ def test_shift_splits_and_medians_equal_sklearn(scored):
     assert summary["shift_accuracy_median"] == pytest.approx(np.median(list(acc.values())), abs=1e-15)
     assert summary["shift_nll_median"] == pytest.approx(np.median(list(nll.values())), rel=1e-9)
     assert summary["shift_ece_median"] == pytest.approx(np.median(list(ece.values())), abs=1e-12)
+
+
+def _members(rng, n, c, strength, labels):
+    z = rng.normal(0, 1.5, (1, n, c)) + rng.normal(0, 0.3, (3, n, c))
+    if labels is not None:
+        z[:, np.arange(n), labels] += strength
+    p = np.exp(z - z.max(axis=2, keepdims=True))
+    return p / p.sum(axis=2, keepdims=True)
+
+
+def _splits(c=4, n=150):
+    """(name, role, members, labels, kind, intensity) in scoring order: two labelled in-domain splits (one named
+    as a validation split), an unlabelled one, an OOD split, two labelled shift splits and an unlabelled one."""
+    rng = np.random.default_rng(21)
+    y = rng.integers(0, c, n)
+    out = [("test", "in_domain", _members(rng, n, c, 2.5, y), y, None, None),
+           ("val_split", "in_domain", _members(rng, n, c, 2.5, y), y, None, None),
+           ("unlabelled", "in_domain", _members(rng, n, c, 0.0, None), None, None, None),
+           ("far", "ood", _members(rng, n, c, 0.0, None), None, None, None)]
+    out += [(f"blur_{k}", "shift", _members(rng, n, c, 2.5 - k, y), y, "blur", float(k)) for k in (1, 2)]
+    return out + [("noise_1", "shift", _members(rng, n, c, 1.0, None), None, "noise", 1.0)]
+
+
+def _add(builder, name, role, members, labels, kind, intensity):
+    from ubench.metrics.report_sections import split_arrays
+
+    arrays = split_arrays(members, keep_members=True)
+    if role == "in_domain":
+        builder.add_in_domain(name, arrays, labels)
+    elif role == "ood":
+        builder.add_ood(name, arrays)
+    else:
+        builder.add_shift(name, arrays, labels, kind=kind, intensity=intensity)
+
+
+def _builder(protocol):
+    from ubench.metrics.report import ReportBuilder
+
+    b = ReportBuilder(protocol, n_members=3, n_classes=4, dataset="toy", primary="test")
+    b.intervals.units = {name: f"ids-{name}" for name, *_ in _splits()}
+    return b
+
+
+def test_shift_temperature_is_fitted_on_the_validation_split_and_applied_by_hand():
+    """With a split named as a validation split, the shift temperature is the NLL minimiser on its ensemble mean
+    (scipy's bounded scalar search on log p / T, by hand), said to be fitted there (no note about the test
+    split), and each labelled shift split's ``temperature_scaled`` NLL is scikit-learn's log loss of its mean
+    scaled by it; the unlabelled shift split is skipped with a note."""
+    from scipy import optimize, special
+
+    protocol = NO_TS.replace(shift_temperature=True, intervals=False)
+    b = _builder(protocol)
+    for s in _splits():
+        _add(b, *s)
+    r = b.finish()
+    split = {name: (members, labels) for name, _, members, labels, *_ in _splits()}
+    mean, y = split["val_split"][0].mean(axis=0), split["val_split"][1]
+    logp = np.log(mean)
+    t = optimize.minimize_scalar(lambda t: -special.log_softmax(logp / t, axis=1)[np.arange(y.size), y].mean(),
+                                 bounds=(0.05, 20), method="bounded", options={"xatol": 1e-10}).x
+    ts = r["shift_summary"]["temperature"]
+    assert (ts["fitted_on"], ts["fitted_on_kind"], ts["n_samples"], ts["hit_bound"]) == ("val_split", "validation",
+                                                                                         150, False)
+    assert ts["temperature"] == pytest.approx(t, rel=1e-5)
+    for name in ("blur_1", "blur_2"):
+        shifted, ys = split[name][0].mean(axis=0), split[name][1]
+        scaled = special.softmax(np.log(shifted) / ts["temperature"], axis=1)
+        assert r["shift"][name]["temperature_scaled"]["nll"] == pytest.approx(skm.log_loss(ys, scaled), rel=1e-9)
+    assert "noise_1" not in r["shift"] and any("'noise_1' has no labels" in note for note in r["notes"])
+    assert not any("fitted on the in-domain test split" in note for note in r["notes"])
+
+
+def test_shift_temperature_without_a_labelled_in_domain_split_is_left_out_with_a_note():
+    """No labelled in-domain split of two samples or more: no shift split gets ``temperature_scaled`` and a note
+    says why; asked twice, it is still fitted (and noted) once."""
+    from ubench.metrics.report import ReportBuilder
+
+    protocol = NO_TS.replace(shift_temperature=True, intervals=False)
+    b = ReportBuilder(protocol, n_members=3, n_classes=4, dataset="toy", primary=None)
+    for s in _splits():
+        if s[1] == "shift" or s[0] == "unlabelled":
+            _add(b, *s)
+    assert b.shift_temperature() is None and b.shift_temperature() is None
+    r = b.finish()
+    assert all("temperature_scaled" not in sec for sec in r["shift"].values())
+    assert r["notes"].count("shift temperature scaling needs a labelled in-domain split of 2 or more samples; none "
+                            "was found, so no shift split has temperature_scaled") == 1
+
+
+def test_splits_scored_apart_and_merged_give_the_one_builder_report():
+    """The cluster's path by hand (``scoring/score_parallel.py``): each split added to a builder of its own
+    (notes cleared, nothing resampled there), the shift splits after the shift temperature fitted from the merged
+    in-domain splits is handed to them, each ``split_result`` merged in scoring order (its interval statistics
+    first) gives the report of one builder given every split, byte for byte, intervals and notes included; with
+    only the test split as a source, the temperature is fitted there and said so."""
+    import json
+
+    for names in (None, {"test", "unlabelled", "far", "blur_1", "blur_2", "noise_1"}):
+        splits = [s for s in _splits() if names is None or s[0] in names]
+        protocol = NO_TS.replace(shift_temperature=True, bootstrap=40)
+        one = _builder(protocol)
+        for s in splits:
+            _add(one, *s)
+        want = one.finish()
+        merged = _builder(protocol)
+        for wave in ([s for s in splits if s[1] != "shift"], [s for s in splits if s[1] == "shift"]):
+            fitted = (merged.shift_temperature() or {}) if wave[0][1] == "shift" else None
+            results = {}
+            for s in wave:
+                worker = _builder(protocol)
+                worker.notes.clear()
+                worker.intervals.resampling = False
+                if fitted is not None:
+                    worker.shift_temperature(fitted)
+                _add(worker, *s)
+                results[s[0]] = worker.split_result(s[0])
+            for name in reversed(list(results)):  # interval statistics in any order
+                merged.intervals.absorb(name, results[name].pop("intervals"))
+            for s in wave:
+                merged.absorb(s[0], results[s[0]])
+        got = merged.finish()
+        assert json.dumps(got, sort_keys=True) == json.dumps(want, sort_keys=True)
+        assert got["shift_summary"]["temperature"]["fitted_on"] == ("val_split" if names is None else "test")
+        note = ("shift temperature scaling: the temperature was fitted on the in-domain test split 'test' (the "
+                "archive has no validation split), as the shift paper's Temp Scaling fits it on in-domain data")
+        assert (note in got["notes"]) == (names is not None)
