@@ -176,7 +176,8 @@ def _detection(pos_weights: NDArray, neg_weights: NDArray, *, o: _Sorted, tpr: f
         # the k-th largest positive of the multiset: the last sorted index j with cp[j] <= total - k
         reach = (tot_p - k).astype(cp.dtype)
         j = _last_at_most(cp[:, :-1], reach)
-        threshold = o.pos[np.clip(j, 0, o.pos.size - 1)]
+        # without any positive sample there is no threshold (every replicate is NaN below)
+        threshold = o.pos[np.clip(j, 0, o.pos.size - 1)] if o.pos.size else np.full(j.shape, np.inf)
         rank = np.searchsorted(o.neg, threshold, side="left")
         fpr = (tot_n - cn[np.arange(cn.shape[0]), rank]) / tot_n
     bad = (tot_p == 0) | (tot_n == 0)

@@ -144,6 +144,18 @@ def test_weighted_detection_is_undefined_without_positives():
     assert np.isnan(got["auroc"][0]) and percentile_interval(got["auroc"], 0.95) is None
 
 
+@pytest.mark.parametrize("n_pos, n_neg", [(0, 3), (3, 0), (0, 0)])
+def test_weighted_detection_without_positive_or_negative_samples_is_nan(n_pos, n_neg):
+    """No positive (or negative) sample at all, not only none drawn: every statistic of every replicate is NaN, as
+    documented (the FPR's threshold once indexed the empty positive scores)."""
+    rng = np.random.default_rng(0)
+    b = 4
+    got = weighted_detection(rng.random(n_pos), rng.random(n_neg), np.ones((b, n_pos), np.int16),
+                             np.ones((b, n_neg), np.int16), tpr=0.95)
+    for key in ("auroc", "aupr", "fpr"):
+        assert got[key].shape == (b,) and got[key].dtype == np.float64 and np.isnan(got[key]).all(), key
+
+
 @pytest.mark.parametrize("discrete", [False, True])
 def test_weighted_selective_equals_the_selective_metrics_of_the_resampled_set(discrete):
     """AURC, AUGRC, risk at 80 % coverage and coverage at 5 % risk of each replicate equal ubench's functions
