@@ -45,6 +45,12 @@ class _Sorted:
         return cls(pos, po, neg, no, below, upto, first, not np.array_equal(below, upto),
                    not np.array_equal(first, np.arange(pos.size)))
 
+    @property
+    def thresholds(self) -> NDArray:
+        """The scores the FPR's threshold is read from: the sorted positives, or +inf alone when there is no
+        positive sample (``clip(j, 0, -1)`` then reads it; every replicate's statistics are NaN then)."""
+        return self.pos if self.pos.size else np.full(1, np.inf)
+
 
 #: Cells (replicates x samples) the sorted kernels work on at once: row chunks whose temporaries stay in cache.
 CHUNK_CELLS = 1 << 18
@@ -176,8 +182,7 @@ def _detection(pos_weights: NDArray, neg_weights: NDArray, *, o: _Sorted, tpr: f
         # the k-th largest positive of the multiset: the last sorted index j with cp[j] <= total - k
         reach = (tot_p - k).astype(cp.dtype)
         j = _last_at_most(cp[:, :-1], reach)
-        # without any positive sample there is no threshold (every replicate is NaN below)
-        threshold = o.pos[np.clip(j, 0, o.pos.size - 1)] if o.pos.size else np.full(j.shape, np.inf)
+        threshold = o.thresholds[np.clip(j, 0, o.pos.size - 1)]
         rank = np.searchsorted(o.neg, threshold, side="left")
         fpr = (tot_n - cn[np.arange(cn.shape[0]), rank]) / tot_n
     bad = (tot_p == 0) | (tot_n == 0)
