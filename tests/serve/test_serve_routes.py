@@ -124,7 +124,9 @@ def test_a_status_holds_every_field_of_the_submission_and_its_record(site):
 
 def test_the_board_pages_by_offset_and_limit_and_says_what_it_holds(site):
     h, srv, ids, _ = site
-    whole = _get(srv, "/api/leaderboard").json()
+    answer = _get(srv, "/api/leaderboard")
+    assert answer.headers["content-type"] == "application/json"
+    whole = answer.json()
     assert (whole["limit"], whole["offset"], whole["total"]) == (100, 0, 2)
     assert [r["submission"] for r in whole["rows"]] == [ids["scored"], ids["beta"]]
     assert [r["rank"] for r in whole["rows"]] == [1, 2] and [r["rank_interval"] for r in whole["rows"]] == [[1, 1],
@@ -139,7 +141,7 @@ def test_the_board_pages_by_offset_and_limit_and_says_what_it_holds(site):
         assert (page["offset"], page["limit"], page["total"]) == (offset, limit, 2)
         assert page["rows"] == [whole["rows"][i] for i in want], (offset, limit)
     got = _get(srv, "/api/leaderboard", format="csv", limit=1, offset=1)  # every row, whatever the paging
-    assert got.headers["content-type"].startswith("text/csv")
+    assert got.headers["content-type"] == "text/csv; charset=utf-8"
     assert [row["submission"] for row in csv.DictReader(io.StringIO(got.text))] == [ids["scored"], ids["beta"]]
 
 
