@@ -155,6 +155,7 @@ def test_pages_before_the_first_are_the_first_and_the_report_page_is_the_drawn_f
     assert ids["scored"] in first and ids["beta"] in first
     assert [_get(srv, "/", page=p).text for p in (1, 0, -3)] == [first] * 3
     assert '<p class="meta">rows 1-2 of 2 (page 1 of 1) </p>' in first
+    assert "over the 2 ranked rows then on the board.</p>" in first  # the intervals are current: no stale note
     second = _get(srv, "/", page=2)  # past the last page: no rows, and a link back
     assert second.status_code == 200 and ids["scored"] not in second.text
     assert '<p class="meta">rows 101-2 of 2 (page 2 of 1) <a href="/?page=1">previous</a></p>' in second.text
