@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from test_serve import EXAMPLE, httpx, wait_intervals  # noqa: E402
-from test_serve_hostile import EXAMPLES, JUNK, Host, reference, upload  # noqa: E402, F401  (reference: a fixture)
+from test_serve_hostile import EXAMPLES, JUNK, Host, _Held, reference, upload  # noqa: E402, F401 (a fixture)
 
 UNKNOWN = "missing, unknown or revoked bearer token"
 BAD_PAGING = "format is json or csv, offset at least 0, limit 1 to 1000"
@@ -26,8 +26,8 @@ UNTIL = "2999-01-01T00:00:00+00:00"  # --hidden-until 2999-01-01T00:00:00 read a
 
 @pytest.fixture(scope="module")
 def site(tmp_path_factory, reference):
-    """A public server, on a host whose locale is ASCII, with two teams: alpha's scored upload ("de") and rejected one, beta's scored upload ("sgd"),
-    every report drawn and both rows' rank intervals computed."""
+    """A public server, on a host whose locale is ASCII, with two teams: alpha's scored upload ("de") and rejected
+    one, beta's scored upload ("sgd"), every report drawn and both rows' rank intervals computed."""
     h = Host(tmp_path_factory.mktemp("routes"), reference, None, "alpha", "beta")
     with pytest.MonkeyPatch.context() as env:  # a host whose locale is ASCII: files are read and written as UTF-8
         env.setenv("LC_ALL", "C")
@@ -176,16 +176,18 @@ def test_pages_before_the_first_are_the_first_and_the_report_page_is_the_drawn_f
 
 @pytest.fixture(scope="module")
 def hidden(tmp_path_factory, reference):
-    """A server before its --hidden-until, with one upload per day: alpha's one upload."""
-    h = Host(tmp_path_factory.mktemp("hidden"), reference, None, "alpha")
-    srv = h.server("--hidden-until", "2999-01-01T00:00:00", "--max-per-day", "1")
+    """A server before its --hidden-until, with two uploads per day and one at a time, whose uploads have 20 s
+    (under the minute a reservation outlives its upload's deadline by): alpha's first upload."""
+    h = Host(tmp_path_factory.mktemp("hidden"), reference, None, "alpha", "beta")
+    srv = h.server("--hidden-until", "2999-01-01T00:00:00", "--max-per-day", "2", "--max-concurrent", "1",
+                   "--upload-timeout", "20")
     r = upload(srv, h.tokens["alpha"], JUNK)
     assert r.status_code == 202
     yield h, srv, r.json()["id"]
     h.stop()
 
 
-def test_a_hidden_board_says_until_when_and_the_quota_names_the_team_and_its_limit(hidden):
+def test_a_hidden_board_says_until_when(hidden):
     h, srv, sid = hidden
     for params in ({}, {"format": "csv"}, {"limit": 0}):
         r = _get(srv, "/api/leaderboard", **params)
@@ -194,5 +196,21 @@ def test_a_hidden_board_says_until_when_and_the_quota_names_the_team_and_its_lim
     assert r.status_code == 200 and r.text.endswith(f"<p>Results are hidden until {UNTIL}.</p>")
     status = _get(srv, f"/api/submissions/{sid}", h.tokens["alpha"]).json()
     assert (status["id"], status["hidden_until"]) == (sid, UNTIL) and "started" not in status
-    r = upload(srv, h.tokens["alpha"], JUNK)
-    assert (r.status_code, r.json()) == (429, {"error": "team 'alpha' already has 1 uploads in 24 hours"})
+
+
+def test_the_quotas_count_to_their_limit_and_name_the_team_and_the_limit(hidden):
+    """Per day: the second upload is accepted, the third refused. At a time: an upload held open counts for as
+    long as its deadline allows (a deadline under a minute included), and the next one is refused until it ends."""
+    h, srv, _ = hidden
+    alpha, beta = h.tokens["alpha"], h.tokens["beta"]
+    assert upload(srv, alpha, JUNK + b"2").status_code == 202
+    r = upload(srv, alpha, JUNK + b"3")
+    assert (r.status_code, r.json()) == (429, {"error": "team 'alpha' already has 2 uploads in 24 hours"})
+    held = _Held(srv.port, beta)
+    try:
+        assert held.answered(1.0) is None  # still being read
+        r = upload(srv, beta, JUNK)
+        assert (r.status_code, r.json()) == (429, {"error": "team 'beta' already has 1 uploads in progress"})
+    finally:
+        assert held.finish()[0] == 202
+    assert upload(srv, beta, JUNK).status_code == 202  # its place is free again
