@@ -29,28 +29,30 @@ def site(tmp_path_factory, reference):
     """A public server, on a host whose locale is ASCII, with two teams: alpha's scored upload ("de") and rejected
     one, beta's scored upload ("sgd"), every report drawn and both rows' rank intervals computed."""
     h = Host(tmp_path_factory.mktemp("routes"), reference, None, "alpha", "beta")
-    with pytest.MonkeyPatch.context() as env:  # a host whose locale is ASCII: files are read and written as UTF-8
-        env.setenv("LC_ALL", "C")
-        env.setenv("PYTHONUTF8", "0")
-        env.setenv("PYTHONCOERCECLOCALE", "0")
-        srv = h.server()
-    data = {"scored": EXAMPLE.read_bytes(), "rejected": JUNK, "beta": (EXAMPLES / "digits_sgd.h5").read_bytes()}
-    sent = {"scored": upload(srv, h.tokens["alpha"], data["scored"], method="de"),
-            "rejected": upload(srv, h.tokens["alpha"], data["rejected"], method="junk"),
-            "beta": upload(srv, h.tokens["beta"], data["beta"], method="sgd")}
-    for name, r in sent.items():  # the 202 answer: the id, "queued" and the bytes' sha256, nothing else
-        assert r.status_code == 202, r.text
-        assert set(r.json()) == {"id", "status", "sha256"} and r.json()["status"] == "queued"
-        assert r.json()["sha256"] == hashlib.sha256(data[name]).hexdigest()
-    ids = {name: r.json()["id"] for name, r in sent.items()}
-    for _ in range(600):
-        done = {s for (s,) in h.sql("select status from submissions")} <= {"scored", "rejected"}
-        if done and len(list((h.data / "reports").glob("*.html"))) == 2:
-            break
-        time.sleep(0.2)
-    wait_intervals(srv, 2)
-    yield h, srv, ids, data
-    h.stop()
+    try:  # a setup that fails (under a mutant too) stops its server
+        with pytest.MonkeyPatch.context() as env:  # an ASCII locale: files are read and written as UTF-8
+            env.setenv("LC_ALL", "C")
+            env.setenv("PYTHONUTF8", "0")
+            env.setenv("PYTHONCOERCECLOCALE", "0")
+            srv = h.server()
+        data = {"scored": EXAMPLE.read_bytes(), "rejected": JUNK, "beta": (EXAMPLES / "digits_sgd.h5").read_bytes()}
+        sent = {"scored": upload(srv, h.tokens["alpha"], data["scored"], method="de"),
+                "rejected": upload(srv, h.tokens["alpha"], data["rejected"], method="junk"),
+                "beta": upload(srv, h.tokens["beta"], data["beta"], method="sgd")}
+        for name, r in sent.items():  # the 202 answer: the id, "queued" and the bytes' sha256, nothing else
+            assert r.status_code == 202, r.text
+            assert set(r.json()) == {"id", "status", "sha256"} and r.json()["status"] == "queued"
+            assert r.json()["sha256"] == hashlib.sha256(data[name]).hexdigest()
+        ids = {name: r.json()["id"] for name, r in sent.items()}
+        for _ in range(600):
+            done = {s for (s,) in h.sql("select status from submissions")} <= {"scored", "rejected"}
+            if done and len(list((h.data / "reports").glob("*.html"))) == 2:
+                break
+            time.sleep(0.2)
+        wait_intervals(srv, 2)
+        yield h, srv, ids, data
+    finally:
+        h.stop()
 
 
 def _get(srv, path: str, token: str | None = None, scheme: str = "Bearer ", **params) -> httpx.Response:
@@ -179,12 +181,14 @@ def hidden(tmp_path_factory, reference):
     """A server before its --hidden-until, with two uploads per day and one at a time, whose uploads have 20 s
     (under the minute a reservation outlives its upload's deadline by): alpha's first upload."""
     h = Host(tmp_path_factory.mktemp("hidden"), reference, None, "alpha", "beta")
-    srv = h.server("--hidden-until", "2999-01-01T00:00:00", "--max-per-day", "2", "--max-concurrent", "1",
-                   "--upload-timeout", "20")
-    r = upload(srv, h.tokens["alpha"], JUNK)
-    assert r.status_code == 202
-    yield h, srv, r.json()["id"]
-    h.stop()
+    try:  # a setup that fails (under a mutant too) stops its server
+        srv = h.server("--hidden-until", "2999-01-01T00:00:00", "--max-per-day", "2", "--max-concurrent", "1",
+                       "--upload-timeout", "20")
+        r = upload(srv, h.tokens["alpha"], JUNK)
+        assert r.status_code == 202
+        yield h, srv, r.json()["id"]
+    finally:
+        h.stop()
 
 
 def test_a_hidden_board_says_until_when(hidden):
