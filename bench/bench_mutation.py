@@ -875,20 +875,44 @@ EQUIVALENT: dict[str, str] = {
     **{f"ubench.serve.app.x__html__mutmut_{k}":
        "a security header's name in another case: HTTP field names are case-insensitive (RFC 9110, 5.1), and "
        "starlette sends them lower-cased whatever the case given" for k in (9, 10, 12, 13, 17, 18)},
-    "ubench.serve.app.x_create_app__mutmut_51":
-        "headers.get('AUTHORIZATION'): starlette's Headers look a name up lower-cased",
-    "ubench.serve.app.x_create_app__mutmut_52":
+    "ubench.serve.app.x__team_of__mutmut_7": "headers.get('AUTHORIZATION'): starlette's Headers look a name up lower-cased",
+    "ubench.serve.app.x__team_of__mutmut_8":
         "a missing Authorization header read as 'XXXX' instead of '': neither starts with 'bearer ', so no team",
-    "ubench.serve.app.x_create_app__mutmut_63":
+    "ubench.serve.app.x__hidden__mutmut_4":
         "now <= hidden_until instead of <: they differ only in the one microsecond where now equals it",
     **{f"ubench.serve.app.x_create_app__mutmut_{k}":
        "the board's version or status counts re-read more often (never kept, or kept one tick less): every read "
-       "returns the database's current value, which the cache only saves a query for" for k in (68, 69, 72, 74)},
+       "returns the database's current value, which the cache only saves a query for" for k in (49, 50, 53, 55)},
     **{f"ubench.serve.app.x_create_app__mutmut_{k}":
        "the page cache never hits (cleared on every call, its version or a page stored under another key or as "
        "None, looked up as None, or never stored) or holds one page more (<= 256, < 257): a miss reads the page "
        "from the stored board, the same bytes a hit would have served for that version (only slower)"
-       for k in (87, 88, 89, 91, 92, 93, 94, 95, 129, 130, 131, 133, 134, 135)},
+       for k in (68, 69, 70, 72, 73, 74, 75, 76, 110, 111, 112, 114, 115, 116)},
+    **{f"ubench.serve.app.x_create_app__mutmut_{k}":
+       "the board version's key in the recent-reads cache (None, 'XXversionXX', 'VERSION' for 'version'): any key "
+       "other than the counts' keeps the two values apart" for k in (59, 65, 66)},
+    **{f"ubench.serve.app.x__leaderboard__mutmut_{k}":
+       "the status counts' key in the recent-reads cache (None, 'XXcountsXX', 'COUNTS' for 'counts'): any key "
+       "other than the version's keeps the two values apart" for k in (71, 77, 78)},
+    "ubench.serve.app.x__leaderboard__mutmut_51":
+        "board_page(html=None): falsy like False, so the JSON rows, cached under a key of their own",
+    "ubench.serve.app.x__leaderboard__mutmut_112":
+        "media_type 'APPLICATION/JSON': media type names are case-insensitive (RFC 9110, 8.3.1), and starlette adds "
+        "a charset to text/ types only, so neither answer gets one",
+    "ubench.serve.app.x__report_page__mutmut_44": "read_text(encoding='UTF-8'): codec names are case-insensitive",
+    "ubench.serve.app.x__submit__mutmut_41":
+        "stored = '' before the try: the only call that raises SQLAlchemyError (complete_upload) comes after "
+        "receive_upload set stored, so the 'stored is not None' branch never sees the initial value",
+    **{f"ubench.serve.app.x__submit__mutmut_{k}":
+       "unlink(missing_ok=None/False): a missing file raises FileNotFoundError, an OSError the enclosing "
+       "contextlib.suppress(SQLAlchemyError, OSError) swallows: the same outcome" for k in (121, 122)},
+    "ubench.serve.app.x__submit__mutmut_33":
+        "a reservation's ttl one second longer (upload timeout + 61 s): it only decides when the reservation of "
+        "a server killed mid-upload stops counting, one second later",
+    **{f"ubench.serve.app.x__status__mutmut_{k}":
+       "the outcome's default None instead of {}: every stored record has an outcome (Database.finish stores "
+       "record['outcome']['status']), and without a record only a rejection's findings are read, from the row"
+       for k in (58, 60)},
     **{f"ubench.scoring.reference.x_read_reference__mutmut_{k}":
        "required=None instead of False for an optional attribute: both falsy, the same branch"
        for k in (31, 45, 74, 111, 127, 209, 223, 258, 272)},
@@ -910,6 +934,13 @@ EQUIVALENT: dict[str, str] = {
 #: process): this appends each function it reaches to ``$UBENCH_MUTATION_HITS/<pid>``, once per test (the test
 #: process bumps the mtime of ``$UBENCH_MUTATION_HITS/epoch`` after each test), and tests/conftest.py adds them to
 #: the test that ran.
+#:
+#: mutmut mutates top-level functions only: a route of serve/app.py is a closure inside ``create_app``, whose
+#: trampoline runs once, when the server starts. A test that only sends requests to a server an earlier test
+#: started (a module-scoped fixture) would then not count as reaching ``create_app``, and its mutants would not
+#: run it. In the shards of :data:`NESTED_HITS` the children also report, through a profile hook (stats run only:
+#: it slows every call), each call of a function nested in a mutated one (``x_f__mutmut_orig.<locals>.g``) as a
+#: hit of that one, once per test.
 SITECUSTOMIZE = """\
 import os
 
@@ -930,7 +961,31 @@ if _HITS and os.environ.get("MUTANT_UNDER_TEST") == "stats":
                 f.write(name + "\\n")
 
     _trampoline.record_trampoline_hit = _record
+
+    if os.environ.get("UBENCH_MUTATION_NESTED"):
+        import sys
+        import threading
+
+        _outer = {}  # code object -> the mangled name of the mutated function it is nested in, or ""
+
+        def _profile(frame, event, arg):
+            if event != "call":
+                return
+            code = frame.f_code
+            name = _outer.get(code)
+            if name is None:
+                head, sep, _ = code.co_qualname.partition("__mutmut_orig.<locals>.")
+                name = _outer[code] = f"{frame.f_globals.get('__name__', '')}.{head}" if sep else ""
+            if name:
+                _record(name)
+
+        sys.setprofile(_profile)
+        threading.setprofile(_profile)
 """
+
+#: Shards whose children report calls of nested functions (closures) as hits of the mutated function around
+#: them (see :data:`SITECUSTOMIZE`): serve/app.py's routes are closures of ``create_app``.
+NESTED_HITS = {"serve"}
 
 KILLED = {1, 3}
 TIMEOUT = {36, -24, 24, 152, 255}
@@ -1085,7 +1140,8 @@ def _run_shard(shard: str, modules: list[str], workdir: Path, max_children: int,
     shard_dir = workdir / shard
     site, hits = shard_dir / "site", shard_dir / "hits"
     env = dict(os.environ, UBENCH_MUTATION="1", HYPOTHESIS_PROFILE="mutation", PYTHONDONTWRITEBYTECODE="1",
-               PYTHONPATH=os.pathsep.join([str(shard_dir / "mutants"), str(site)]), UBENCH_MUTATION_HITS=str(hits))
+               PYTHONPATH=os.pathsep.join([str(shard_dir / "mutants"), str(site)]), UBENCH_MUTATION_HITS=str(hits),
+               **({"UBENCH_MUTATION_NESTED": "1"} if shard in NESTED_HITS else {}))
     if not collect:
         site.mkdir(parents=True, exist_ok=True)
         (site / "sitecustomize.py").write_text(SITECUSTOMIZE)
@@ -1122,7 +1178,8 @@ def _run_shard(shard: str, modules: list[str], workdir: Path, max_children: int,
             continue
         row = _row(shard, module, codes, _minutes(shard_dir, module, max_children), before)
         previous = next((r for r in _load_rows() if r["module"] == module), None)
-        if collect and previous is not None:  # nothing ran: keep the last run's load and date
+        if collect and previous is not None and previous["sha256"] == row["sha256"]:
+            # nothing ran: keep the last run's load and date (not those of a run over another version of the source)
             row.update({k: previous[k] for k in ("load_before", "load_after", "date")})
         # merge into the rows on disk now: another shard may have written its rows since this run started
         rows[:] = sorted([r for r in _load_rows() if r["module"] != module] + [row],

@@ -56,6 +56,8 @@ SLOW_TESTS = frozenset({
     "tests/serve/test_serve_hostile.py::test_board_is_materialised_when_scored_and_served_without_the_records",  # 43 s
     "tests/serve/test_serve_hostile.py::test_unusable_data_dir_or_database_is_one_line_and_exit_2",  # 35 s
     "tests/serve/test_serve_hostile.py::test_upload_reaches_the_board_while_replicates_are_computed",  # 18 s at load 7
+    # issue #27 item 8: the routes' module server (two uploads scored, their reports drawn; 19 s at load 7)
+    "tests/serve/test_serve_routes.py::test_every_refusal_is_its_status_and_one_line_naming_what_is_wrong",
     # a 2-worker LocalCluster started for the module, three reports each way (26 s at load 12)
     "tests/scoring/test_score_parallel.py::test_cluster_report_equals_the_one_process_report",
     # issue #30, seconds on 2 cores under another helper's benchmark: chains checked against the NumPyro oracle,

@@ -543,6 +543,9 @@ def test_slow_clients_meet_the_header_timeout_and_the_upload_deadline(hostile):
 
 # --- item 9: form fields validated before anything is stored ---------------------------------------------------------
 
+NO_BOOM = "no boom,\n" + "not even a little one " * 20
+
+
 def test_bad_form_fields_are_400_before_anything_is_stored(hostile):
     """Item 9 (SQLite and PostgreSQL): a method over 200 characters, a NUL in the method or the notes, notes over
     4096 characters, a field that is not UTF-8: 400 naming the field, no row and no file (the archive part comes
@@ -560,17 +563,29 @@ def test_bad_form_fields_are_400_before_anything_is_stored(hostile):
                 assert code == 400 and repr(name) in body["error"], (name, value[:10], order, body)
     assert set(hostile.stored()) <= set(stored) and hostile.sql("select count(*) from submissions")[0][0] == before
     # the database itself refuses the row (a rule the host added): 503, and the stored file does not stay behind
+    # (SQLite's message is longer than the 300 characters the log keeps of it, and spans lines)
     refuse = ("ALTER TABLE submissions ADD CONSTRAINT no_boom CHECK (method <> 'boom')" if hostile.db_url else
               "CREATE TRIGGER no_boom BEFORE INSERT ON submissions WHEN NEW.method = 'boom' "
-              "BEGIN SELECT RAISE(ABORT, 'no boom'); END")
+              f"BEGIN SELECT RAISE(ABORT, '{NO_BOOM}'); END")
     hostile.execute(refuse)
     try:
         r = upload(srv, token, JUNK + b"boom", method="boom")
     finally:
         hostile.execute("ALTER TABLE submissions DROP CONSTRAINT no_boom" if hostile.db_url else
                         "DROP TRIGGER no_boom")
-    assert r.status_code == 503 and "nothing was stored" in r.json()["error"]
+    assert (r.status_code, r.json()) == (503, {"error": "the service's database refused the upload; nothing was "
+                                                        "stored, try again"})
     assert set(hostile.stored()) <= set(stored) and hostile.sql("select count(*) from reservations") == [(0,)]
+    # the host's log says so in one line: the team and the database's own message (not SQLAlchemy's wrapping of
+    # it with the statement), its whitespace folded, cut at 300 characters
+    logged = [line.partition(": ")[2] for line in srv.log().splitlines()
+              if line.startswith("the database refused an upload of team 'alpha': ")]
+    assert len(logged) == 1 and "[SQL" not in logged[0], logged
+    if hostile.db_url:
+        assert logged[0].startswith('new row for relation "submissions" violates check constraint "no_boom" ')
+        assert len(logged[0]) <= 300
+    else:
+        assert logged[0] == " ".join(NO_BOOM.split())[:300]
     r = upload(srv, token, JUNK + b"ok", method="m" * 200, notes="line one\nline two\ttab")
     assert r.status_code == 202
     got = hostile.sql(f"select method, notes from submissions where id = '{r.json()['id']}'")
