@@ -85,6 +85,23 @@ def source_tree_unchanged(request):
                     pytrace=False)
 
 
+@pytest.fixture
+def drawn_counts(monkeypatch) -> list[int]:
+    """The sample count of every ``bootstrap_counts`` draw the interval kernels make (each unit's counts drawn
+    once is what several tests pin), in order; the draws themselves are unchanged."""
+    from ubench.metrics import intervals
+
+    drawn: list[int] = []
+    counts_of = intervals.bootstrap_counts
+
+    def counted(m, rows, g):
+        drawn.append(m)
+        return counts_of(m, rows, g)
+
+    monkeypatch.setattr(intervals, "bootstrap_counts", counted)
+    return drawn
+
+
 @pytest.hookimpl(wrapper=True)
 def pytest_collect_file(file_path: Path, parent: pytest.Collector):
     collected = yield

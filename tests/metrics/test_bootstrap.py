@@ -297,7 +297,7 @@ def test_one_hot_blocks_are_kept_as_nonzeros_and_written_as_the_dense_columns():
     assert not any(isinstance(b, np.ndarray) and b.shape[1] > 1 for b in cols._cols)  # nothing dense kept
 
 
-def test_counts_kept_from_one_call_to_the_next_are_drawn_once_and_give_the_same_values(monkeypatch):
+def test_counts_kept_from_one_call_to_the_next_are_drawn_once_and_give_the_same_values(monkeypatch, drawn_counts):
     """``resample(..., counts=cache)`` called a split at a time (as a report resamples its batches) draws a unit
     once, in the first call that needs it, and gives every split the values of resampling it without the cache;
     a cache left incomplete (a call that failed half-way) is drawn again, not read past its end; a unit beyond
@@ -320,14 +320,8 @@ def test_counts_kept_from_one_call_to_the_next_are_drawn_once_and_give_the_same_
     monkeypatch.setattr(bootstrap, "BLOCK_CELLS", 7 * n)
     alone = {name: resample({name: stat}, units[name], n_replicates=20, seed=5, block_n=n)[name]
              for name, stat in stats.items()}
-    drawn = []
-    counts_of = intervals.bootstrap_counts
-
-    def counted(m, rows, g):
-        drawn.append(m)
-        return counts_of(m, rows, g)
-
-    monkeypatch.setattr(intervals, "bootstrap_counts", counted)
+    drawn = drawn_counts
+    drawn.clear()  # the draws of the calls above, without the cache
     cache: dict = {}
     for name, stat in stats.items():
         got = resample({name: stat}, units[name], n_replicates=20, seed=5, block_n=n, counts=cache)[name]

@@ -279,27 +279,19 @@ def test_collector_exports_only_when_asked_and_a_worker_hands_its_splits_over():
             np.testing.assert_array_equal(main.columns[name][key], v, err_msg=key)
 
 
-def test_at_most_in_flight_batches_are_out_and_the_counts_are_kept_only_with_the_overlap(monkeypatch):
+def test_at_most_in_flight_batches_are_out_and_the_counts_are_kept_only_with_the_overlap(drawn_counts):
     """With the overlap, each batch goes to a daemon thread named ``ubench-resample``, at most ``IN_FLIGHT``
     batches are out after any ``settle`` (the oldest is taken in first), and the in-domain unit's counts are
     drawn once for all of the OOD splits against it; without it nothing is kept between batches."""
     import threading
 
-    from ubench.metrics import intervals
     from ubench.metrics.report_intervals import IntervalCollector
     from ubench.metrics.report_sections import split_arrays
 
     members, labels = _members(5, 2, 40, 3)
     arrays = split_arrays(members)
     oods = [split_arrays(_members(6 + k, 2, 30, 3)[0]) for k in range(4)]
-    drawn = []
-    counts_of = intervals.bootstrap_counts
-
-    def counted(m, rows, g):
-        drawn.append(m)
-        return counts_of(m, rows, g)
-
-    monkeypatch.setattr(intervals, "bootstrap_counts", counted)
+    drawn = drawn_counts
     for overlap in (True, False):
         coll = IntervalCollector(FAST.replace(bootstrap=20), scores=("total",), cost_preset=None, cost_matrix=None,
                                  primary="test")
