@@ -53,11 +53,25 @@ def drop_chunk_cache(ds: h5py.Dataset) -> None:
     split it had streamed (issue #29 item 2). ``scan.open_readonly`` now opens files without a chunk cache, so
     this matters for files opened otherwise, and for the metadata. A file that HDF5 cannot re-read here keeps its
     cache (the next read of it reports the error).
+
+    Nothing is evicted while another handle in this process has the same dataset open (a second reader of the
+    archive, or a handle the walk opened and a sampled frame still holds: Dask's profiler keeps them): libhdf5
+    shares the open object between the handles, and refreshing it under the other one corrupted the library's
+    state (reads failing with "can't insert duplicate key", then a segmentation fault).
     """
+    if _open_elsewhere(ds):
+        return
     try:
         ds.id.refresh()
     except (OSError, RuntimeError, ValueError):
         pass
+
+
+def _open_elsewhere(ds: h5py.Dataset) -> bool:
+    """Whether another identifier in this process has ``ds``'s dataset open, through any handle of its file (h5py's
+    identifiers compare equal when they name the same object of the same file)."""
+    ids = h5py.h5f.get_obj_ids(h5py.h5i.get_file_id(ds.id), h5py.h5f.OBJ_DATASET)
+    return sum(i == ds.id for i in ids) > 1
 
 
 def aligned_rows(chunk_rows: int | None, rows: int) -> int:

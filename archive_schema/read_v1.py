@@ -19,7 +19,7 @@ from .archive import ArchiveHeader, MemberInfo, SplitInfo
 from .blocks import read_all
 from .registry import register_reader
 from .safe_h5py import h5py
-from .scan import Scan, read_attr
+from .scan import Scan, child, read_attr
 from .fingerprint import SHA256_HEX
 from .spec import (DIAGNOSTICS_VERSION, MEMBER_KINDS, PROB_DTYPES, ROLES, ROOT_ATTRS_V1, SPLIT_NAME, VERSION,
                    ArchiveSpec)
@@ -101,7 +101,7 @@ def _dataset(scan: Scan, group, name: str, where: str, safe: set[str], ndim: int
         return None
     if path not in safe:  # already reported by the container walk
         return None
-    ds = group[name]
+    ds = child(group, name)
     if not isinstance(ds, h5py.Dataset):
         scan.add(path, "object-type", "must be a dataset")
         return None
@@ -142,7 +142,7 @@ def _root_attrs(scan: Scan, f: h5py.File) -> dict[str, Any]:
 def _members(scan: Scan, f: h5py.File, safe: set[str]) -> tuple[MemberInfo, ...] | None:
     """SPEC.md §3: five columns of one length — integer seed, epoch, step; string kind (one of MEMBER_KINDS)
     and info (one JSON object each)."""
-    if "members" not in f or not isinstance(f["members"], h5py.Group):
+    if "members" not in f or not isinstance(child(f, "members"), h5py.Group):
         scan.add("/members", "missing-group", "required group is missing")
         return None
     g = f["members"]
@@ -191,7 +191,7 @@ def _scalability(scan: Scan, f: h5py.File) -> dict[str, Any] | None:
     ``max_name_bytes``)."""
     if "scalability" not in f:
         return None
-    g = f["scalability"]
+    g = child(f, "scalability")
     out: dict[str, Any] = {}
     for key in g.attrs:  # h5py hands back a name that is not valid UTF-8 as bytes
         problem = utf8_problem(key)
@@ -219,7 +219,7 @@ def _diagnostics(scan: Scan, f: h5py.File) -> dict[str, Any] | None:
     note, a malformed one is a finding."""
     if "diagnostics" not in f:
         return None
-    g = f["diagnostics"]
+    g = child(f, "diagnostics")
     if not isinstance(g, h5py.Group):
         scan.add("/diagnostics", "type", "must be a group")
         return None
@@ -236,7 +236,7 @@ def _diagnostics(scan: Scan, f: h5py.File) -> dict[str, Any] | None:
 
 def _splits_group(scan: Scan, f: h5py.File) -> h5py.Group | None:
     """SPEC.md §4: ``/splits`` exists, is a group of kind ``splits`` with 1 to ``max_splits`` members."""
-    if "splits" not in f or not isinstance(f["splits"], h5py.Group):
+    if "splits" not in f or not isinstance(child(f, "splits"), h5py.Group):
         scan.add("/splits", "missing-group", "required group is missing")
         return None
     sg = f["splits"]
@@ -329,7 +329,7 @@ def _split(scan: Scan, sg: h5py.Group, name: str, safe: set[str], C: int | None,
     if not SPLIT_NAME.match(name):
         scan.add(where, "name", f"split names must match {SPLIT_NAME.pattern}")
         return None
-    g = sg[name]
+    g = child(sg, name)
     if not isinstance(g, h5py.Group):
         scan.add(where, "object-type", "each split must be a group")
         return None

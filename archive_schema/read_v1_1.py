@@ -13,7 +13,7 @@ import dataclasses
 from .read_v1 import Parsed, _dataset, _str, read_v1_0
 from .registry import register_reader
 from .safe_h5py import h5py
-from .scan import Scan
+from .scan import Scan, child
 from .spec import LOGIT_DTYPES, RESERVED_SCORE_NAMES, SCORE_DIRECTIONS, SCORE_DTYPES, SPLIT_NAME, V1_1
 
 __all__ = ["read_v1_1"]
@@ -38,7 +38,7 @@ def _scores(scan: Scan, g: h5py.Group, where: str, safe: set[str], n: int
     """Optional ``scores`` group: name -> direction, and name -> (N,) float dataset; None when it is broken."""
     if "scores" not in g:
         return {}, {}
-    sg, gpath = g["scores"], f"{where}/scores"
+    sg, gpath = child(g, "scores"), f"{where}/scores"
     if not isinstance(sg, h5py.Group):
         scan.add(gpath, "object-type", "must be a group")
         return None

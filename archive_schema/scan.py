@@ -22,7 +22,7 @@ from .spec import ALLOWED_FILTERS, ReadLimits
 from .strings import charge_metadata, decode_name, text_bytes, utf8_problem
 
 __all__ = ["Scan", "UNREADABLE_CHECKS", "check_container", "open_readonly", "open_walked", "walk", "read_attr",
-           "open_dataset"]
+           "open_dataset", "child"]
 
 HDF5_SIGNATURE = b"\x89HDF\r\n\x1a\n"
 #: Findings that mean "not readable as an archive at all" (CLI exit code 2 rather than 1).
@@ -134,8 +134,30 @@ def _dapl() -> h5py.h5p.PropDAID:
 
 
 def open_dataset(parent: h5py.Group, name: str) -> h5py.Dataset:
-    """Open a hard-linked dataset with access properties that point any external file reference nowhere."""
-    return h5py.Dataset(h5py.h5d.open(parent.id, name.encode(), dapl=_dapl()))
+    """Open a hard-linked dataset with access properties that point any external file reference nowhere.
+
+    libhdf5 shares a dataset that is already open in this process (through any handle of the same file) and
+    refuses to open it again with other external-file or virtual-dataset prefixes than it holds. It holds the
+    defaults when it was opened plainly (``group[name]``) or reopened by ``H5Drefresh``
+    (:func:`~ubench.archive_schema.blocks.drop_chunk_cache`), so a second reader of an archive that one reader had
+    open failed. Such a dataset is opened with the default prefixes: the open shares the object already open and
+    resolves nothing about its storage again, and its layout is judged as any other's (:func:`walk`)."""
+    try:
+        return h5py.Dataset(h5py.h5d.open(parent.id, name.encode(), dapl=_dapl()))
+    except KeyError as exc:  # h5py's type for this refusal
+        if "prefix does not match" not in str(exc):
+            raise
+        return h5py.Dataset(h5py.h5d.open(parent.id, name.encode()))
+
+
+def child(parent: h5py.Group, name: str) -> h5py.HLObject:
+    """``parent[name]`` in a file whose walk found only hard links, with a dataset opened through
+    :func:`open_dataset`. A plain ``parent[name]`` of a dataset that the walk's temporary handle still held open
+    failed (libhdf5 refuses other external-file prefixes for an open dataset): in a Dask worker, whose profiler
+    keeps a sampled frame, and its locals, alive for a while."""
+    if parent.get(name, getclass=True) is h5py.Dataset:  # the class from the object header, nothing opened
+        return open_dataset(parent, name)
+    return parent[name]
 
 
 def read_attr(scan: Scan, obj: h5py.HLObject, name: str, where: str):

@@ -89,7 +89,7 @@ def kron_posterior(eigen: dict, delta: float) -> dict:
 
 
 def full_posterior(curvature: torch.Tensor, delta: float, *, shape: tuple[int, int]) -> dict:
-    """The last layer's ``full`` posterior: the Cholesky factor of :math:`H + \delta I`; ``shape`` is
+    r"""The last layer's ``full`` posterior: the Cholesky factor of :math:`H + \delta I`; ``shape`` is
     ``(out, in + 1)``, the joined :math:`[W \mid b]` that ``curvature`` is ordered by (row by row)."""
     chol = torch.linalg.cholesky(curvature + delta * _eye_like(curvature))
     return {"structure": "full", "chol": chol.float(), "shape": list(shape)}
