@@ -135,7 +135,7 @@ def test_error_messages_in_full(call, message):
 
 
 def test_one_repeat_is_allowed():
-    """n_repeats >= 1: one halving, two folds; with N = 4 the hand CLL of test_protocol's hand-built case."""
+    """n_repeats >= 1 (the minimum is 1, not 2): one halving gives two folds."""
     p = np.tile([0.9, 0.1], (4, 1))[None]
     res = cross_validated_calibration(p, np.array([0, 0, 0, 1]), n_repeats=1, seed=0)
     assert res.n_repeats == 1 and len(res.temperatures) == 2
