@@ -871,6 +871,20 @@ EQUIVALENT: dict[str, str] = {
     **{f"ubench.archive_schema.validator.x_check_split_values__mutmut_{k}":
        "the probs' chunk cache of a logits split not dropped after it (the `finally` clause): memory only"
        for k in (126, 127)},
+    # metrics/temperature_solver.py
+    **{f"ubench.metrics.temperature_solver.x__prep_logits__mutmut_{k}": "np.empty's default dtype is float64"
+       for k in (4, 6)},
+    **{f"ubench.metrics.temperature_solver.{f}__mutmut_{k}":
+       "the rows of a block (1 or 2 at least, or 1 when the step is dropped): each row's numbers are computed "
+       "alone, the same in any block" for f, k in (("x__row_cumulants", 12), ("x__row_cumulants", 32),
+                                                   ("x__scaled_row_scores", 10), ("x__scaled_row_scores", 25))},
+    "ubench.metrics.temperature_solver.x__row_cumulants__mutmut_6":
+        "one more raw-moment row, never written and never read (the cumulants use rows 0..order)",
+    "ubench.metrics.temperature_solver.x__scaled_row_scores__mutmut_60":
+        "einsum labels in upper case ('IJ,IJ->I') name the same contraction",
+    **{f"ubench.metrics.temperature_solver.x__fit_per_member__mutmut_{k}":
+       "the rows and beta0 parameters: no caller passes them (fit_ensemble_temperature fits on all rows from "
+       "T = 1), so rows is always None and beta0 always None" for k in (2, 23, 28, 34, 35)},
     # serve/app.py
     **{f"ubench.serve.app.x__html__mutmut_{k}":
        "a security header's name in another case: HTTP field names are case-insensitive (RFC 9110, 5.1), and "

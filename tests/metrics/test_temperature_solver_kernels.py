@@ -1,0 +1,91 @@
+# SPDX-License-Identifier: MIT
+"""The per-row kernels of the temperature solver against scipy, in one block and in several (issue #27 item 8:
+mutants that changed a block's bounds, a cumulant's order or the Brier term's normalisation survived).
+
+``_row_cumulants`` gives log Z and the cumulants of ``s`` under softmax(beta s) per row; ``_scaled_row_scores``
+(and its several-temperature form) log Z and sum_c q**2 for q = softmax(b_i s_i) at a temperature per row. The
+oracle is ``scipy.special`` on the whole array at once. The kernels walk the rows in blocks of
+``_ROW_STAT_BLOCK_ENTRIES`` entries; a small value makes a 53-row array several blocks with a shorter last one.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from scipy import special
+
+from ubench.metrics import temperature_solver
+from ubench.metrics.temperature import fit_temperature_from_logits
+from ubench.metrics.temperature_solver import _row_cumulants, _scaled_row_scores, _scaled_row_scores_multi
+
+N, C = 53, 7
+
+
+@pytest.fixture(params=["one block", "blocks of 4 rows"])
+def blocks(request, monkeypatch):
+    if request.param != "one block":
+        monkeypatch.setattr(temperature_solver, "_ROW_STAT_BLOCK_ENTRIES", 4 * C + 3)
+    return request.param
+
+
+def _shifted_logs(seed: int) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    s = np.log(special.softmax(3 * rng.normal(size=(N, C)), axis=1) + 1e-12)
+    return s - s.max(axis=1, keepdims=True)
+
+
+def _cumulants(s: np.ndarray, beta: float) -> list[np.ndarray]:
+    """log Z, the mean and the cumulants 2..5 of s under p = softmax(beta s), from the central moments."""
+    p = special.softmax(beta * s, axis=1)
+    mean = (p * s).sum(axis=1)
+    mu = [(p * (s - mean[:, None]) ** k).sum(axis=1) for k in range(6)]
+    return [special.logsumexp(beta * s, axis=1), mean, mu[2], mu[3], mu[4] - 3 * mu[2] ** 2,
+            mu[5] - 10 * mu[3] * mu[2]]
+
+
+@pytest.mark.parametrize("order", [2, 3, 4, 5, None])
+def test_row_cumulants_of_every_order(blocks, order):
+    s, beta = _shifted_logs(1), 0.8
+    got = _row_cumulants(s, beta) if order is None else _row_cumulants(s, beta, order)
+    k = 5 if order is None else order  # the default order is the 5th cumulant
+    assert got.shape == (k + 1, N)
+    expected = _cumulants(s, beta)
+    for j in range(k + 1):
+        np.testing.assert_allclose(got[j], expected[j], rtol=1e-9, atol=1e-10, err_msg=f"cumulant {j}")
+
+
+def _scores(s: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    z = b[:, None] * s
+    return special.logsumexp(z, axis=1), (special.softmax(z, axis=1) ** 2).sum(axis=1)
+
+
+def test_scaled_row_scores_at_a_temperature_per_row(blocks):
+    s = _shifted_logs(2)
+    b = np.random.default_rng(3).uniform(0.3, 3.0, N)
+    log_z, sq = _scaled_row_scores(s, b)
+    want_z, want_sq = _scores(s, b)
+    np.testing.assert_allclose(log_z, want_z, rtol=1e-12, atol=1e-13)
+    np.testing.assert_allclose(sq, want_sq, rtol=1e-12)
+    assert np.all((1.0 / C <= sq + 1e-15) & (sq <= 1.0 + 1e-15))  # sum q**2 of a distribution over C classes
+
+
+def test_scaled_row_scores_at_several_temperatures_equal_one_at_a_time(blocks):
+    s = _shifted_logs(4)
+    b = np.random.default_rng(5).uniform(0.3, 3.0, (3, N))
+    log_z, sq = _scaled_row_scores_multi(s, b)
+    assert log_z.shape == sq.shape == (3, N)
+    for r in range(3):
+        want_z, want_sq = _scores(s, b[r])
+        np.testing.assert_allclose(log_z[r], want_z, rtol=1e-12, atol=1e-13)
+        np.testing.assert_allclose(sq[r], want_sq, rtol=1e-12)
+        one_z, one_sq = _scaled_row_scores(s, b[r])  # the docstring's promise: bit for bit
+        assert np.array_equal(log_z[r], one_z) and np.array_equal(sq[r], one_sq)
+
+
+def test_logits_whose_row_range_overflows_are_refused_by_name():
+    """Finite logits whose difference within a row is not (1e308 - (-1e308)): the shifted row holds -inf while its
+    log-sum-exp stays finite (exp(-inf) = 0), so only the row-range check sees it."""
+    logits = np.array([[1e308, -1e308], [0.0, 1.0], [2.0, 0.5]])
+    with pytest.raises(ValueError, match=r"^logits differences within a row overflow float64; found a row range "
+                                         r"above 1\.8e308$"):
+        fit_temperature_from_logits(logits, np.array([0, 1, 0]))
