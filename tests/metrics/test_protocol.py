@@ -54,13 +54,13 @@ def _log_scaled(mp, t, placement):
     return special.logsumexp(logs, axis=0) - np.log(mp.shape[0])
 
 
-def _scipy_fit(mp, y, placement):
-    """argmin_T NLL by bounded Brent on log T in [log 0.01, log 100] (tight tolerance)."""
+def _scipy_fit(mp, y, placement, bounds=(0.01, 100.0)):
+    """argmin_T NLL by bounded Brent on log T in [log t_min, log t_max] (tight tolerance)."""
 
     def nll(log_t):
         return -np.mean(_log_scaled(mp, np.exp(log_t), placement)[np.arange(len(y)), y])
 
-    lo, hi = np.log(0.01), np.log(100.0)
+    lo, hi = np.log(bounds[0]), np.log(bounds[1])
     res = optimize.minimize_scalar(nll, bounds=(lo, hi), method="bounded", options={"xatol": 1e-10})
     # Bounded Brent never evaluates the bounds themselves: on a separable fold the NLL falls towards T -> 0 and is
     # flat to rounding near the bound, so Brent stops at, e.g., T = 0.0127. The constrained argmin is then the bound.
