@@ -291,28 +291,20 @@ def _fit_scalar(evaluate, nll_one: float, bounds, beta0: float = 1.0) -> Tempera
     return TemperatureFit(temperature=float(temperature), nll_before=nll_one, nll_after=nll, hit_bound=bool(hit))
 
 
-def _fit_post(s, s_y, lse1, bounds, rows=None, beta0=None) -> TemperatureFit:
-    """Temperature for softmax(s / T) over ``rows``; ``s_y``, ``lse1`` are full-length (N,) arrays.
-
-    ``beta0``: a starting 1/T (e.g. a neighbouring fold's); the answer meets the same stopping rule either way.
-    """
-    if rows is not None:
-        s_y, lse1 = s_y[rows], lse1[rows]
+def _fit_post(s, s_y, lse1, bounds) -> TemperatureFit:
+    """Temperature for softmax(s / T) over all rows; ``s_y``, ``lse1`` are (N,) arrays."""
     nll_one = float(np.mean(lse1) - np.mean(s_y))
     n = s_y.shape[0]
-    if beta0 is not None:
-        pass
-    elif n < 4 * _WARM_START_ROWS:
-        beta0 = 1.0
-    else:
+    beta0 = 1.0
+    if n >= 4 * _WARM_START_ROWS:
         # Warm start from a strided sub-sample (deterministic): the full-data Newton then needs about three
         # passes instead of five; the answer still satisfies the full-data stopping rule.
         stride = n // _WARM_START_ROWS
-        s_sub, sub = (s[::stride], None) if rows is None else (s, rows[::stride])
+        s_sub = s[::stride]
         beta0, _, _ = _minimize_beta(
-            lambda b: _post_eval(s_sub, s_y[::stride], b, sub), 1.0 / bounds[1], 1.0 / bounds[0], 1.0, 1e-3
+            lambda b: _post_eval(s_sub, s_y[::stride], b, None), 1.0 / bounds[1], 1.0 / bounds[0], 1.0, 1e-3
         )
-    return _fit_scalar(lambda b: _post_eval(s, s_y, b, rows), nll_one, bounds, beta0)
+    return _fit_scalar(lambda b: _post_eval(s, s_y, b, None), nll_one, bounds, beta0)
 
 
 def _fused_pass(x: NDArray, labels: NDArray, beta: float, eps: float):
