@@ -885,6 +885,17 @@ EQUIVALENT: dict[str, str] = {
     **{f"ubench.metrics.temperature_solver.x__fit_per_member__mutmut_{k}":
        "the rows and beta0 parameters: no caller passes them (fit_ensemble_temperature fits on all rows from "
        "T = 1), so rows is always None and beta0 always None" for k in (2, 23, 28, 34, 35)},
+    # metrics/protocol.py
+    "ubench.metrics.protocol.x__member_fit_half__mutmut_40":
+        "beta >= 1.0 instead of > 1.0 at a bound: _check_bounds keeps t_min < 1 < t_max, so a bound's beta is never 1",
+    "ubench.metrics.protocol.x__member_halves__mutmut_4": "s_y is always 2-D: shape[+1] is shape[-1]",
+    "ubench.metrics.protocol.x__member_heldout_nll__mutmut_10":
+        "the default order 2 only adds derivatives; element [0], the NLL, is the same",
+    "ubench.metrics.protocol.x__post_cv_rows__mutmut_61": "s is not read when the scores are given",
+    **{f"ubench.metrics.protocol.{f}__mutmut_{k}": "dtype=None and astype(None) are float64"
+       for f, k in (("x__prefix_curves", 31), ("x__prefix_curves", 33), ("x__top1_arrays", 8), ("x__top1_arrays", 11))},
+    **{f"ubench.metrics.protocol.x_member_curves__mutmut_{k}":
+       "np.arange of Python ints is int64 on numpy 2 (dtype=None or dropped)" for k in (87, 90)},
     # serve/app.py
     **{f"ubench.serve.app.x__html__mutmut_{k}":
        "a security header's name in another case: HTTP field names are case-insensitive (RFC 9110, 5.1), and "

@@ -226,7 +226,7 @@ def _member_fit_half(problem, bounds, beta0):
     unevaluated (error about 1e-8 relative; the held-out NLL is then exact to ~1e-16).
     """
     s, s_y, _ = problem
-    beta, _, hit = _minimize_beta(lambda b: _member_eval(s, s_y, b, None), 1.0 / bounds[1], 1.0 / bounds[0],
+    beta, _, hit = _minimize_beta(lambda b: _member_eval(s, s_y, b), 1.0 / bounds[1], 1.0 / bounds[0],
                                   1.0 if beta0 is None else beta0, _CV_RTOL, polish=True)
     if hit:
         beta = 1.0 / (bounds[0] if beta > 1.0 else bounds[1])
@@ -236,7 +236,7 @@ def _member_fit_half(problem, bounds, beta0):
 def _member_heldout_nll(problem, beta) -> float:
     """``per_member``: NLL of the temperature-scaled prediction on a held-out half."""
     s, s_y, _ = problem
-    return _member_eval(s, s_y, beta, None, order=0)[0]
+    return _member_eval(s, s_y, beta, order=0)[0]
 
 
 def _cv_cll(problem, placement, bounds, perms) -> float:

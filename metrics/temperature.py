@@ -142,7 +142,7 @@ def fit_temperature(
     check_n_samples(probs, "probs", labels, "labels")
     eps, bounds = _check_eps(eps), _check_bounds(bounds)
     if probs.shape[0] >= 4 * _WARM_START_ROWS:
-        fit = _fit_post_fused(probs, labels, "probs", eps, bounds)
+        fit = _fit_post_fused(probs, labels, eps, bounds)
         if fit is not None:
             return fit
     s, lse1 = _prep_probs(probs, eps)

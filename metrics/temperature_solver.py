@@ -189,12 +189,10 @@ def _post_eval(s, s_y, beta, rows, order=3):
     return nll, grad, curv, third
 
 
-def _member_eval(s, s_y, beta, rows, order=2):
-    """As ``_post_eval`` for mean_m softmax(beta s_m); ``s`` (M, N, C), ``s_y`` (M, n) for the rows."""
-    m, n_all, c = s.shape
-    n = s_y.shape[1]
-    flat_rows = None if rows is None else (np.arange(m)[:, None] * n_all + rows[None, :]).ravel()
-    mom = [x.reshape(m, n) for x in _moments(s.reshape(m * n_all, c), beta, flat_rows, order)]
+def _member_eval(s, s_y, beta, order=2):
+    """As ``_post_eval`` for mean_m softmax(beta s_m) over all rows; ``s`` (M, N, C), ``s_y`` (M, N)."""
+    m, n, c = s.shape
+    mom = [x.reshape(m, n) for x in _moments(s.reshape(m * n, c), beta, None, order)]
     log_a = beta * s_y - np.log(mom[0])  # log softmax(beta s_m) at the label
     from scipy.special import logsumexp  # here: scipy.special costs `ubench score` a fifth of its start-up
 
@@ -293,40 +291,29 @@ def _fit_scalar(evaluate, nll_one: float, bounds, beta0: float = 1.0) -> Tempera
     return TemperatureFit(temperature=float(temperature), nll_before=nll_one, nll_after=nll, hit_bound=bool(hit))
 
 
-def _fit_post(s, s_y, lse1, bounds, rows=None, beta0=None) -> TemperatureFit:
-    """Temperature for softmax(s / T) over ``rows``; ``s_y``, ``lse1`` are full-length (N,) arrays.
-
-    ``beta0``: a starting 1/T (e.g. a neighbouring fold's); the answer meets the same stopping rule either way.
-    """
-    if rows is not None:
-        s_y, lse1 = s_y[rows], lse1[rows]
+def _fit_post(s, s_y, lse1, bounds) -> TemperatureFit:
+    """Temperature for softmax(s / T) over all rows; ``s_y``, ``lse1`` are (N,) arrays."""
     nll_one = float(np.mean(lse1) - np.mean(s_y))
     n = s_y.shape[0]
-    if beta0 is not None:
-        pass
-    elif n < 4 * _WARM_START_ROWS:
-        beta0 = 1.0
-    else:
+    beta0 = 1.0
+    if n >= 4 * _WARM_START_ROWS:
         # Warm start from a strided sub-sample (deterministic): the full-data Newton then needs about three
         # passes instead of five; the answer still satisfies the full-data stopping rule.
         stride = n // _WARM_START_ROWS
-        s_sub, sub = (s[::stride], None) if rows is None else (s, rows[::stride])
+        s_sub = s[::stride]
         beta0, _, _ = _minimize_beta(
-            lambda b: _post_eval(s_sub, s_y[::stride], b, sub), 1.0 / bounds[1], 1.0 / bounds[0], 1.0, 1e-3
+            lambda b: _post_eval(s_sub, s_y[::stride], b, None), 1.0 / bounds[1], 1.0 / bounds[0], 1.0, 1e-3
         )
-    return _fit_scalar(lambda b: _post_eval(s, s_y, b, rows), nll_one, bounds, beta0)
+    return _fit_scalar(lambda b: _post_eval(s, s_y, b, None), nll_one, bounds, beta0)
 
 
-def _fused_pass(x: NDArray, labels: NDArray, beta: float, kind: str, eps: float):
-    """One pass over raw ``x`` (N, C) (``kind`` "logits" or "probs") in ``x``'s dtype, prep done per row block.
+def _fused_pass(x: NDArray, labels: NDArray, beta: float, eps: float):
+    """One pass over raw probabilities ``x`` (N, C) in ``x``'s dtype, prep done per row block.
 
-    Returns (nll_one, s_y, mom): the NLL at ``T = 1``, the label entries of ``s`` and the row sums of
-    ``exp(beta s) s**k``, k = 0..4, as float64. ``s`` is ``x`` minus a per-row constant (which a softmax ignores)
-    that makes ``s <= 0`` with row max >= -log C, and lives only per block: no full-size float64 copy. For probs
-    the constant is 0 (``s = log(p + eps)``; a row max >= 1/C); for logits it is the row's log-sum-exp, taken
-    from the ``exp`` that the NLL at ``T = 1`` needs anyway (shifted by the block max, a contiguous reduction,
-    instead of a per-row max, which numpy does several times slower). Float32 input is exponentiated in float32
-    (values in (0, 1]: no overflow), about 3x cheaper than float64.
+    Returns (nll_one, s_y, mom): the NLL at ``T = 1``, the label entries of ``s = log(x + eps)`` and the row sums
+    of ``exp(beta s) s**k``, k = 0..4, as float64. ``s <= 0`` with row max >= -log C lives only per block: no
+    full-size float64 copy. Float32 input is exponentiated in float32 (values in (0, 1]: no overflow), about 3x
+    cheaper than float64. (Large logits take :func:`_fit_logits_fast` instead.)
     Row sums over the C classes stay in the input's precision (BLAS matrix-vector products): float64 sums cost
     4-6x more per block (measured), the means over rows are float64, and the fit is pinned against a float64
     minimisation to 1e-6 in ``tests/metrics/test_temperature_fused.py``; the full float64 solver takes over
@@ -339,47 +326,27 @@ def _fused_pass(x: NDArray, labels: NDArray, beta: float, kind: str, eps: float)
     sb, e = np.empty((k0, c), dt), np.empty((k0, c), dt)
     ones = np.ones(c, dt)
     row_sum = np.empty(n, dt)
-    shift = np.zeros(n)  # per-row constant removed from x (float64)
     mom = [np.empty(n, dt) for _ in range(5)]
-    tiny = np.finfo(dt).tiny * 1e6
     for a, b in _row_blocks(n, c):
         k = b - a
         s, ek = sb[:k], e[:k]
-        if kind == "logits":
-            top = x[a:b].max()
-            np.subtract(x[a:b], top, out=s)
-            np.exp(s, out=ek)
-            np.matmul(ek, ones, out=row_sum[a:b])
-            if row_sum[a:b].min() < tiny:  # a row far below the block max: shift each row by its own max
-                top = x[a:b].max(axis=1).astype(np.float64)
-                np.subtract(x[a:b], top[:, None].astype(dt), out=s)
-                np.exp(s, out=ek)
-                np.matmul(ek, ones, out=row_sum[a:b])
-            shift[a:b] = np.log(row_sum[a:b], dtype=np.float64)
-            shift[a:b] += top
-            np.subtract(x[a:b], shift[a:b, None].astype(dt), out=s)
-        else:
-            np.add(x[a:b], dt.type(eps), out=s)
-            np.matmul(s, ones, out=row_sum[a:b])  # sum_c (p + eps)
-            np.log(s, out=s)
+        np.add(x[a:b], dt.type(eps), out=s)
+        np.matmul(s, ones, out=row_sum[a:b])  # sum_c (p + eps)
+        np.log(s, out=s)
         np.multiply(s, dt.type(beta), out=ek)
         np.exp(ek, out=ek)
         np.matmul(ek, ones, out=mom[0][a:b])
         for j in range(1, 5):
             np.multiply(ek, s, out=ek)
             np.matmul(ek, ones, out=mom[j][a:b])
-    x_y = x[np.arange(n), labels].astype(np.float64)
-    if kind == "logits":
-        nll_one = float(np.mean(shift) - np.mean(x_y))  # log-sum-exp minus the label logit
-        s_y = x_y - shift.astype(dt).astype(np.float64)  # the shift as rounded for s
-    else:
-        s_y = np.log(x_y + eps)
-        nll_one = float(np.mean(np.log(row_sum.astype(np.float64))) - np.mean(s_y))
+    s_y = np.log(x[np.arange(n), labels].astype(np.float64) + eps)
+    nll_one = float(np.mean(np.log(row_sum.astype(np.float64))) - np.mean(s_y))
     return nll_one, s_y, [m.astype(np.float64) for m in mom]
 
 
-def _fit_post_fused(x: NDArray, labels: NDArray, kind: str, eps: float, bounds) -> TemperatureFit | None:
-    """One-pass temperature fit on large raw ``x`` (N >= 4 * _WARM_START_ROWS), or None when it cannot certify.
+def _fit_post_fused(x: NDArray, labels: NDArray, eps: float, bounds) -> TemperatureFit | None:
+    """One-pass temperature fit on large probabilities ``x`` (N >= 4 * _WARM_START_ROWS), or None when it cannot
+    certify.
 
     A strided sub-sample gives a start ``beta0`` near the optimum; one fused pass at ``beta0`` yields the NLL
     and its first four derivatives (mean cumulants of ``s``), and the root of the cubic Taylor model of the
@@ -389,7 +356,7 @@ def _fit_post_fused(x: NDArray, labels: NDArray, kind: str, eps: float, bounds) 
     n = x.shape[0]
     beta_lo, beta_hi = 1.0 / bounds[1], 1.0 / bounds[0]
     stride = n // _WARM_START_ROWS
-    s_sub, _ = _prep_logits(x[::stride]) if kind == "logits" else _prep_probs(x[::stride], eps)
+    s_sub, _ = _prep_probs(x[::stride], eps)
     s_y_sub = _label_values(s_sub, labels[::stride])
     beta0 = 1.0
     for sub in (8, 1):  # a coarse fit on every 8th sub-sample row, then about one step on all of them
@@ -398,7 +365,7 @@ def _fit_post_fused(x: NDArray, labels: NDArray, kind: str, eps: float, bounds) 
         if hit:
             return None
     with np.errstate(all="ignore"):
-        nll_one, s_y, mom = _fused_pass(x, labels, beta0, kind, eps)
+        nll_one, s_y, mom = _fused_pass(x, labels, beta0, eps)
         r1, r2, r3, r4 = (m / mom[0] for m in mom[1:])
         mu2 = np.maximum(r2 - r1 * r1, 0.0)
         mu3 = r3 - r1 * (3.0 * r2 - 2.0 * r1 * r1)
@@ -628,15 +595,13 @@ def _fit_logits_fast(x: NDArray, labels: NDArray, bounds, max_passes: int = 4) -
                           path="logit_passes")
 
 
-def _fit_per_member(s, s_y, lse1, bounds, rows=None, beta0=None) -> TemperatureFit:
-    """Temperature for mean_m softmax(s_m / T) over ``rows``; ``s`` (M, N, C), ``s_y``/``lse1`` (M, N)."""
-    if rows is not None:
-        s_y, lse1 = s_y[:, rows], lse1[:, rows]
+def _fit_per_member(s, s_y, lse1, bounds) -> TemperatureFit:
+    """Temperature for mean_m softmax(s_m / T) over all rows, from T = 1; ``s`` (M, N, C), ``s_y``/``lse1`` (M, N)."""
     m = s.shape[0]
     from scipy.special import logsumexp  # at use (start-up)
 
     nll_one = float(np.log(m) - np.mean(logsumexp(s_y - lse1, axis=0)))
-    return _fit_scalar(lambda b: _member_eval(s, s_y, b, rows), nll_one, bounds, 1.0 if beta0 is None else beta0)
+    return _fit_scalar(lambda b: _member_eval(s, s_y, b), nll_one, bounds)
 
 
 def _row_cumulants(s: NDArray, beta: float, order: int = 5) -> NDArray[np.float64]:
