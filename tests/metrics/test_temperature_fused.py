@@ -62,7 +62,7 @@ def test_fused_logits_fit_matches_float64_reference(scale, peak, flip, dtype):
     ref = _reference_temperature(z.astype(np.float64), y)
     assert fit.path == "logit_passes"
     assert fit.temperature == pytest.approx(ref, rel=1e-6)
-    assert not fit.hit_bound and fit.nll_after <= fit.nll_before
+    assert fit.hit_bound is False and fit.nll_after <= fit.nll_before
     _assert_nlls(fit, z.astype(np.float64), y, NLL_RTOL[z.dtype])
 
 

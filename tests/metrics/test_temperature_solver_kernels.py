@@ -16,7 +16,8 @@ from scipy import special
 
 from ubench.metrics import temperature_solver
 from ubench.metrics.temperature import fit_temperature_from_logits
-from ubench.metrics.temperature_solver import _row_cumulants, _scaled_row_scores, _scaled_row_scores_multi
+from ubench.metrics.temperature_solver import (ShiftedLogs, _row_cumulants, _scaled_row_scores,
+                                              _scaled_row_scores_multi)
 
 N, C = 53, 7
 
@@ -89,3 +90,42 @@ def test_logits_whose_row_range_overflows_are_refused_by_name():
     with pytest.raises(ValueError, match=r"^logits differences within a row overflow float64; found a row range "
                                          r"above 1\.8e308$"):
         fit_temperature_from_logits(logits, np.array([0, 1, 0]))
+
+
+class _Rows:
+    """A mean that is not an array, as a split re-read from its archive is: rows by slice or by ``take_rows``."""
+
+    def __init__(self, probs):
+        self.probs, self.shape, self.taken = probs, probs.shape, []
+
+    def __getitem__(self, rows):
+        assert isinstance(rows, slice) and rows.step in (None, 1), rows  # contiguous slices only
+        return self.probs[rows]
+
+    def take_rows(self, rows):
+        self.taken.append(np.asarray(rows).copy())
+        return self.probs[rows]
+
+
+@pytest.mark.parametrize("source", ["array", "rows"])
+@pytest.mark.parametrize("cache_bytes", [0, 2**30])  # computed per request, or once whole and sliced
+def test_shifted_logs_are_log_p_plus_eps_minus_the_row_max_at_any_rows(source, cache_bytes):
+    """``s[a:b]``, ``s[::k]`` and ``s[rows]`` of :class:`ShiftedLogs` are log(p + eps) minus its row max at those
+    rows, with the same float64 bits as the whole matrix computed at once by numpy."""
+    rng = np.random.default_rng(6)
+    p = special.softmax(2 * rng.normal(size=(N, C)), axis=1).astype(np.float32)
+    p[4] = 0.0  # a row of zeros: log(eps) everywhere, max 0 after the shift
+    p[4, 2] = 1.0
+    eps = 1e-6
+    whole = np.log(p.astype(np.float64) + eps)
+    whole -= whole.max(axis=1, keepdims=True)
+    mean = p if source == "array" else _Rows(p)
+    s = ShiftedLogs(mean, eps, cache_bytes=cache_bytes)
+    assert s.shape == (N, C) and s.ndim == 2
+    rows = np.array([50, 3, 4, 4, 17])
+    for key in (slice(5, 29), slice(0, N, 7), slice(None), rows):
+        got = s[key]
+        assert got.dtype == np.float64
+        assert np.array_equal(got, whole[key]), key
+    if source == "rows":  # a strided slice and an index array are gathered through take_rows
+        assert [t.tolist() for t in mean.taken] == [list(range(0, N, 7)), rows.tolist()]
