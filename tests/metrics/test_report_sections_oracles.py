@@ -138,3 +138,142 @@ def test_calibrated_reliability_per_member_without_the_members_is_post():
     got = calibrated_reliability(split_arrays(members), y, temperature=0.6, placement="per_member", bins=10,
                                  eps=1e-3, smoothing=0.1)
     _assert_reliability(got, _reliability_oracle(_scaled(_smoothed(members, 0.1), 0.6, 1e-3, "post"), y, 10))
+
+
+# --- the accumulator ---------------------------------------------------------------------------------------------
+
+def _uncertainties_oracle(members, s):
+    """total = H(mean of smoothed members), data = mean H(smoothed member), knowledge = total - data (>= 0),
+    neg_confidence = -max of the smoothed mean; entropies in nats with 0 log 0 = 0."""
+    sm = _smoothed(members, s)
+    mean_s = sm.mean(axis=0)
+    total = entr(mean_s).sum(axis=1)
+    data = entr(sm).sum(axis=2).mean(axis=0)
+    return {"total": total, "data": data, "knowledge": np.maximum(total - data, 0.0),
+            "neg_confidence": -mean_s.max(axis=1)}
+
+
+@pytest.mark.parametrize("smoothing", [0.0, 0.15])
+@pytest.mark.parametrize("path", ["whole", "member_rows"])
+def test_accumulator_by_hand(path, smoothing):
+    """Both ways of feeding a split (the whole stack; one member's row range at a time, ranges after the first
+    included) give the unsmoothed mean of the renormalised members, the uncertainties of the smoothed members, the
+    kept members and the row-sum record of the one row off the simplex (member 2, sample 37, sum 1.001)."""
+    members, _ = _members(m=3, n=60, c=5, seed=3)
+    members[2, 37] *= 1.001
+    fixed = members / members.sum(axis=2, keepdims=True)
+    if path == "whole":
+        got = split_arrays(members, smoothing=smoothing, keep_members=True)
+    else:
+        acc = SplitAccumulator(*members.shape, smoothing=smoothing, keep_members=True, dtype=np.float64)
+        for start in range(0, 60, 25):
+            for j in range(3):
+                acc.add_member_rows(start, j, members[j, start:start + 25])
+        got = acc.result()
+    np.testing.assert_allclose(got.mean_probs, fixed.mean(axis=0), rtol=1e-14, atol=1e-16)
+    np.testing.assert_allclose(got.member_probs, fixed, rtol=1e-15, atol=0)
+    for name, want in _uncertainties_oracle(fixed, smoothing).items():
+        np.testing.assert_allclose(getattr(got, name), want, rtol=1e-12, atol=1e-14, err_msg=name)
+    assert got.row_sums.member == 2 and got.row_sums.sample == 37 and got.row_sums.n_renormalised == 1
+    assert got.row_sums.max_deviation == pytest.approx(1e-3, rel=1e-9)
+    votes = fixed.argmax(axis=2)
+    agree = np.mean([votes[a] == votes[b] for a in range(3) for b in range(3) if a != b], axis=0)
+    np.testing.assert_allclose(got.disagreement, 1 - agree, rtol=1e-12)
+    if smoothing:  # smoothing moves every uncertainty on these data
+        plain = _uncertainties_oracle(fixed, 0.0)
+        assert all(not np.allclose(getattr(got, k), plain[k], rtol=1e-6) for k in ("total", "data", "neg_confidence"))
+
+
+def test_scores_for_and_scores_only():
+    """One member: no knowledge score (its mutual information is 0); two or more: all three. ``scores_only``
+    drops the (N, C) arrays and keeps the (N,) ones."""
+    assert scores_for(1) == ("total", "confidence")
+    assert scores_for(2) == scores_for(5) == ("total", "knowledge", "confidence")
+    members, _ = _members(m=2, n=20, seed=4)
+    full = split_arrays(members, keep_members=True)
+    light = full.scores_only()
+    assert full.mean_probs is not None and full.member_probs is not None
+    assert light.mean_probs is None and light.member_probs is None
+    for name in ("total", "data", "knowledge", "neg_confidence", "disagreement", "variation_ratio"):
+        assert getattr(light, name) is getattr(full, name)
+    assert light.row_sums == full.row_sums
+
+
+# --- OOD histograms and ROC curves -------------------------------------------------------------------------------
+
+def _scores(total, knowledge, neg_confidence):
+    """A split's arrays from its scores alone (an unlabelled / OOD split as the OOD sections see it)."""
+    total, knowledge, neg_confidence = (np.asarray(a, dtype=np.float64) for a in (total, knowledge, neg_confidence))
+    return SplitArrays(mean_probs=None, total=total, data=total - knowledge, knowledge=knowledge,
+                       neg_confidence=neg_confidence)
+
+
+def _hist_by_hand(v, edges):
+    """Counts in [e_b, e_b+1), the last bin closed: a loop over the bins."""
+    nb = edges.size - 1
+    return [int(np.count_nonzero((v >= edges[b]) & ((v < edges[b + 1]) if b < nb - 1 else (v <= edges[b + 1]))))
+            for b in range(nb)]
+
+
+def test_ood_histograms_by_hand():
+    """Per score, shared equal-width edges from the smallest to the largest value of both splits, counts in
+    [lo, hi) with the last bin closed: integer scores fall on the edges (0..6 in 6 bins); a score constant over
+    both splits gets the edges [v, v + 1e-12] and every count in its first bin; only the scores asked for."""
+    rng = np.random.default_rng(9)
+    ind = _scores(total=[0, 1, 1, 2, 6, 3], knowledge=np.full(6, 0.25), neg_confidence=rng.uniform(-1, -0.4, 6))
+    ood = _scores(total=[6, 5, 5, 4, 2], knowledge=np.full(5, 0.25), neg_confidence=rng.uniform(-0.8, -0.2, 5))
+    got = ood_histograms(ind, ood, n_bins=6)
+    assert list(got) == ["total", "knowledge", "confidence"]
+    t = got["total"]
+    assert t["edges"] == [0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0]
+    assert t["in_domain"] == [1, 2, 1, 1, 0, 1] and t["ood"] == [0, 0, 1, 0, 1, 3]
+    k = got["knowledge"]
+    np.testing.assert_array_equal(k["edges"], np.linspace(0.25, 0.25 + 1e-12, 7))
+    assert k["in_domain"] == [6, 0, 0, 0, 0, 0] and k["ood"] == [5, 0, 0, 0, 0, 0]
+    c = got["confidence"]
+    both = np.r_[ind.neg_confidence, ood.neg_confidence]
+    edges = np.linspace(both.min(), both.max(), 7)
+    np.testing.assert_array_equal(c["edges"], edges)
+    assert c["in_domain"] == _hist_by_hand(ind.neg_confidence, edges)
+    assert c["ood"] == _hist_by_hand(ood.neg_confidence, edges)
+    default = ood_histograms(ind, ood, scores=("confidence",))
+    assert list(default) == ["confidence"] and len(default["confidence"]["edges"]) == 31
+    assert sum(default["confidence"]["in_domain"]) == 6 and sum(default["confidence"]["ood"]) == 5
+
+
+def _roc_oracle(grid, y, s):
+    """TPR at each grid FPR from scikit-learn's ROC points (``drop_intermediate=False``): at a point's FPR the
+    highest TPR there, between points the straight line from the last point before to the first after."""
+    fpr, tpr, _ = roc_curve(y, s, drop_intermediate=False)
+    out = []
+    for g in grid:
+        at = np.isclose(fpr, g, rtol=0, atol=1e-12)
+        if at.any():
+            out.append(tpr[at].max())
+            continue
+        left, right = np.flatnonzero(fpr < g)[-1], np.flatnonzero(fpr > g)[0]
+        out.append(tpr[left] + (g - fpr[left]) / (fpr[right] - fpr[left]) * (tpr[right] - tpr[left]))
+    return np.array(out)
+
+
+def test_ood_roc_curves_against_sklearn():
+    """Per score the ROC of OOD detection (positive = OOD, higher = more uncertain) read at ``points`` evenly
+    spaced FPRs: 7 in-domain samples (FPR steps of 1/7, mostly between grid points) and tied scores across the
+    splits; the default grid has 101 points."""
+    rng = np.random.default_rng(11)
+    ind = _scores(total=rng.integers(0, 6, 7), knowledge=rng.uniform(0, 1, 7), neg_confidence=rng.uniform(-1, 0, 7))
+    ood = _scores(total=rng.integers(2, 8, 9), knowledge=rng.uniform(0.3, 1.3, 9),
+                  neg_confidence=rng.uniform(-0.7, 0, 9))
+    y = np.r_[np.zeros(7), np.ones(9)]
+    got = ood_roc_curves(ind, ood, points=11)
+    assert list(got) == ["total", "knowledge", "confidence"]
+    for name, field in (("total", "total"), ("knowledge", "knowledge"), ("confidence", "neg_confidence")):
+        s = np.r_[getattr(ind, field), getattr(ood, field)]
+        assert got[name]["fpr"] == pytest.approx(np.linspace(0, 1, 11).tolist(), abs=0)
+        np.testing.assert_allclose(got[name]["tpr"], _roc_oracle(np.linspace(0, 1, 11), y, s), rtol=0, atol=1e-12,
+                                   err_msg=name)
+    assert len(np.unique(np.r_[ind.total, ood.total])) < 16  # ties
+    default = ood_roc_curves(ind, ood, scores=("total",))
+    assert list(default) == ["total"] and len(default["total"]["fpr"]) == 101
+    np.testing.assert_allclose(default["total"]["tpr"], _roc_oracle(np.linspace(0, 1, 101), y, np.r_[ind.total,
+                               ood.total]), rtol=0, atol=1e-12)
