@@ -16,7 +16,7 @@ from scipy.optimize import minimize_scalar
 from scipy.special import entr, log_softmax, softmax
 from sklearn.metrics import roc_curve
 
-from ubench.metrics.calibrators import ODIR_GRID
+from ubench.metrics.calibrators import ODIR_GRID, cross_validated_calibrators
 from ubench.metrics.report_sections import (
     RowSums,
     SplitAccumulator,
@@ -277,3 +277,156 @@ def test_ood_roc_curves_against_sklearn():
     assert list(default) == ["total"] and len(default["total"]["fpr"]) == 101
     np.testing.assert_allclose(default["total"]["tpr"], _roc_oracle(np.linspace(0, 1, 101), y, np.r_[ind.total,
                                ood.total]), rtol=0, atol=1e-12)
+
+
+# --- the calibrated protocol and the calibrators -----------------------------------------------------------------
+
+def _halvings(n, repeats, seed):
+    """The protocol's folds (fit, held-out): repeat r halves ``default_rng(seed)``'s r-th permutation, first half
+    A, rest B; folds (A, B) then (B, A)."""
+    rng = np.random.default_rng(seed)
+    for _ in range(repeats):
+        perm = rng.permutation(n)
+        a, b = perm[: n // 2], perm[n // 2:]
+        yield a, b
+        yield b, a
+
+
+def _fit_t(members, y, eps, placement):
+    """argmin over T in the protocol's bounds of the NLL of the scaled prediction (scipy's bounded Brent)."""
+    def nll(t):
+        return -np.log(_scaled(members, t, eps, placement)[np.arange(y.size), y]).mean()
+    return minimize_scalar(nll, bounds=T_BOUNDS, method="bounded", options={"xatol": 1e-11}).x
+
+
+def _brier(q, y):
+    return ((q - np.eye(q.shape[1])[y]) ** 2).sum(axis=1).mean()
+
+
+def _calibrated_oracle(members, y, placement, repeats, seed, eps, bins):
+    """Test-time CV temperature scaling restated: per fold T fitted on one half, the other half scored before
+    (the mean; NLL -log(p_y + eps)) and after (the scaled prediction; CLL = mean log q_y); means over folds."""
+    rows, temps = [], []
+    mean = members.mean(axis=0)
+    for fit, held in _halvings(y.size, repeats, seed):
+        t = _fit_t(members[:, fit], y[fit], eps, placement)
+        q, p, yh = _scaled(members[:, held], t, eps, placement), mean[held], y[held]
+        temps.append(t)
+        rows.append([np.log(q[np.arange(yh.size), yh]).mean(), -np.log(p[np.arange(yh.size), yh] + eps).mean(),
+                     _brier(p, yh), _brier(q, yh), _ece(p, yh, bins), _ece(q, yh, bins),
+                     (p.argmax(axis=1) == yh).mean(), (q.argmax(axis=1) == yh).mean()])
+    m = np.mean(rows, axis=0)
+    return {"cll": m[0], "calibrated_nll": -m[0], "cv_nll_before": m[1], "cv_brier_before": m[2],
+            "calibrated_brier": m[3], "cv_ece_before": m[4], "calibrated_ece": m[5], "calibrated_accuracy": m[7],
+            "temperatures": temps, "temperature": np.mean(temps), "temperature_std": np.std(temps)}
+
+
+@pytest.mark.parametrize("placement", ["post", "per_member"])
+def test_calibrated_section_by_scipy(placement):
+    """The calibrated protocol of the section with its settings handed on (smoothing 0.1, eps 1e-3 on members with
+    exact zeros, 5 bins, 2 repeats, seed 4) against a scipy restatement; then the settings it records."""
+    members, y = _members(n=200, c=4, seed=6)
+    arrays = split_arrays(members, keep_members=True)
+    got = calibrated_section(arrays, y, placement=placement, repeats=2, seed=4, bins=5, eps=1e-3, smoothing=0.1)
+    want = _calibrated_oracle(_smoothed(members, 0.1), y, placement, 2, 4, 1e-3, 5)
+    np.testing.assert_allclose(got["temperatures"], want["temperatures"], rtol=2e-6)
+    for key in ("temperature", "cll", "calibrated_nll", "cv_nll_before", "cv_brier_before", "calibrated_brier",
+                "calibrated_accuracy"):
+        assert got[key] == pytest.approx(want[key], rel=1e-6), key
+    assert got["temperature_std"] == pytest.approx(want["temperature_std"], rel=1e-4, abs=1e-9)
+    for key in ("cv_ece_before", "calibrated_ece"):  # 5 bins: 15 (the default) gives other values here
+        assert got[key] == pytest.approx(want[key], abs=1e-7), key
+        assert abs(want[key] - _calibrated_oracle(_smoothed(members, 0.1), y, placement, 2, 4, 1e-3, 15)[key]) > 1e-3
+    assert {k: got[k] for k in ("placement", "folds", "repeats", "seed", "n_hit_bound")} == {
+        "placement": placement, "folds": 2, "repeats": 2, "seed": 4, "n_hit_bound": 0}
+    assert set(got) == {"cll", "temperature", "temperature_std", "temperatures", "n_hit_bound", "calibrated_accuracy",
+                        "calibrated_nll", "calibrated_brier", "calibrated_ece", "cv_nll_before", "cv_brier_before",
+                        "cv_ece_before", "placement", "folds", "repeats", "seed"}
+    # eps matters on these data (the slip of dropping it for the default 1e-12 would show)
+    assert abs(_fit_t(_smoothed(members, 0.1), y, 1e-12, placement) - _fit_t(_smoothed(members, 0.1), y, 1e-3,
+                                                                               placement)) > 1e-3 or placement == "post"
+
+
+def _ovr_renormalised(q):
+    """The one-vs-rest calibrators' rows (calibrators.py, torch-uncertainty's): divide by the row sum + 1e-12,
+    clip to [1e-6, 1 - 1e-6], divide by the row sum again."""
+    q = np.clip(q / (q.sum(axis=1, keepdims=True) + 1e-12), 1e-6, 1 - 1e-6)
+    return q / q.sum(axis=1, keepdims=True)
+
+
+def _histogram_map(p_fit, y_fit, p, bins=15):
+    """Per class the share of positives among the fitting rows in p's bin (lo, hi]; an empty bin its centre."""
+    edges = np.linspace(0, 1, bins + 1)
+    q = np.empty_like(p)
+    for k in range(p.shape[1]):
+        fit_bin, bin_ = _bin_of(p_fit[:, k], edges), _bin_of(p[:, k], edges)
+        for b in range(bins):
+            inside = fit_bin == b
+            q[bin_ == b, k] = (y_fit[inside] == k).mean() if inside.any() else (edges[b] + edges[b + 1]) / 2
+    return _ovr_renormalised(q)
+
+
+def _isotonic_map(p_fit, y_fit, p):
+    from sklearn.isotonic import IsotonicRegression
+
+    return _ovr_renormalised(np.stack([
+        IsotonicRegression(y_min=0.0, y_max=1.0, out_of_bounds="clip").fit(p_fit[:, k], y_fit == k).predict(p[:, k])
+        for k in range(p.shape[1])], axis=1))
+
+
+def _calibrator_oracle(probs, y, fit_apply, repeats, seed, eps, bins):
+    """Means over the protocol's folds of the held-out NLL -log(q_y + eps), Brier and top-1 ECE (lo, hi]."""
+    rows = []
+    for fit, held in _halvings(y.size, repeats, seed):
+        q, yh = fit_apply(probs[fit], y[fit], probs[held]), y[held]
+        rows.append([-np.log(q[np.arange(yh.size), yh] + eps).mean(), _brier(q, yh), _ece(q, yh, bins)])
+    return dict(zip(("nll", "brier", "ece"), np.mean(rows, axis=0)))
+
+
+def _temperature_map(eps):
+    return lambda p_fit, y_fit, p: _scaled(p[None], _fit_t(p_fit[None], y_fit, eps, "post"), eps, "post")
+
+
+def test_calibrators_section_by_hand():
+    """Temperature scaling, histogram binning and isotonic regression of the smoothed mean, each fitted on one
+    half and scored on the other, against restatements (scipy, a per-bin loop, scikit-learn's isotonic regression);
+    every calibrator named is reported, unconverged folds counted, ``selected`` only with ``odir="cv"``."""
+    members, y = _members(n=120, c=3, seed=7)
+    probs, eps = _smoothed(members, 0.1).mean(axis=0), 1e-3
+    names = ("temperature", "vector", "matrix", "dirichlet", "histogram", "isotonic", "bbq")
+    got = calibrators_section(split_arrays(members), y, names=names, repeats=2, seed=2, bins=6, eps=eps,
+                              smoothing=0.1)
+    assert list(got) == list(names)
+    for name, fit_apply in (("temperature", _temperature_map(eps)), ("histogram", _histogram_map),
+                            ("isotonic", _isotonic_map)):
+        want = _calibrator_oracle(probs, y, fit_apply, 2, 2, eps, 6)
+        for key in ("nll", "brier", "ece"):
+            assert got[name][key] == pytest.approx(want[key], rel=1e-6, abs=1e-9), (name, key)
+    for name in names:
+        assert set(got[name]) == {"nll", "brier", "ece", "unconverged_folds"}
+        assert 0 <= got[name]["unconverged_folds"] <= 4 and np.isfinite([got[name][k] for k in ("nll", "brier", "ece")]).all()
+
+
+def test_calibrators_section_odir_by_inner_cv_and_two_samples():
+    """``odir="cv"`` makes ``dirichlet`` choose (λ, μ) on Kull et al.'s grid in every fold (``selected``, one dict
+    per fold; other calibrators unchanged); two samples are enough (one per half), one is not."""
+    members, y = _members(n=60, c=3, seed=2)
+    arrays = split_arrays(members)
+    kw = dict(names=("temperature", "dirichlet"), repeats=1, seed=0, bins=5, eps=1e-3, smoothing=0.1)
+    fixed, cv = calibrators_section(arrays, y, **kw), calibrators_section(arrays, y, odir="cv", **kw)
+    assert "selected" not in fixed["dirichlet"] and "selected" not in cv["temperature"]
+    assert cv["temperature"] == fixed["temperature"]
+    sel = cv["dirichlet"]["selected"]
+    assert len(sel) == 2 and all(set(d) == {"lambda", "mu", "inner_nll"} for d in sel)
+    assert all(d["lambda"] in ODIR_GRID and d["mu"] in ODIR_GRID and np.isfinite(d["inner_nll"]) for d in sel)
+    assert cv["dirichlet"]["nll"] != fixed["dirichlet"]["nll"]
+    # one fold's refit stops at its iteration cap here: the count is the library's per-fold record
+    lib = cross_validated_calibrators(_smoothed(members, 0.1).mean(axis=0), y, ("dirichlet",), n_repeats=1, seed=0,
+                                      eps=1e-3, n_bins=5, odir_lambda="cv")["dirichlet"]
+    assert cv["dirichlet"]["unconverged_folds"] == sum(not f["converged"] for f in lib.folds) == 1
+    two = calibrators_section(split_arrays(members[:, :2]), y[:2], **kw)
+    assert two is not None and set(two) == {"temperature", "dirichlet"}
+    want = _calibrator_oracle(_smoothed(members[:, :2], 0.1).mean(axis=0), y[:2], _temperature_map(1e-3), 1, 0,
+                              1e-3, 5)
+    assert two["temperature"]["nll"] == pytest.approx(want["nll"], rel=1e-6)
+    assert calibrators_section(split_arrays(members[:, :1]), y[:1], **kw) is None
