@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from scipy.optimize import minimize_scalar
 from scipy.special import entr, log_softmax, softmax
-from sklearn.metrics import roc_curve
+from sklearn.metrics import average_precision_score, roc_auc_score, roc_curve
 
 from ubench.metrics.calibrators import ODIR_GRID, cross_validated_calibrators
 from ubench.metrics.report_sections import (
@@ -25,6 +25,7 @@ from ubench.metrics.report_sections import (
     calibrated_section,
     calibrators_section,
     ood_histograms,
+    ood_section,
     ood_roc_curves,
     scores_for,
     split_arrays,
@@ -430,3 +431,42 @@ def test_calibrators_section_odir_by_inner_cv_and_two_samples():
                               1e-3, 5)
     assert two["temperature"]["nll"] == pytest.approx(want["nll"], rel=1e-6)
     assert calibrators_section(split_arrays(members[:, :1]), y[:1], **kw) is None
+
+
+def test_ood_roc_curve_ends_by_hand():
+    """The ends of the curve, where sampled data rarely go: the most uncertain sample in-domain (the curve leaves
+    (0, 0) along the FPR axis), ties across the splits (diagonal steps), and the least uncertain sample OOD (a
+    vertical run at FPR 1, whose top is 1). Points (0, 0) (.2, 0) (.2, .2) (.6, .4) (.6, .6) (.8, .6) (1, .8) (1, 1)."""
+    ind = _scores(total=[0.9, 0.5, 0.5, 0.3, 0.1], knowledge=np.zeros(5), neg_confidence=np.zeros(5))
+    ood = _scores(total=[0.8, 0.5, 0.4, 0.1, 0.05], knowledge=np.zeros(5), neg_confidence=np.zeros(5))
+    got = ood_roc_curves(ind, ood, points=11, scores=("total",))["total"]
+    want = [0.0, 0.0, 0.2, 0.25, 0.3, 0.35, 0.6, 0.6, 0.6, 0.7, 1.0]
+    np.testing.assert_allclose(got["tpr"], want, rtol=0, atol=1e-12)
+    y = np.r_[np.zeros(5), np.ones(5)]
+    np.testing.assert_allclose(got["tpr"], _roc_oracle(np.linspace(0, 1, 11), y, np.r_[ind.total, ood.total]),
+                               rtol=0, atol=1e-12)
+
+
+def _detection_oracle(y, s, tpr):
+    """(AUROC, AP, FPR at the first ROC point whose TPR reaches ``tpr``) from scikit-learn."""
+    fpr, tp, _ = roc_curve(y, s, drop_intermediate=False)
+    return roc_auc_score(y, s), average_precision_score(y, s), fpr[np.flatnonzero(tp >= tpr - 1e-12)[0]]
+
+
+@pytest.mark.parametrize("n_members", [1, 3])
+def test_ood_section_against_sklearn(n_members):
+    """OOD detection (positive = OOD) of each score against scikit-learn, at TPR 0.8; with one member the
+    knowledge score is not defined (its three keys are ``None``)."""
+    ind_m, _ = _members(m=n_members, n=50, c=4, seed=12, zeros=False)
+    ood_m = softmax(np.random.default_rng(13).normal(0, 1.0, (n_members, 30, 4)), axis=2)
+    ind, ood = split_arrays(ind_m), split_arrays(ood_m)
+    got = ood_section(ind, ood, tpr=0.8, scores=scores_for(n_members))
+    y = np.r_[np.zeros(50), np.ones(30)]
+    assert len(got) == 9
+    for name, field in (("total", "total"), ("knowledge", "knowledge"), ("confidence", "neg_confidence")):
+        keys = [f"ood_{k}_{name}" for k in ("auroc", "aupr", "fpr95")]
+        if name not in scores_for(n_members):
+            assert [got[k] for k in keys] == [None, None, None]
+            continue
+        want = _detection_oracle(y, np.r_[getattr(ind, field), getattr(ood, field)], 0.8)
+        assert [got[k] for k in keys] == pytest.approx(list(want), rel=1e-12), name
