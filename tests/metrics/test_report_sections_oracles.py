@@ -17,6 +17,7 @@ from scipy.special import entr, log_softmax, softmax
 from sklearn.metrics import average_precision_score, roc_auc_score, roc_curve
 
 from ubench.metrics.calibrators import ODIR_GRID, cross_validated_calibrators
+from ubench.metrics.decision import cost_matrix_preset
 from ubench.metrics.report_sections import (
     RowSums,
     SplitAccumulator,
@@ -24,10 +25,12 @@ from ubench.metrics.report_sections import (
     calibrated_reliability,
     calibrated_section,
     calibrators_section,
+    in_domain_section,
     ood_histograms,
     ood_section,
     ood_roc_curves,
     scores_for,
+    shift_split_section,
     split_arrays,
 )
 
@@ -470,3 +473,98 @@ def test_ood_section_against_sklearn(n_members):
             continue
         want = _detection_oracle(y, np.r_[getattr(ind, field), getattr(ood, field)], 0.8)
         assert [got[k] for k in keys] == pytest.approx(list(want), rel=1e-12), name
+
+
+# --- a labelled split's sections ---------------------------------------------------------------------------------
+
+def _rejection_oracle(correct, u):
+    """Accuracy of the k = N - r least uncertain samples, r = 0..N-1; the ties at the k-th uncertainty count with
+    their mean accuracy (a uniformly random choice among them, ``rejection_curve``'s convention)."""
+    out = []
+    for r in range(u.size):
+        k = u.size - r
+        t = np.sort(u)[k - 1]
+        below, tie = u < t, u == t
+        out.append((correct[below].sum() + (k - below.sum()) * correct[tie].mean()) / k)
+    return np.array(out)
+
+
+def test_in_domain_section_by_hand():
+    """A labelled in-domain split (3 members, 10 classes, smoothing 0.05, 7 bins, TPR 0.8, URSABench's MNIST cost
+    matrix, the knowledge score left out): misclassification detection (scikit-learn), the mean uncertainties,
+    accuracy-rejection curves at 101 evenly spaced rejected fractions, the reliability diagram of the unsmoothed
+    mean, the Bayes-decision cost of the smoothed mean, top-5 accuracy; no notes. The defaults are the signature's."""
+    members, y = _members(m=3, n=150, c=10, seed=14, zeros=False)
+    s, n = 0.05, 150
+    arrays = split_arrays(members, smoothing=s)
+    kw = dict(bins=7, eps=1e-6, smoothing=s, tpr=0.8)
+    got = in_domain_section(arrays, y, cost_preset="mnist", scores=("total", "confidence"), repeats=2, seed=3, **kw)
+    mean = members.mean(axis=0)
+    correct = mean.argmax(axis=1) == y
+    u = _uncertainties_oracle(members, s)
+    assert got["n_samples"] == n and got["notes"] == []
+    for key, field in (("total", "total"), ("knowledge", None), ("confidence", "neg_confidence")):
+        mis = [got[f"misclassification_{k}_{key}"] for k in ("auroc", "aupr", "fpr95")]
+        if field is None:
+            assert mis == [None, None, None] and got[f"aurc_{key}"] is None and key not in got["rejection_curves"]
+            continue
+        assert mis == pytest.approx(list(_detection_oracle(~correct, u[field], 0.8)), rel=1e-12), key
+        acc = _rejection_oracle(correct, u[field])
+        assert got[f"aurc_{key}"] == pytest.approx(1 - acc.mean(), rel=1e-12)
+        r = np.unique(np.minimum(n - 1, np.round(np.arange(101) / 101 * n).astype(int)))
+        curve = got["rejection_curves"][key]
+        assert curve["rejected_fraction"] == pytest.approx((r / n).tolist(), abs=0)
+        assert curve["accuracy"] == pytest.approx(acc[r].tolist(), rel=1e-12)
+    for key in ("total", "knowledge", "data"):
+        assert got[f"mean_{key}_uncertainty"] == pytest.approx(u[key].mean(), rel=1e-12)
+    _assert_reliability(got["reliability"], _reliability_oracle(mean, y, 7))
+    cost = cost_matrix_preset("mnist")
+    ps = _smoothed(mean, s)
+    # decide argmin_d sum_c p_c cost[c, d], risks within C eps64 max|cost| of the least tied to the lowest d (the
+    # uniform rows); pay cost[y, d]
+    risk = ps @ cost
+    tied = risk <= risk.min(axis=1, keepdims=True) + 10 * np.finfo(float).eps * np.abs(cost).max()
+    paid = cost[y, tied.argmax(axis=1)]
+    assert (got["decision_cost"], got["decision_cost_sum"], got["decision_cost_mean"]) == pytest.approx(
+        (paid.mean(), paid.sum(), paid.mean()), rel=1e-12)
+    assert got["cost_reduction"] == "mean" and got["cost_preset"] == "mnist"
+    top5 = np.argsort(-mean, axis=1)[:, :5]
+    assert got["top5_accuracy"] == pytest.approx(np.mean([y[i] in top5[i] for i in range(n)]), rel=1e-12)
+    assert got["top5_ece"] is not None and got["ece_quantile"] is not None
+    assert got["conformal_coverage"] is not None and got["disagreement"] is not None
+    summed = in_domain_section(arrays, y, cost_preset="mnist", cost_reduction="sum", **kw)
+    assert summed["decision_cost"] == pytest.approx(paid.sum(), rel=1e-12) and summed["cost_reduction"] == "sum"
+    explicit = dict(cost_preset=None, cost_matrix=None, cost_reduction="mean", scores=("total", "knowledge",
+                    "confidence"), conformal_method="aps", conformal_alpha=0.1, repeats=5, seed=0)
+    assert in_domain_section(arrays, y, **kw) == in_domain_section(arrays, y, **kw, **explicit)
+
+
+def test_in_domain_section_notes_when_every_prediction_is_right():
+    """Misclassification detection is undefined without errors: ``None`` and one note saying so."""
+    members, _ = _members(m=2, n=40, c=3, seed=15, zeros=False)
+    y = members.mean(axis=0).argmax(axis=1)
+    got = in_domain_section(split_arrays(members), y, bins=5, eps=1e-6, smoothing=0.0, tpr=0.95, repeats=1)
+    assert got["misclassification_auroc_total"] is None and got["misclassification_fpr95_confidence"] is None
+    assert len(got["notes"]) == 1 and got["notes"][0].startswith("misclassification detection undefined")
+
+
+@pytest.mark.parametrize("n", [1, 2, 60])
+def test_shift_split_section_by_hand(n):
+    """A shifted split (one member, 5 classes): the entropy histogram of the total uncertainty (30 equal bins of
+    [0, log 5], uniform rows in the last), top-5 scores ``None`` with 5 classes, the CV quantities (quantile ECE,
+    conformal) from 2 samples on, one member's diversity ``None``."""
+    members, y = _members(m=1, n=60, c=5, seed=16, zeros=False)
+    members, y = members[:, -n:], y[-n:]
+    got = shift_split_section(split_arrays(members), y, bins=6, eps=1e-6, smoothing=0.0, repeats=2, seed=1)
+    total = entr(members[0]).sum(axis=1)
+    edges = np.linspace(0, np.log(5), 31)
+    assert got["entropy_histogram"]["edges"] == pytest.approx(edges.tolist(), rel=1e-15)
+    assert got["entropy_histogram"]["counts"] == _hist_by_hand(np.clip(total, 0, np.log(5)), edges)
+    assert got["entropy_histogram"]["counts"][-1] >= 1
+    assert got["n_samples"] == n and got["mean_total_uncertainty"] == pytest.approx(total.mean(), rel=1e-12)
+    assert got["top5_accuracy"] is None and got["top5_ece"] is None
+    assert got["disagreement"] is None and got["variation_ratio"] is None
+    assert (got["ece_quantile"] is None) == (n < 2)
+    assert (got["conformal_coverage"] is None) == (got["conformal_set_size"] is None) == (n < 2)
+    _assert_reliability(got["reliability"], _reliability_oracle(members[0], y, 6))
+    assert got["accuracy"] == pytest.approx((members[0].argmax(axis=1) == y).mean(), rel=1e-12)
