@@ -17,6 +17,7 @@ from scipy.special import entr, log_softmax, softmax
 from sklearn.metrics import average_precision_score, roc_auc_score, roc_curve
 
 from ubench.metrics.calibrators import ODIR_GRID, cross_validated_calibrators
+from ubench.metrics.conformal import cross_validated_conformal
 from ubench.metrics.decision import cost_matrix_preset
 from ubench.metrics.report_sections import (
     RowSums,
@@ -25,6 +26,9 @@ from ubench.metrics.report_sections import (
     calibrated_reliability,
     calibrated_section,
     calibrators_section,
+    core_metrics,
+    decision_section,
+    entropy_histogram,
     in_domain_section,
     ood_histograms,
     ood_section,
@@ -555,7 +559,8 @@ def test_shift_split_section_by_hand(n):
     conformal) from 2 samples on, one member's diversity ``None``."""
     members, y = _members(m=1, n=60, c=5, seed=16, zeros=False)
     members, y = members[:, -n:], y[-n:]
-    got = shift_split_section(split_arrays(members), y, bins=6, eps=1e-6, smoothing=0.0, repeats=2, seed=1)
+    got = shift_split_section(split_arrays(members), y, bins=6, eps=1e-6, smoothing=0.0, repeats=2, seed=1,
+                              conformal_method="thr", conformal_alpha=0.25)
     total = entr(members[0]).sum(axis=1)
     edges = np.linspace(0, np.log(5), 31)
     assert got["entropy_histogram"]["edges"] == pytest.approx(edges.tolist(), rel=1e-15)
@@ -568,3 +573,82 @@ def test_shift_split_section_by_hand(n):
     assert (got["conformal_coverage"] is None) == (got["conformal_set_size"] is None) == (n < 2)
     _assert_reliability(got["reliability"], _reliability_oracle(members[0], y, 6))
     assert got["accuracy"] == pytest.approx((members[0].argmax(axis=1) == y).mean(), rel=1e-12)
+    conf, hit = members[0].max(axis=1), members[0].argmax(axis=1) == y
+    curves = got["confidence_curves"]
+    for t, count, acc in zip(curves["thresholds"], curves["count"], curves["accuracy"]):
+        above = conf >= t  # the samples at or above each confidence threshold, and their accuracy
+        assert count == above.sum() and acc == (pytest.approx(hit[above].mean(), rel=1e-12) if above.any() else None)
+    if n >= 2:
+        want = cross_validated_conformal(members[0], y, method="thr", alpha=0.25, n_repeats=2, seed=1)
+        assert (got["conformal_coverage"], got["conformal_set_size"]) == (want.coverage, want.set_size)
+
+
+def _tace_oracle(p, y, bins, threshold=1e-3):
+    """Per class the probabilities above the threshold sorted by (value, hit), cut into ``bins`` bins of
+    n_c // bins (the last takes the remainder; one bin when n_c < bins); sum of |hits - values| over the bins,
+    over N C (the Pitfalls code's normalisation)."""
+    total = 0.0
+    for c in range(p.shape[1]):
+        keep = p[:, c] > threshold
+        v, h = p[keep, c], (y[keep] == c).astype(float)
+        order = np.lexsort((h, v))
+        v, h = v[order], h[order]
+        size = v.size // bins
+        cuts = [0] if size == 0 else [b * size for b in range(bins)]
+        for a, b in zip(cuts, cuts[1:] + [v.size]):
+            total += abs(h[a:b].sum() - v[a:b].sum())
+    return total / (p.shape[0] * p.shape[1])
+
+
+def test_core_metrics_tace_and_ece_by_hand():
+    """The split's TACE and ECE use the protocol's bins (4 here; the default 15 gives another TACE)."""
+    members, y = _members(m=1, n=200, c=4, seed=17, zeros=False)
+    p = members[0, :-6]
+    y = y[:-6]
+    got = core_metrics(p, y, bins=4, eps=1e-6, smoothing=0.0)
+    assert got["tace"] == pytest.approx(_tace_oracle(p, y, 4), rel=1e-12)
+    assert got["ece"] == pytest.approx(_ece(p, y, 4), rel=1e-12)
+    assert abs(_tace_oracle(p, y, 4) - _tace_oracle(p, y, 15)) > 1e-3
+    assert got["accuracy"] == pytest.approx((p.argmax(axis=1) == y).mean(), rel=1e-12)
+    assert got["brier"] == pytest.approx(_brier(p, y), rel=1e-12)
+
+
+def test_decision_section_with_a_given_matrix_by_hand():
+    """A given cost matrix (indexed [true, decided]) instead of a preset: the Bayes decisions of the smoothed
+    probabilities and their cost, summed (URSABench) or averaged; ``cost_preset`` is ``None``; neither: no section."""
+    p = np.array([[0.7, 0.2, 0.1], [0.2, 0.5, 0.3], [0.05, 0.15, 0.8], [0.4, 0.35, 0.25]])
+    y = np.array([0, 2, 2, 1])
+    cost = [[0, 1, 1], [9, 0, 1], [1, 1, 0]]
+    s = 0.3
+    ps = (1 - s) * p + s / 3
+    decided = (ps @ np.array(cost, float)).argmin(axis=1)  # no ties on these rows
+    paid = np.array(cost, float)[y, decided]
+    got = decision_section(p, y, cost_preset=None, cost_matrix=cost, smoothing=s, reduction="sum")
+    assert got == {"decision_cost": pytest.approx(paid.sum()), "decision_cost_sum": pytest.approx(paid.sum()),
+                   "decision_cost_mean": pytest.approx(paid.mean()), "cost_reduction": "sum", "cost_preset": None}
+    assert decided.tolist() != p.argmax(axis=1).tolist()  # the costs, not the argmax, decide here
+    assert decision_section(p, y, cost_preset=None, cost_matrix=None, smoothing=s, reduction="sum") is None
+
+
+def test_in_domain_section_hands_on_the_conformal_settings():
+    """The named conformal method and level reach the split-conformal numbers (as the library function computes
+    them on the split's mean), and the rejection curves sit under ``rejection_curves`` only."""
+    members, y = _members(m=2, n=80, c=4, seed=18, zeros=False)
+    got = in_domain_section(split_arrays(members), y, bins=5, eps=1e-6, smoothing=0.0, tpr=0.95,
+                            conformal_method="thr", conformal_alpha=0.25, repeats=2, seed=5)
+    want = cross_validated_conformal(members.mean(axis=0), y, method="thr", alpha=0.25, n_repeats=2, seed=5)
+    assert (got["conformal_coverage"], got["conformal_set_size"]) == (want.coverage, want.set_size)
+    aps = cross_validated_conformal(members.mean(axis=0), y, method="aps", alpha=0.25, n_repeats=2, seed=5)
+    assert aps.set_size != want.set_size
+    assert "curves" not in got and set(got["rejection_curves"]) == {"total", "knowledge", "confidence"}
+
+
+def test_entropy_histogram_counts_totals_rounded_past_the_range():
+    """30 equal bins of [0, log C]; a total rounded a hair below 0 or past log C still counts (first, last bin)."""
+    c = 4
+    total = np.array([-1e-17, 0.0, 0.5, np.log(c) / 2, np.log(c), np.log(c) + 1e-12])
+    got = entropy_histogram(_scores(total=total, knowledge=np.zeros(6), neg_confidence=np.zeros(6)), c)
+    edges = np.linspace(0, np.log(c), 31)
+    assert got["edges"] == pytest.approx(edges.tolist(), rel=1e-15)
+    assert got["counts"] == _hist_by_hand(np.clip(total, 0, np.log(c)), edges)
+    assert got["counts"][0] == 2 and got["counts"][-1] == 2 and sum(got["counts"]) == 6
