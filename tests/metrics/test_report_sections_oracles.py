@@ -652,3 +652,26 @@ def test_entropy_histogram_counts_totals_rounded_past_the_range():
     assert got["edges"] == pytest.approx(edges.tolist(), rel=1e-15)
     assert got["counts"] == _hist_by_hand(np.clip(total, 0, np.log(c)), edges)
     assert got["counts"][0] == 2 and got["counts"][-1] == 2 and sum(got["counts"]) == 6
+
+
+def test_accumulator_without_the_mean_and_with_two_bad_rows():
+    """Without ``keep_mean`` the means of the row ranges go through a scratch block (``mean_probs`` None, the same
+    uncertainties); the row-sum record keeps the largest deviation over all blocks (member 0, sample 50, 2e-3,
+    after member 1, sample 3, 1e-3) and counts both; float32 members are kept in float32."""
+    members, _ = _members(m=2, n=70, c=3, seed=19, zeros=False)
+    members = members.astype(np.float32)
+    members[1, 3] *= np.float32(1.001)
+    members[0, 50] *= np.float32(1.002)
+    fixed = members.astype(np.float64) / members.sum(axis=2, keepdims=True, dtype=np.float64)
+    acc = SplitAccumulator(*members.shape, smoothing=0.1, keep_mean=False)
+    for start, stop in ((0, 10), (10, 40), (40, 70)):  # a larger block after a smaller one: the scratch grows
+        acc.add(start, members[:, start:stop])
+    got = acc.result()
+    assert got.mean_probs is None and got.member_probs is None
+    for name, want in _uncertainties_oracle(fixed, 0.1).items():
+        np.testing.assert_allclose(getattr(got, name), want, rtol=2e-6, atol=1e-7, err_msg=name)
+    assert (got.row_sums.member, got.row_sums.sample, got.row_sums.n_renormalised) == (0, 50, 2)
+    assert got.row_sums.max_deviation == pytest.approx(2e-3, rel=1e-4)
+    kept = split_arrays(members, keep_members=True).member_probs
+    assert kept.dtype == np.float32
+    np.testing.assert_allclose(kept, fixed, rtol=1e-6)
