@@ -412,7 +412,8 @@ def test_calibrators_section_by_hand():
             assert got[name][key] == pytest.approx(want[key], rel=1e-6, abs=1e-9), (name, key)
     for name in names:
         assert set(got[name]) == {"nll", "brier", "ece", "unconverged_folds"}
-        assert 0 <= got[name]["unconverged_folds"] <= 4 and np.isfinite([got[name][k] for k in ("nll", "brier", "ece")]).all()
+        assert 0 <= got[name]["unconverged_folds"] <= 4
+        assert np.isfinite([got[name][k] for k in ("nll", "brier", "ece")]).all()
 
 
 def test_calibrators_section_odir_by_inner_cv_and_two_samples():
@@ -428,10 +429,11 @@ def test_calibrators_section_odir_by_inner_cv_and_two_samples():
     assert len(sel) == 2 and all(set(d) == {"lambda", "mu", "inner_nll"} for d in sel)
     assert all(d["lambda"] in ODIR_GRID and d["mu"] in ODIR_GRID and np.isfinite(d["inner_nll"]) for d in sel)
     assert cv["dirichlet"]["nll"] != fixed["dirichlet"]["nll"]
-    # one fold's refit stops at its iteration cap here: the count is the library's per-fold record
+    # the count is the library's per-fold record (one of the two refits stops at its iteration cap with
+    # numpy 2.4 / scipy 1.17 here; not asserted, as the iteration count may move with the BLAS)
     lib = cross_validated_calibrators(_smoothed(members, 0.1).mean(axis=0), y, ("dirichlet",), n_repeats=1, seed=0,
                                       eps=1e-3, n_bins=5, odir_lambda="cv")["dirichlet"]
-    assert cv["dirichlet"]["unconverged_folds"] == sum(not f["converged"] for f in lib.folds) == 1
+    assert cv["dirichlet"]["unconverged_folds"] == sum(not f["converged"] for f in lib.folds)
     two = calibrators_section(split_arrays(members[:, :2]), y[:2], **kw)
     assert two is not None and set(two) == {"temperature", "dirichlet"}
     want = _calibrator_oracle(_smoothed(members[:, :2], 0.1).mean(axis=0), y[:2], _temperature_map(1e-3), 1, 0,
