@@ -583,6 +583,10 @@ def test_shift_split_section_by_hand(n):
     if n >= 2:
         want = cross_validated_conformal(members[0], y, method="thr", alpha=0.25, n_repeats=2, seed=1)
         assert (got["conformal_coverage"], got["conformal_set_size"]) == (want.coverage, want.set_size)
+    if n == 60:  # the defaults are the signature's
+        kw = dict(bins=6, eps=1e-6, smoothing=0.0)
+        assert shift_split_section(split_arrays(members), y, **kw) == shift_split_section(
+            split_arrays(members), y, conformal_method="aps", conformal_alpha=0.1, repeats=5, seed=0, **kw)
 
 
 def _tace_oracle(p, y, bins, threshold=1e-3):
