@@ -896,6 +896,44 @@ EQUIVALENT: dict[str, str] = {
        for f, k in (("x__prefix_curves", 31), ("x__prefix_curves", 33), ("x__top1_arrays", 8), ("x__top1_arrays", 11))},
     **{f"ubench.metrics.protocol.x_member_curves__mutmut_{k}":
        "np.arange of Python ints is int64 on numpy 2 (dtype=None or dropped)" for k in (87, 90)},
+    # metrics/report_sections.py (helper rs40's analysis)
+    **{f"ubench.metrics.report_sections.{f}__mutmut_{k}":
+       "smoothing 0 taken as smoothing: _smooth(p, 0) is a float64 copy of the same values"
+       for f, k in (("x_calibrated_reliability", 8), ("x_calibrated_reliability", 32), ("x_calibrated_section", 7),
+                    ("x_calibrated_section", 29), ("x_calibrators_section", 7), ("x_member_curves_section", 3))},
+    **{f"ubench.metrics.report_sections.{f}__mutmut_{k}": "astype(None) and dtype=None are float64"
+       for f, k in (("x_calibrated_reliability", 45), ("x__reliability_from_rows", 2), ("x_core_metrics", 2),
+                    ("x_core_metrics", 61), ("x_misclassification_section", 2), ("x_peer_section", 14),
+                    ("x_peer_section", 17), ("x_peer_section", 32), ("x_peer_section", 77), ("x__float_list", 3),
+                    ("x__float_list", 5), ("xǁSplitAccumulatorǁadd_member_rows", 29),
+                    ("xǁSplitAccumulatorǁadd_member_rows", 31), ("xǁSplitAccumulatorǁadd_member_rows", 45),
+                    ("xǁSplitAccumulatorǁadd_member_rows", 47))},
+    **{f"ubench.metrics.report_sections.x_ood_section__mutmut_{k}":
+       "the OOD labels as float64 instead of int8: read only as a 0/1 mask" for k in (4, 6, 8, 10)},
+    **{f"ubench.metrics.report_sections.xǁSplitAccumulatorǁadd_member_rows__mutmut_{k}": why
+       for k, why in ((37, "votes stored as floats are exact integers, only sorted and compared"),
+                      (39, "votes stored as floats are exact integers, only sorted and compared"),
+                      (74, "axis=+1 of a 2-D array is axis=-1"),
+                      (124, "the partial-row marker is reset before it is read"))},
+    **{f"ubench.metrics.report_sections.x_ood_roc_curves__mutmut_{k}":
+       "the sort kind: ties are collapsed to their last index, so their order does not matter" for k in (22, 24, 27)},
+    **{f"ubench.metrics.report_sections.x_ood_roc_curves__mutmut_{k}":
+       "the guard at the last grid point, where the weight is 0 (the grid ends at FPR 1, the last FPR)"
+       for k in (84, 86, 94)},
+    "ubench.metrics.report_sections.x_dee_cll__mutmut_19": "the bins only change the ECE, which dee_cll discards",
+    **{f"ubench.metrics.report_sections.x_calibrators_section__mutmut_{k}":
+       "the 'fixed' ODIR default renamed: only 'cv' changes what is done" for k in (1, 2)},
+    **{f"ubench.metrics.report_sections.{f}__mutmut_{k}":
+       "the 'aps' default renamed: the conformal kernel takes anything but 'thr'/'raps' as APS, and Protocol "
+       "validates the name" for f, k in (("x_in_domain_section", 3), ("x_in_domain_section", 4),
+                                        ("x_shift_split_section", 1), ("x_shift_split_section", 2))},
+    **{f"ubench.metrics.report_sections.x_decision_section__mutmut_{k}":
+       "the cost matrix's dtype: _check_cost casts a numeric matrix to float64" for k in (10, 12)},
+    "ubench.metrics.report_sections.x_entropy_histogram__mutmut_27":
+        "a clip to edges[-2] instead of edges[-1] still lands in the last bin",
+    **{f"ubench.metrics.report_sections.x_peer_section__mutmut_{k}":
+       "a clip of the confidence to [0, 1]: a validated mean's confidence is already there" for k in (27, 28, 35)},
+    "ubench.metrics.report_sections.x_rejection_section__mutmut_17": "linspace's endpoint=None behaves as False",
     # serve/app.py
     **{f"ubench.serve.app.x__html__mutmut_{k}":
        "a security header's name in another case: HTTP field names are case-insensitive (RFC 9110, 5.1), and "

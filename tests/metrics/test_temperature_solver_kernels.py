@@ -16,7 +16,7 @@ from scipy import special
 
 from ubench.metrics import temperature_solver
 from ubench.metrics.temperature import fit_temperature_from_logits
-from ubench.metrics.temperature_solver import (ShiftedLogs, _row_cumulants, _scaled_row_scores,
+from ubench.metrics.temperature_solver import (ShiftedLogs, _root_from_cumulants, _row_cumulants, _scaled_row_scores,
                                               _scaled_row_scores_multi)
 
 N, C = 53, 7
@@ -129,3 +129,46 @@ def test_shifted_logs_are_log_p_plus_eps_minus_the_row_max_at_any_rows(source, c
         assert np.array_equal(got, whole[key]), key
     if source == "rows":  # a strided slice and an index array are gathered through take_rows
         assert [t.tolist() for t in mean.taken] == [list(range(0, N, 7)), rows.tolist()]
+
+
+# _root_from_cumulants(g, beta0, lo, hi, rtol): the root beta0 + h of the model m(h) = sum_k g[k] h**k / k!,
+# certified when |h| <= 0.1 beta0, |m(h)| <= tol, |g[-1] h**K / K!| <= tol (tol = rtol * beta * g[1]) and
+# lo < beta < hi; with rtol None an estimate whenever it ends inside the bounds. Each case's answer follows from
+# that rule by hand: the models are chosen so their roots are exact binary fractions or known (cubic case A).
+_H = 0.05
+_A = [-(10 * _H + 1.0 * _H**2 / 2 + 0.048 * _H**3 / 6), 10.0, 1.0, 0.048]  # root 0.05; last term 1.0e-6 at it
+ROOT_CASES = {
+    # the last term (1e-6) is within rtol * beta * g1 = 2.05e-6, not within rtol * beta / g1 or rtol / beta * g1
+    "certified cubic": (_A, 2.0, 0.01, 100.0, 1e-7, 2.05),
+    "a step of 0.15 <= 0.1 beta0": ([-0.15, 1.0, 0.0, 0.0], 2.0, 0.01, 100.0, 1e-7, 2.15),
+    "a step of exactly 0.1 beta0": ([-0.25, 1.0, 0.0, 0.0], 2.5, 0.01, 100.0, 1e-7, 2.75),
+    "a step above 0.1 beta0": ([-0.21, 1.0, 0.0, 0.0], 2.0, 0.01, 100.0, 1e-7, None),
+    "an exact root certifies at rtol 0": ([-0.125, 1.0, 0.0, 0.0], 2.0, 0.01, 100.0, 0.0, 2.125),
+    "certified at the upper bound": ([-0.125, 1.0, 0.0, 0.0], 2.0, 0.01, 2.125, 1e-7, None),
+    "certified at the lower bound": ([0.125, 1.0, 0.0, 0.0], 2.25, 2.125, 100.0, 1e-7, None),
+    "an estimate however far": ([-0.5, 1.0, 0.0, 0.0], 2.0, 0.01, 100.0, None, 2.5),
+    "an estimate at the upper bound": ([-0.5, 1.0, 0.0, 0.0], 2.0, 0.01, 2.5, None, None),
+    "an estimate at the lower bound": ([0.5, 1.0, 0.0, 0.0], 3.0, 2.5, 100.0, None, None),
+    "an estimate beyond a bound": ([-0.5, 1.0, 0.0, 0.0], 2.0, 0.01, 2.4, None, None),
+    "a flat model (g1 = 0)": ([0.1, 0.0, 1.0, 0.0], 2.0, 0.01, 100.0, None, None),
+    "a decreasing model": ([0.1, -1.0, 0.0, 0.0], 2.0, 0.01, 100.0, None, None),
+    "a non-finite cumulant": ([-0.1, 1.0, np.inf, 0.0], 2.0, 0.01, 100.0, None, None),
+}
+
+
+@pytest.mark.parametrize("case", sorted(ROOT_CASES))
+def test_root_from_cumulants_certifies_by_its_stated_rule(case):
+    g, beta0, lo, hi, rtol, expected = ROOT_CASES[case]
+    got = _root_from_cumulants(np.array(g), beta0, lo, hi, rtol)
+    if expected is None:
+        assert got is None
+    else:
+        assert got == pytest.approx(expected, rel=1e-13, abs=0)
+
+
+def test_the_certified_cubic_root_is_numpys():
+    """Case A's root against numpy's polynomial roots (its real root nearest 0)."""
+    g = _A
+    roots = np.roots([g[3] / 6, g[2] / 2, g[1], g[0]])
+    h = min((r.real for r in roots if abs(r.imag) < 1e-12), key=abs)
+    assert h == pytest.approx(_H, rel=1e-12)
