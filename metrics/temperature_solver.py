@@ -115,11 +115,12 @@ def _prep_logits(logits: NDArray):
     s = np.empty((n, c), dtype=np.float64)
     lse1 = np.empty(n)
     ones = np.ones(c)
-    for a, b in _row_blocks(n, c):
-        blk = s[a:b]
-        blk[...] = logits[a:b]
-        blk -= blk.max(axis=1, keepdims=True)
-        lse1[a:b] = np.log(np.exp(blk) @ ones)
+    with np.errstate(over="ignore"):  # a row range beyond float64 is refused below, by name
+        for a, b in _row_blocks(n, c):
+            blk = s[a:b]
+            blk[...] = logits[a:b]
+            blk -= blk.max(axis=1, keepdims=True)
+            lse1[a:b] = np.log(np.exp(blk) @ ones)
     if not np.isfinite(lse1.sum()) or not np.isfinite(s.min()):
         raise ValueError("logits differences within a row overflow float64; found a row range above 1.8e308")
     return s, lse1
