@@ -892,6 +892,9 @@ EQUIVALENT: dict[str, str] = {
     "ubench.metrics.protocol.x__member_heldout_nll__mutmut_10":
         "the default order 2 only adds derivatives; element [0], the NLL, is the same",
     "ubench.metrics.protocol.x__post_cv_rows__mutmut_61": "s is not read when the scores are given",
+    **{f"ubench.metrics.protocol.x__label_values_blocked__mutmut_{k}":
+       "the rows of a block (any step, or every block running to the end): each row's label value is read alone"
+       for k in (9, 11, 12, 13, 19, 21)},
     **{f"ubench.metrics.protocol.{f}__mutmut_{k}": "dtype=None and astype(None) are float64"
        for f, k in (("x__prefix_curves", 31), ("x__prefix_curves", 33), ("x__top1_arrays", 8), ("x__top1_arrays", 11))},
     **{f"ubench.metrics.protocol.x_member_curves__mutmut_{k}":

@@ -294,3 +294,34 @@ def test_per_member_full_ensemble_point_equals_cross_validated_calibration():
     curves = member_curves(mp, y, n_orders=1, n_repeats=3, seed=1, placement="per_member")
     res = cross_validated_calibration(mp, y, n_repeats=3, seed=1, placement="per_member")
     assert curves.cll[0, -1] == pytest.approx(res.cll, rel=1e-14, abs=0)
+
+
+def test_cv_splits_defaults_are_five_halvings_of_seed_zero():
+    """``cv_splits(n)`` is ten folds: five permutations from ``default_rng(0)``, each halved (first n // 2 entries
+    form A) and used both ways, halves sorted (the docstring's rule restated with numpy)."""
+    n = 11
+    rng = np.random.default_rng(0)
+    expected = []
+    for _ in range(5):
+        perm = rng.permutation(n)
+        a, b = np.sort(perm[: n // 2]), np.sort(perm[n // 2:])
+        expected += [(a, b), (b, a)]
+    got = protocol.cv_splits(n)
+    assert len(got) == 10
+    for (ga, gb), (ea, eb) in zip(got, expected):
+        assert np.array_equal(ga, ea) and np.array_equal(gb, eb)
+
+
+@pytest.mark.parametrize("kwargs,message", [
+    ({"n_samples": 1}, "n_samples must be an integer >= 2; found 1"),
+    ({"n_samples": 4, "n_repeats": 0}, "n_repeats must be an integer >= 1; found 0"),
+    ({"n_samples": 4, "n_repeats": True}, "n_repeats must be an integer >= 1; found True"),
+    ({"n_samples": 4.0}, "n_samples must be an integer >= 2; found 4.0"),
+    ({"n_samples": 4, "seed": -1}, "seed must be an integer >= 0; found -1"),
+])
+def test_cv_splits_refuses_by_name(kwargs, message):
+    """A bool is not an integer here (True would be one repeat), nor is a float, and each message names its
+    argument."""
+    n = kwargs.pop("n_samples")
+    with pytest.raises(ValueError, match="^" + re.escape(message) + "$"):
+        protocol.cv_splits(n, **kwargs)
