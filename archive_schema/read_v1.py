@@ -142,10 +142,10 @@ def _root_attrs(scan: Scan, f: h5py.File) -> dict[str, Any]:
 def _members(scan: Scan, f: h5py.File, safe: set[str]) -> tuple[MemberInfo, ...] | None:
     """SPEC.md §3: five columns of one length — integer seed, epoch, step; string kind (one of MEMBER_KINDS)
     and info (one JSON object each)."""
-    if "members" not in f or not isinstance(child(f, "members"), h5py.Group):
+    g = child(f, "members") if "members" in f else None
+    if not isinstance(g, h5py.Group):
         scan.add("/members", "missing-group", "required group is missing")
         return None
-    g = f["members"]
     _kind(scan, g, "/members", "members")
     cap = scan.limits.max_members
     cols: dict[str, Any] = {}
@@ -236,10 +236,10 @@ def _diagnostics(scan: Scan, f: h5py.File) -> dict[str, Any] | None:
 
 def _splits_group(scan: Scan, f: h5py.File) -> h5py.Group | None:
     """SPEC.md §4: ``/splits`` exists, is a group of kind ``splits`` with 1 to ``max_splits`` members."""
-    if "splits" not in f or not isinstance(child(f, "splits"), h5py.Group):
+    sg = child(f, "splits") if "splits" in f else None
+    if not isinstance(sg, h5py.Group):
         scan.add("/splits", "missing-group", "required group is missing")
         return None
-    sg = f["splits"]
     _kind(scan, sg, "/splits", "splits")
     if len(sg) == 0:
         scan.add("/splits", "empty", "an archive needs at least one split")
