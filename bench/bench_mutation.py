@@ -886,10 +886,24 @@ EQUIVALENT: dict[str, str] = {
        "the rows and beta0 parameters: no caller passes them (fit_ensemble_temperature fits on all rows from "
        "T = 1), so rows is always None and beta0 always None" for k in (2, 23, 28, 34, 35)},
     # metrics/protocol.py
-    "ubench.metrics.protocol.x__member_fit_half__mutmut_40":
-        "beta >= 1.0 instead of > 1.0 at a bound: _check_bounds keeps t_min < 1 < t_max, so a bound's beta is never 1",
+    **{f"ubench.metrics.protocol.{f}__mutmut_{k}":
+       "beta >= 1.0 instead of > 1.0 at a bound: _check_bounds keeps t_min < 1 < t_max, so a bound's beta is never 1"
+       for f, k in (("x__member_fit_half", 39), ("x__post_fold_fits", 154))},
+    **{f"ubench.metrics.protocol.x__post_fold_fits__mutmut_{k}":
+       "the start of a safeguarded Newton solve on the post NLL, which is convex in 1/T (log-sum-exp minus a linear "
+       "term): the same optimum from any start, to the solver's tolerance" for k in (48, 144, 145)},
+    **{f"ubench.metrics.protocol.x__post_fold_fits__mutmut_{k}":
+       "every coefficient of the folds' Taylor models scaled by one positive factor (2, or the row count squared): "
+       "the same roots, and the certificate's tolerance rtol * beta * g1 scales with them" for k in (56, 57, 62, 63)},
+    "ubench.metrics.protocol.x__post_fold_fits__mutmut_53":
+        "one more row of weights, left zero and never read (g[i] for the folds, g[-1] the all-rows row)",
+    "ubench.metrics.protocol.x__post_fold_fits__mutmut_76": "_row_cumulants' default order is 5, _CUMULANT_ORDER",
+    "ubench.metrics.protocol.x__post_fold_fits__mutmut_114":
+        "the re-expansion point (the last fold's estimated optimum instead of the whole set's): every fold is then "
+        "certified from it or fitted exactly, so only the number of passes could change, and in the sets of "
+        "tests/metrics/test_protocol_fold_fit_path.py (which counts them) it does not",
     "ubench.metrics.protocol.x__member_halves__mutmut_4": "s_y is always 2-D: shape[+1] is shape[-1]",
-    "ubench.metrics.protocol.x__member_heldout_nll__mutmut_10":
+    "ubench.metrics.protocol.x__member_heldout_nll__mutmut_9":
         "the default order 2 only adds derivatives; element [0], the NLL, is the same",
     "ubench.metrics.protocol.x__post_cv_rows__mutmut_61": "s is not read when the scores are given",
     **{f"ubench.metrics.protocol.x__label_values_blocked__mutmut_{k}":
