@@ -882,9 +882,19 @@ EQUIVALENT: dict[str, str] = {
         "one more raw-moment row, never written and never read (the cumulants use rows 0..order)",
     "ubench.metrics.temperature_solver.x__scaled_row_scores__mutmut_60":
         "einsum labels in upper case ('IJ,IJ->I') name the same contraction",
-    **{f"ubench.metrics.temperature_solver.x__fit_per_member__mutmut_{k}":
-       "the rows and beta0 parameters: no caller passes them (fit_ensemble_temperature fits on all rows from "
-       "T = 1), so rows is always None and beta0 always None" for k in (2, 23, 28, 34, 35)},
+    "ubench.metrics.temperature_solver.x__mean_cumulants__mutmut_24": "astype(None) is astype(float64)",
+    **{f"ubench.metrics.temperature_solver.x__softmax_scaled__mutmut_{k}":
+       "the max over every axis instead of the classes': every row of s has max 0 and beta > 0, so every row of "
+       "beta * s, and the whole array, has max 0" for k in (10, 12)},
+    "ubench.metrics.temperature_solver.x__root_from_cumulants__mutmut_2":
+        "every coefficient of the model halved (fact starts at 2): the same Newton iterates, and each certificate "
+        "test compares two quantities that both halve (tol = rtol * beta * coef[1]); halving is exact in binary",
+    "ubench.metrics.temperature_solver.x__shifted_pass__mutmut_29":
+        "z1 allocated when with_t1 is False: it is never written or read then (memory only)",
+    **{f"ubench.metrics.temperature_solver.{f}__mutmut_{k}":
+       "blocks of at least 2 rows (only past 2^15 or 2^17 classes) or a block starting at every row: each row's "
+       "numbers are computed alone, the same in any block (a row written twice gets the same value twice)"
+       for f, k in (("x__shifted_pass", 8), ("x__scaled_row_scores_multi", 12), ("x__scaled_row_scores_multi", 27))},
     # metrics/protocol.py
     **{f"ubench.metrics.protocol.{f}__mutmut_{k}":
        "beta >= 1.0 instead of > 1.0 at a bound: _check_bounds keeps t_min < 1 < t_max, so a bound's beta is never 1"

@@ -83,6 +83,37 @@ def test_scaled_row_scores_at_several_temperatures_equal_one_at_a_time(blocks):
         assert np.array_equal(log_z[r], one_z) and np.array_equal(sq[r], one_sq)
 
 
+@pytest.mark.parametrize("order", [1, 2, 3, 4, 5])
+@pytest.mark.parametrize("chunk", [8, 1 << 13])  # 53 rows: seven chunks with a shorter last one, or one chunk
+def test_mean_cumulants_of_every_order_from_raw_row_sums(order, chunk):
+    """``_mean_cumulants(mom)``: the means over rows of log mom[0], of the cumulants 1..order of s under
+    p = softmax(beta s) and of r2 = mom[2] / mom[0], from the raw sums mom[k] = sum_c exp(beta s) s**k. Oracle:
+    each row's cumulants from its central moments (scipy's softmax), averaged with NumPy."""
+    s, beta = _shifted_logs(6), 1.3
+    e = np.exp(beta * s)
+    mom = np.stack([(e * s**k).sum(axis=1) for k in range(order + 1)])
+    g, mean_log_z, mean_r2 = temperature_solver._mean_cumulants(mom, rows=chunk)
+    want = _cumulants(s, beta)
+    assert g.shape == (order,)
+    np.testing.assert_allclose(g, [want[k].mean() for k in range(1, order + 1)], rtol=1e-9, atol=1e-12)
+    assert mean_log_z == pytest.approx(want[0].mean(), rel=1e-12)
+    if order >= 2:
+        assert mean_r2 == pytest.approx(np.mean(mom[2] / mom[0]), rel=1e-12)
+
+
+@pytest.mark.parametrize("beta", [0.7, np.array([0.5, 1.0, 2.0, 4.0])])
+def test_softmax_scaled_on_a_member_stack_with_a_class_never_on_top(beta):
+    """softmax(beta s) on the last axis of (M, N, C) ``s`` (rows of max 0), beta a scalar or one per class, where
+    the last class tops no row: a max over another axis than the classes would move that class's probability."""
+    rng = np.random.default_rng(8)
+    z = rng.normal(size=(2, 6, 4))
+    z[..., 3] -= 6.0
+    s = np.log(special.softmax(z, axis=-1))
+    s -= s.max(axis=-1, keepdims=True)
+    got = temperature_solver._softmax_scaled(s, beta)
+    np.testing.assert_allclose(got, special.softmax(beta * s, axis=-1), rtol=1e-12, atol=0)
+
+
 def test_logits_whose_row_range_overflows_are_refused_by_name():
     """Finite logits whose difference within a row is not (1e308 - (-1e308)): the shifted row holds -inf while its
     log-sum-exp stays finite (exp(-inf) = 0), so only the row-range check sees it."""
