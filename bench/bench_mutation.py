@@ -947,6 +947,9 @@ EQUIVALENT: dict[str, str] = {
     **{f"ubench.metrics.report_sections.x_ood_roc_curves__mutmut_{k}":
        "the guard at the last grid point, where the weight is 0 (the grid ends at FPR 1, the last FPR)"
        for k in (84, 86, 94)},
+    **{f"ubench.metrics.report_sections.xǁSplitAccumulatorǁ_mean_rows__mutmut_{k}":
+       "when the scratch block is (re)allocated and how many rows it has: it always has at least the range's rows, "
+       "and only its first stop - start rows are used" for k in (4, 5, 6, 9)},
     "ubench.metrics.report_sections.x_dee_cll__mutmut_19": "the bins only change the ECE, which dee_cll discards",
     **{f"ubench.metrics.report_sections.x_calibrators_section__mutmut_{k}":
        "the 'fixed' ODIR default renamed: only 'cv' changes what is done" for k in (1, 2)},

@@ -183,6 +183,7 @@ class SplitAccumulator:
     smoothing : central smoothing weight of every member before the uncertainties (0 = none).
     keep_members : also keep the member stack (M, N, C) in ``dtype`` (for per-member placement, member curves).
     dtype : storage dtype of the kept members.
+    keep_mean : hold the mean (N, C) float64 for ``result().mean_probs`` (else None: a split too large for it).
 
     Blocks are assumed validated (the archive reader's value checks run on the same blocks). Each block's rows
     are renormalised first (:data:`RENORMALISE_ABOVE`), so everything below sees rows that sum to 1.
@@ -192,7 +193,6 @@ class SplitAccumulator:
                  keep_members: bool = False, dtype: type | np.dtype = np.float32, keep_mean: bool = True):
         self.gamma = float(smoothing)
         self.shape = (int(n_members), int(n_samples), int(n_classes))
-        self.dtype = np.dtype(dtype)
         # Without keep_mean (a split whose mean does not fit memory) each block's mean lives in a scratch buffer
         # and the result's mean_probs is None: the caller reads the mean again when a section needs it.
         self._mean = np.empty((n_samples, n_classes), dtype=np.float64) if keep_mean else None

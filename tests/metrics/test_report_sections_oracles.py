@@ -681,3 +681,25 @@ def test_accumulator_without_the_mean_and_with_two_bad_rows():
     kept = split_arrays(members, keep_members=True).member_probs
     assert kept.dtype == np.float32
     np.testing.assert_allclose(kept, fixed, rtol=1e-6)
+
+
+@pytest.mark.parametrize("path", ["whole", "member_rows"])
+def test_two_members_have_their_votes_and_ranges_go_through_the_scratch(path):
+    """Two members are enough for the vote diversity: disagreement is 1 where their top-1 classes differ, else 0,
+    and the variation ratio 1 - (modal count) / 2 is 1/2 or 0. Without ``keep_mean`` the row ranges' means go
+    through a scratch block sized by the first range (25 rows), which must serve a shorter last one (20 rows)."""
+    members, _ = _members(m=2, n=70, c=3, seed=21, zeros=False)
+    acc = SplitAccumulator(*members.shape, keep_mean=False)
+    for start, stop in ((0, 25), (25, 50), (50, 70)):
+        if path == "whole":
+            acc.add(start, members[:, start:stop])
+        else:
+            for j in range(2):
+                acc.add_member_rows(start, j, members[j, start:stop])
+    got = acc.result()
+    differ = (members[0].argmax(axis=1) != members[1].argmax(axis=1)).astype(float)
+    assert 0 < differ.sum() < 70  # both cases occur
+    np.testing.assert_array_equal(got.disagreement, differ)
+    np.testing.assert_array_equal(got.variation_ratio, differ / 2)
+    for name, want in _uncertainties_oracle(members, 0.0).items():
+        np.testing.assert_allclose(getattr(got, name), want, rtol=1e-12, atol=1e-14, err_msg=name)
