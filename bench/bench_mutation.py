@@ -889,6 +889,8 @@ EQUIVALENT: dict[str, str] = {
     "ubench.metrics.temperature_solver.x__root_from_cumulants__mutmut_2":
         "every coefficient of the model halved (fact starts at 2): the same Newton iterates, and each certificate "
         "test compares two quantities that both halve (tol = rtol * beta * coef[1]); halving is exact in binary",
+    "ubench.metrics.temperature_solver.x__fit_scalar__mutmut_28":
+        "beta >= 1.0 instead of > 1.0 at a bound: _check_bounds keeps t_min < 1 < t_max, so a bound's beta is never 1",
     "ubench.metrics.temperature_solver.x__shifted_pass__mutmut_29":
         "z1 allocated when with_t1 is False: it is never written or read then (memory only)",
     **{f"ubench.metrics.temperature_solver.{f}__mutmut_{k}":

@@ -83,6 +83,30 @@ def test_separable_fold_hits_lower_bound():
     assert np.isfinite(fit.nll_after) and 0.0 <= fit.nll_after < fit.nll_before
 
 
+@pytest.mark.parametrize("t_min", [0.3, 0.6])
+@pytest.mark.parametrize("placement", ["post", "per_member"])
+def test_an_optimum_below_t_min_is_reported_at_t_min(placement, t_min):
+    """Underconfident predictions (T* ~ 0.18, found with the default bounds): with t_min above the optimum the fit
+    reports t_min exactly and hit_bound, whatever t_min's 1/T (3.3 or 1.7: the side of the bound is chosen by
+    1/T > 1, never by a larger threshold)."""
+    rng = np.random.default_rng(7)
+    y = rng.integers(0, 5, 400)
+    z = rng.normal(size=(400, 5))
+    z[np.arange(400), y] += 2.0
+    p = softmax64(0.35 * z)
+    members = np.stack([p, softmax64(0.33 * z)])
+
+    def fit(**bounds):
+        if placement == "per_member":
+            return fit_ensemble_temperature(members, y, placement="per_member", **bounds)
+        return fit_temperature(p, y, **bounds)
+
+    free = fit()
+    assert 0.1 < free.temperature < 0.3 and not free.hit_bound
+    at = fit(bounds=(t_min, 100.0))
+    assert (at.temperature, at.hit_bound) == (t_min, True)
+
+
 def test_uniform_probs_keep_t_one():
     """Uniform rows: every T gives log C, the fit stays at T = 1 and reports no bound."""
     fit = fit_temperature(np.full((5, 3), 1 / 3), np.array([0, 1, 2, 0, 1]))
