@@ -15,11 +15,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from scipy import optimize
 from test_temperature_fast import _nll, _problem
 
 from ubench.metrics import temperature_solver as S
 from ubench.metrics.temperature import fit_temperature_from_logits
-from scipy import optimize
 
 N = 4 * S._WARM_START_ROWS
 
