@@ -58,8 +58,8 @@ def test_a_far_start_takes_a_second_pass_and_returns_the_certified_root(monkeypa
 
 
 def test_an_optimum_within_the_bounds_near_t_max_is_the_fast_paths():
-    """T* about 22 (labels barely informative) with t_max = 40: inside the interval, above t_max / 2, so the fast path answers
-    (a search interval halved at its top would send it to the float64 solver, which says "newton")."""
+    """T* about 22 (labels barely informative) with t_max = 40: inside the interval, above t_max / 2, so the fast
+    path answers (a search interval halved at its top would send it to the float64 solver, which says "newton")."""
     z, y = _problem(1, 3.0, 0.4, 0.0, n=N, c=20)
     t_ref, _ = _oracle(z, y, (0.01, 40.0))
     assert 20.0 < t_ref < 40.0
