@@ -30,6 +30,11 @@ in the stats run (fast killers first; the same tests run). A unit is one module;
 counts, score and mutant-testing minutes go to ``bench/results/bench_mutation.json`` (its row replaced, the
 others kept), rendered by ``bench/render.py``.
 
+Verdicts outlive the work folder: after each run (or ``--collect``) every unit's verdicts and test times are written
+to ``bench/results/mutation/verdicts.json`` (by function, with mutmut's hash of its source), and a run on a fresh
+work folder puts them back into mutmut's tables for the functions whose hash is unchanged, so it tests only what
+changed or was never checked (plus the shard's stats run).
+
 Score: killed / (mutants - equivalent). "No tests" (no selected test reaches the function) and timeouts count as
 not killed. :data:`EQUIVALENT` lists the mutants judged equivalent (no input can tell them apart), each with why;
 mutmut's names number the mutants of a function, so an entry is re-checked when its function changes.
@@ -1155,8 +1160,73 @@ def _sha(module: str) -> str:
 
 
 def _verdicts(shard_dir: Path, module: str) -> dict[str, int | None]:
-    meta = shard_dir / "mutants" / "ubench" / (module + ".meta")
+    meta = _meta_path(shard_dir, module)
     return json.loads(meta.read_text())["exit_code_by_key"] if meta.exists() else {}
+
+
+#: Every unit's verdicts, kept in the repository so that a run on a fresh machine (an empty workdir) re-tests only
+#: what changed: unit -> function (mutmut's key) -> {"hash": mutmut's hash of its source, "codes": exit code of
+#: mutant k + 1 (None: not checked), "seconds": its test time}. Restored into mutmut's table only where the
+#: function's hash is unchanged, as mutmut itself keeps a verdict; tests added since can only turn a survivor into
+#: a kill, which ``--survivors`` re-tests.
+VERDICTS = RESULTS_DIR / "mutation" / "verdicts.json"
+
+
+def _meta_path(shard_dir: Path, module: str) -> Path:
+    return shard_dir / "mutants" / "ubench" / (module + ".meta")
+
+
+def _split_key(module: str, key: str) -> tuple[str, int]:
+    """'ubench.serve.app.x__page__mutmut_12' -> ('x__page', 12)."""
+    function, number = key.removeprefix(_unit_of("", module) + ".").rsplit("__mutmut_", 1)
+    return function, int(number)
+
+
+def _load_verdicts() -> dict:
+    return json.loads(VERDICTS.read_text()) if VERDICTS.exists() else {}
+
+
+def _save_verdicts(shard_dir: Path, module: str) -> None:
+    """Record the unit's verdicts and test times from mutmut's table (the unit's entry replaced)."""
+    meta = json.loads(_meta_path(shard_dir, module).read_text())
+    functions: dict[str, dict] = {}
+    for key, code in sorted(meta["exit_code_by_key"].items(), key=lambda kv: _split_key(module, kv[0])):
+        function, number = _split_key(module, key)
+        f = functions.setdefault(function, {"hash": meta["hash_by_function_name"].get(function), "codes": [],
+                                            "seconds": []})
+        f["codes"] += [None] * (number - len(f["codes"]))
+        f["seconds"] += [None] * (number - len(f["seconds"]))
+        f["codes"][number - 1] = code
+        seconds = meta.get("durations_by_key", {}).get(key)
+        f["seconds"][number - 1] = None if seconds is None else round(seconds, 1)
+    everything = _load_verdicts()
+    everything[module] = functions
+    VERDICTS.parent.mkdir(parents=True, exist_ok=True)
+    VERDICTS.write_text(json.dumps(everything, sort_keys=True, separators=(",", ":")) + "\n")
+
+
+def _restore_verdicts(shard_dir: Path, module: str) -> int:
+    """Fill mutmut's table with the recorded verdicts of the functions whose hash is unchanged, for the mutants it
+    has none for; returns how many were filled."""
+    path = _meta_path(shard_dir, module)
+    recorded = _load_verdicts().get(module)
+    if not (recorded and path.exists()):
+        return 0
+    meta = json.loads(path.read_text())
+    durations = meta.setdefault("durations_by_key", {})
+    filled = 0
+    for key, code in meta["exit_code_by_key"].items():
+        function, number = _split_key(module, key)
+        f = recorded.get(function)
+        if (code is not None or f is None or f["hash"] != meta["hash_by_function_name"].get(function)
+                or number > len(f["codes"]) or f["codes"][number - 1] is None):
+            continue
+        meta["exit_code_by_key"][key] = f["codes"][number - 1]
+        if f["seconds"][number - 1] is not None:
+            durations[key] = f["seconds"][number - 1]
+        filled += 1
+    path.write_text(json.dumps(meta))
+    return filled
 
 
 def _row(shard: str, module: str, codes: dict, minutes: float, before: list[float]) -> dict:
@@ -1253,6 +1323,10 @@ def _run_shard(shard: str, modules: list[str], workdir: Path, max_children: int,
             stats.unlink(missing_ok=True)
             marker.write_text(json.dumps(sources))
         _generate(shard_dir, env, max_children)
+        for module in units:
+            filled = _restore_verdicts(shard_dir, module)
+            if filled:
+                print(f"[{shard}] {module}: {filled} verdicts restored from {VERDICTS.relative_to(ROOT)}", flush=True)
     before = loadavg()
     if not collect:
         # One mutmut run for all the chosen units: its clean run of their tests (and the check that a forced
@@ -1271,6 +1345,7 @@ def _run_shard(shard: str, modules: list[str], workdir: Path, max_children: int,
         if not codes:
             print(f"[{shard}] {module}: no verdicts in {shard_dir} yet", flush=True)
             continue
+        _save_verdicts(shard_dir, module)
         row = _row(shard, module, codes, _minutes(shard_dir, module, max_children), before)
         previous = next((r for r in _load_rows() if r["module"] == module), None)
         if collect and previous is not None and previous["sha256"] == row["sha256"]:
@@ -1287,7 +1362,7 @@ def _run_shard(shard: str, modules: list[str], workdir: Path, max_children: int,
 def _minutes(shard_dir: Path, module: str, max_children: int) -> float:
     """The unit's mutant-testing time: mutmut's wall time per mutant (its last verdict), summed, over the
     ``max_children`` run at once; without the shard's shared stats and clean runs."""
-    meta = shard_dir / "mutants" / "ubench" / (module + ".meta")
+    meta = _meta_path(shard_dir, module)
     durations = json.loads(meta.read_text()).get("durations_by_key", {}) if meta.exists() else {}
     return sum(durations.values()) / max_children / 60
 

@@ -5,6 +5,7 @@ is not in CI)."""
 from __future__ import annotations
 
 import importlib.util
+import json
 import tomllib
 from pathlib import Path
 
@@ -92,3 +93,34 @@ def test_also_copy_covers_every_other_file_and_no_unit(bench, shard):
     for f in bench._repo_files() - set(units):
         covering = [e for e in entries if f == e or f.startswith(e + "/")]
         assert len(covering) == 1, (f, covering)
+
+
+def test_verdicts_survive_a_fresh_workdir_only_for_unchanged_functions(bench, monkeypatch, tmp_path):
+    """The verdicts kept in the repository refill mutmut's table on a fresh machine: a function whose hash is
+    unchanged gets its mutants' codes and times back (a gap in the numbering stays unchecked), a changed function
+    and a mutant with no record keep None, and a verdict mutmut already has is not overwritten."""
+    monkeypatch.setattr(bench, "VERDICTS", tmp_path / "kept" / "verdicts.json")
+    module, p = "serve/app.py", "ubench.serve.app."
+    meta = tmp_path / "run" / "mutants" / "ubench" / "serve" / "app.py.meta"
+    meta.parent.mkdir(parents=True)
+    meta.write_text(json.dumps({
+        "exit_code_by_key": {p + "x__page__mutmut_1": 1, p + "x__page__mutmut_3": 0, p + "x__html__mutmut_1": 1,
+                             p + "xǁBoardǁrow__mutmut_2": 33},
+        "hash_by_function_name": {"x__page": "aa", "x__html": "bb", "xǁBoardǁrow": "cc"},
+        "durations_by_key": {p + "x__page__mutmut_1": 6.46, p + "x__page__mutmut_3": 60.04}}))
+    bench._save_verdicts(tmp_path / "run", module)
+    kept = json.loads(bench.VERDICTS.read_text())[module]
+    assert kept["x__page"] == {"hash": "aa", "codes": [1, None, 0], "seconds": [6.5, None, 60.0]}
+    assert kept["xǁBoardǁrow"] == {"hash": "cc", "codes": [None, 33], "seconds": [None, None]}
+
+    fresh = tmp_path / "fresh" / "mutants" / "ubench" / "serve" / "app.py.meta"
+    fresh.parent.mkdir(parents=True)
+    keys = [p + k for k in ("x__page__mutmut_1", "x__page__mutmut_2", "x__page__mutmut_3", "x__page__mutmut_4",
+                            "x__html__mutmut_1", "xǁBoardǁrow__mutmut_2")]
+    fresh.write_text(json.dumps({"exit_code_by_key": {**dict.fromkeys(keys), p + "xǁBoardǁrow__mutmut_2": 1},
+                                 "hash_by_function_name": {"x__page": "aa", "x__html": "changed", "xǁBoardǁrow": "cc"}}))
+    assert bench._restore_verdicts(tmp_path / "fresh", module) == 2
+    got = json.loads(fresh.read_text())
+    assert [got["exit_code_by_key"][k] for k in keys] == [1, None, 0, None, None, 1]
+    assert got["durations_by_key"] == {p + "x__page__mutmut_1": 6.5, p + "x__page__mutmut_3": 60.0}
+    assert bench._restore_verdicts(tmp_path / "elsewhere", module) == 0  # no table there: nothing to fill
