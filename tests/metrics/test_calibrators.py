@@ -379,8 +379,10 @@ def test_select_odir_counts_the_capped_folds_and_scores_with_eps():
 def test_select_odir_capped_counts_every_fold_that_stopped_at_the_cap():
     """Separable-ish data (the true class's logit + 3): some (λ, μ) fits stop at the iteration cap in some folds.
     The grid's 4th entry is, per pair, the number of folds whose fit (``fit_calibrator`` on the fold's fitting
-    part) reports ``converged`` False: 1 and 2 of 3 here, so a count that keeps only the last fold, or subtracts,
-    is caught."""
+    part) reports ``converged`` False. Which folds stop at the cap moves with scipy's L-BFGS-B (1 and 2 of 3 when
+    this test was written, 0 and 2 with scipy 1.17.1), so the guard asks only for what catches the slips: a count of at least 2
+    (a count that keeps only the last fold gives at most 1) that is not every fold (a count of "any fold" gives 3);
+    a count that subtracts (converged folds) gives 3 - k, never k for 3 folds."""
     rng = np.random.default_rng(0)
     y = rng.integers(0, 3, 60)
     logits = rng.normal(size=(60, 3))
@@ -390,7 +392,7 @@ def test_select_odir_capped_counts_every_fold_that_stopped_at_the_cap():
     want = [sum(not fit_calibrator("dirichlet", p[fit], y[fit], odir_lambda=lam, odir_mu=mu).params["converged"]
                 for fit, _ in odir_inner_folds(60, 3, 0)) for lam, mu, _, _ in sel["grid"]]
     assert [row[3] for row in sel["grid"]] == want
-    assert 1 in want and 2 in want
+    assert any(2 <= k < 3 for k in want)
 
 
 def test_affine_fits_emit_no_warning():
