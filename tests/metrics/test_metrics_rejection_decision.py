@@ -139,7 +139,7 @@ def test_tie_tolerance_is_relative_to_the_cost_scale():
     """The tie tolerance C eps max|cost| scales with the costs, so decisions do not depend on the cost unit. Costs
     whose two risks differ by a relative 1e-12 (exactly, in fractions): the smaller risk wins at every scale
     (at 1e-3 they are 5e-16 apart, far above the tolerance 4e-19 and below 2 eps / 1e-3); risks equal in exact
-    arithmetic tie at every scale (to the lowest index)., and exact ties (uniform rows) still go to the lowest index at 1e6."""
+    arithmetic tie at every scale (to the lowest index), and exact ties (uniform rows) still go to the lowest index at 1e6."""
     from fractions import Fraction
 
     p = np.array([[0.5, 0.5]])
@@ -151,12 +151,16 @@ def test_tie_tolerance_is_relative_to_the_cost_scale():
         uniform = np.full((2, 7), 1.0 / 7)
         np.testing.assert_array_equal(M.bayes_decisions(uniform, scale * (1.0 - np.eye(7))), 0)
     # A circulant cost (column h is v rolled by h): every column sums to sum(v), so uniform rows tie exactly, but
-    # the float risks of costs up to 1e6 differ by 6e-11 (the 4th is lowest); within 7 eps 1e6 = 1.5e-9, tied.
-    v = np.random.default_rng(0).uniform(0.0, 1e6, 7)
-    circulant = np.stack([np.roll(v, h) for h in range(7)], axis=1)
+    # the float risks of costs up to 1e6 differ by up to 1.2e-10, within 7 eps 1e6 = 1.5e-9: tied, decided 0.
+    # Which float risk is lowest depends on the BLAS's summation order, so the test keeps the costs (of 20 draws)
+    # whose plain float argmin is not 0 on this machine (12 with numpy 2.4.6), and asks for several.
     uniform = np.full((1, 7), 1.0 / 7)
-    assert np.argmin(uniform @ circulant) != 0
-    assert M.bayes_decisions(uniform, circulant).tolist() == [0]
+    circulants = [np.stack([np.roll(v, h) for h in range(7)], axis=1)
+                  for v in (np.random.default_rng(seed).uniform(0.0, 1e6, 7) for seed in range(20))]
+    untied = [c for c in circulants if np.argmin(uniform @ c) != 0]
+    assert len(untied) >= 3
+    for circulant in untied:
+        assert M.bayes_decisions(uniform, circulant).tolist() == [0]
 
 
 def test_bayes_decisions_over_several_row_blocks_equal_the_argmin():
