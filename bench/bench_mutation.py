@@ -1348,8 +1348,10 @@ def _run_shard(shard: str, modules: list[str], workdir: Path, max_children: int,
         _save_verdicts(shard_dir, module)
         row = _row(shard, module, codes, _minutes(shard_dir, module, max_children), before)
         previous = next((r for r in _load_rows() if r["module"] == module), None)
-        if collect and previous is not None and previous["sha256"] == row["sha256"]:
-            # nothing ran: keep the last run's load and date (not those of a run over another version of the source)
+        if collect and previous is not None and all(previous[k] == row[k] for k in ("sha256", "killed", "survived",
+                                                                                  "no_tests", "not_checked")):
+            # nothing ran: keep the last run's load and date (not those of a run over another version of the source,
+            # nor those of an earlier run when this one, on a fresh work folder, decided other mutants)
             row.update({k: previous[k] for k in ("load_before", "load_after", "date")})
         # merge into the rows on disk now: another shard may have written its rows since this run started
         rows[:] = sorted([r for r in _load_rows() if r["module"] != module] + [row],

@@ -152,8 +152,9 @@ def test_tie_tolerance_is_relative_to_the_cost_scale():
         np.testing.assert_array_equal(M.bayes_decisions(uniform, scale * (1.0 - np.eye(7))), 0)
     # A circulant cost (column h is v rolled by h): every column sums to sum(v), so uniform rows tie exactly, but
     # the float risks of costs up to 1e6 differ by up to 1.2e-10, within 7 eps 1e6 = 1.5e-9: tied, decided 0.
-    # Which float risk is lowest depends on the BLAS's summation order, so the test keeps the costs (of 20 draws)
-    # whose plain float argmin is not 0 on this machine (12 with numpy 2.4.6), and asks for several.
+    # Which float risk is lowest follows the BLAS kernels' summation order (the machine's CPU), so the test keeps
+    # the costs (of 20 draws) whose plain float argmin is not 0 on the machine at hand (12 where this was written)
+    # and asks for several.
     uniform = np.full((1, 7), 1.0 / 7)
     circulants = [np.stack([np.roll(v, h) for h in range(7)], axis=1)
                   for v in (np.random.default_rng(seed).uniform(0.0, 1e6, 7) for seed in range(20))]
