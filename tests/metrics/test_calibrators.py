@@ -381,9 +381,9 @@ def test_select_odir_capped_counts_every_fold_that_stopped_at_the_cap():
     The grid's 4th entry is, per pair, the number of folds whose fit (``fit_calibrator`` on the fold's fitting
     part) reports ``converged`` False. Which folds stop at the cap follows the last bits of L-BFGS-B's iterates,
     which follow the machine's BLAS kernels (1 and 2 of 3 where this test was written, 0 and 2 on another 2-core
-    machine with the same scipy 1.17.1 and numpy 2.4.6), so the guard asks only for what catches the slips: a count of at least 2
-    (a count that keeps only the last fold gives at most 1) that is not every fold (a count of "any fold" gives 3);
-    a count that subtracts (converged folds) gives 3 - k, never k for 3 folds."""
+    machine with the same scipy 1.17.1 and numpy 2.4.6), so the guard asks only for what catches the slips: a
+    count of at least 2 (a count that keeps only the last fold gives at most 1) that is not every fold (a count of
+    "any fold" gives 3); a count that subtracts (converged folds) gives 3 - k, never k for 3 folds."""
     rng = np.random.default_rng(0)
     y = rng.integers(0, 3, 60)
     logits = rng.normal(size=(60, 3))
