@@ -126,25 +126,21 @@ def _two_temperature_set(n, c, stride, sharp, flat):
     return softmax64(scale[:, None] * z)[None], y
 
 
-def test_at_most_three_passes_then_the_exact_solver_for_the_folds_left(monkeypatch):
-    """3,000 rows of two temperatures: three passes certify two of the four folds and stop (the docstring's "up to
-    two more passes"); the other two are fitted exactly."""
-    mp, y = _two_temperature_set(3000, 4, 2, 2.0, 0.8)
+@pytest.mark.parametrize("n, stride, sharp, flat, passes, exact", [(3000, 2, 2.0, 0.8, 3, (1, 3)),
+                                                                    (8192, 4, 4.0, 0.6, 1, (4, 4))],
+                         ids=["three passes then exact", "nowhere to re-expand"])
+def test_uncertified_folds_go_to_the_exact_solver_after_at_most_three_passes(monkeypatch, n, stride, sharp, flat,
+                                                                            passes, exact):
+    """Two temperatures in one set. 3,000 rows: three passes certify some of the four folds and stop (the
+    docstring's "up to two more passes"); the others are fitted exactly. 8,192 rows, the sub-sample's (every 4th)
+    sharp and the rest flat: the expansion point (1/T = 0.38) is so far from the optimum (about 1.05) that the
+    first pass certifies no fold and the whole set's quartic model gives no point to re-expand at (its Newton
+    iteration leaves the range where the model increases), so the passes stop after one and all four folds are
+    fitted exactly. Never a fold left without a temperature."""
+    mp, y = _two_temperature_set(n, 4, stride, sharp, flat)
     spy = _Spy(monkeypatch)
     res = cross_validated_calibration(mp, y, n_repeats=2, seed=2)
-    assert (spy.passes, spy.exact_fold_fits) == (3, 2)
-    _check_against_scipy(mp, y, res, 2, 2)
-
-
-def test_a_re_expansion_outside_the_bounds_leaves_every_fold_to_the_exact_solver(monkeypatch):
-    """8,192 rows, the sub-sample's (every 4th) sharp and the rest flat: the expansion point (1/T = 0.38) is so
-    far from the optimum (about 1.05) that the first pass certifies no fold and the whole set's quartic model gives
-    no point to re-expand at (its Newton iteration leaves the range where the model increases), so the passes stop
-    after one and all four folds are fitted exactly (never a fold left without a temperature)."""
-    mp, y = _two_temperature_set(8192, 4, 4, 4.0, 0.6)
-    spy = _Spy(monkeypatch)
-    res = cross_validated_calibration(mp, y, n_repeats=2, seed=2)
-    assert (spy.passes, spy.exact_fold_fits) == (1, 4)
+    assert spy.passes == passes and exact[0] <= spy.exact_fold_fits <= exact[1]
     _check_against_scipy(mp, y, res, 2, 2)
 
 
