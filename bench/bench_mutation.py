@@ -1187,8 +1187,11 @@ def _load_verdicts() -> dict:
 
 
 def _save_verdicts(shard_dir: Path, module: str) -> None:
-    """Record the unit's verdicts and test times from mutmut's table (the unit's entry replaced)."""
+    """Record the unit's verdicts and test times from mutmut's table (the unit's entry replaced; a mutant the
+    table has no verdict for keeps its recorded one while its function's hash is unchanged)."""
     meta = json.loads(_meta_path(shard_dir, module).read_text())
+    everything = _load_verdicts()
+    recorded = everything.get(module, {})
     functions: dict[str, dict] = {}
     for key, code in sorted(meta["exit_code_by_key"].items(), key=lambda kv: _split_key(module, kv[0])):
         function, number = _split_key(module, key)
@@ -1196,10 +1199,12 @@ def _save_verdicts(shard_dir: Path, module: str) -> None:
                                             "seconds": []})
         f["codes"] += [None] * (number - len(f["codes"]))
         f["seconds"] += [None] * (number - len(f["seconds"]))
-        f["codes"][number - 1] = code
         seconds = meta.get("durations_by_key", {}).get(key)
+        old = recorded.get(function)
+        if code is None and old is not None and old["hash"] == f["hash"] and number <= len(old["codes"]):
+            code, seconds = old["codes"][number - 1], old["seconds"][number - 1]
+        f["codes"][number - 1] = code
         f["seconds"][number - 1] = None if seconds is None else round(seconds, 1)
-    everything = _load_verdicts()
     everything[module] = functions
     VERDICTS.parent.mkdir(parents=True, exist_ok=True)
     VERDICTS.write_text(json.dumps(everything, sort_keys=True, separators=(",", ":")) + "\n")

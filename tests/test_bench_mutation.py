@@ -117,10 +117,18 @@ def test_verdicts_survive_a_fresh_workdir_only_for_unchanged_functions(bench, mo
     fresh.parent.mkdir(parents=True)
     keys = [p + k for k in ("x__page__mutmut_1", "x__page__mutmut_2", "x__page__mutmut_3", "x__page__mutmut_4",
                             "x__html__mutmut_1", "xǁBoardǁrow__mutmut_2")]
+    hashes = {"x__page": "aa", "x__html": "changed", "xǁBoardǁrow": "cc"}
     fresh.write_text(json.dumps({"exit_code_by_key": {**dict.fromkeys(keys), p + "xǁBoardǁrow__mutmut_2": 1},
-                                 "hash_by_function_name": {"x__page": "aa", "x__html": "changed", "xǁBoardǁrow": "cc"}}))
+                                 "hash_by_function_name": hashes}))
     assert bench._restore_verdicts(tmp_path / "fresh", module) == 2
     got = json.loads(fresh.read_text())
     assert [got["exit_code_by_key"][k] for k in keys] == [1, None, 0, None, None, 1]
     assert got["durations_by_key"] == {p + "x__page__mutmut_1": 6.5, p + "x__page__mutmut_3": 60.0}
     assert bench._restore_verdicts(tmp_path / "elsewhere", module) == 0  # no table there: nothing to fill
+    # a table without those verdicts (a work folder never restored) does not erase them when it is recorded
+    fresh.write_text(json.dumps({"exit_code_by_key": dict.fromkeys(keys),
+                                 "hash_by_function_name": {**hashes, "xǁBoardǁrow": "dd"}}))
+    bench._save_verdicts(tmp_path / "fresh", module)
+    kept = json.loads(bench.VERDICTS.read_text())[module]
+    assert kept["x__page"] == {"hash": "aa", "codes": [1, None, 0, None], "seconds": [6.5, None, 60.0, None]}
+    assert kept["xǁBoardǁrow"] == {"hash": "dd", "codes": [None, None], "seconds": [None, None]}
