@@ -97,14 +97,19 @@ def test_a_start_far_from_the_optimum_still_gives_the_exact_fits(monkeypatch):
     assert res.cll == pytest.approx(ref[:, 0].mean(), abs=1e-9)
 
 
-def test_separable_large_set_reports_the_bound():
-    """Every label the argmax on 600 rows: each fold's NLL falls as T -> 0 (no root), so every fold reports the
-    lower bound exactly, through the exact solver, never a NaN."""
+def _separable_set():
+    """(member stack (1, 600, 3), labels): every label the argmax, by more than the logits' whole range."""
     rng = np.random.default_rng(0)
     y = rng.integers(0, 3, 600)
     z = rng.normal(size=(600, 3))
     z[np.arange(600), y] += 3.0 + np.abs(z).max()
-    res = cross_validated_calibration(softmax64(z)[None], y, n_repeats=2)
+    return softmax64(z)[None], y
+
+
+def test_separable_large_set_reports_the_bound():
+    """Every label the argmax on 600 rows: each fold's NLL falls as T -> 0 (no root), so every fold reports the
+    lower bound exactly, through the exact solver, never a NaN."""
+    res = cross_validated_calibration(*_separable_set(), n_repeats=2)
     assert res.n_hit_bound == 4 and all(t == 0.01 for t in res.temperatures)
     assert np.isfinite(res.cll)
 

@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from strategies import softmax64
-from test_protocol_fast_paths import _ensemble, _scipy_cv
+from strategies import peaked_logits, softmax64
+from test_protocol_fast_paths import _ensemble, _scipy_cv, _separable_set
 
 from ubench.metrics import protocol
 from ubench.metrics.protocol import cross_validated_calibration
@@ -117,10 +117,7 @@ def test_a_start_far_from_the_folds_is_re_expanded_not_refitted(monkeypatch, fac
 def _two_temperature_set(n, c, stride, sharp, flat):
     """Every ``stride``-th row (the sub-sample's rows) scaled by ``sharp``, the others by ``flat``: the folds'
     NLL curves are far from the quadratic a single temperature gives, and the sub-sample's optimum far from theirs."""
-    rng = np.random.default_rng(1)
-    y = rng.integers(0, c, n)
-    z = rng.normal(size=(n, c))
-    z[np.arange(n), y] += 1.5
+    z, y = peaked_logits(1, 1.0, 1.5, 0.0, n, c)
     scale = np.full(n, flat)
     scale[::stride] = sharp
     return softmax64(scale[:, None] * z)[None], y
@@ -147,12 +144,8 @@ def test_uncertified_folds_go_to_the_exact_solver_after_at_most_three_passes(mon
 def test_a_sub_sample_at_a_bound_sends_every_fold_to_the_exact_solver(monkeypatch):
     """Separable rows: the sub-sample's NLL falls all the way to T = t_min, so no pass is made (no expansion point
     inside the bounds) and each fold is fitted exactly, at the bound."""
-    rng = np.random.default_rng(0)
-    y = rng.integers(0, 3, 600)
-    z = rng.normal(size=(600, 3))
-    z[np.arange(600), y] += 3.0 + np.abs(z).max()
     spy = _Spy(monkeypatch)
-    res = cross_validated_calibration(softmax64(z)[None], y, n_repeats=2)
+    res = cross_validated_calibration(*_separable_set(), n_repeats=2)
     assert spy.passes == 0 and spy.solves[0] == 1e-3 and spy.exact_fold_fits == 4
     assert res.n_hit_bound == 4 and res.temperatures == (0.01,) * 4
 
@@ -163,11 +156,7 @@ def test_optima_below_t_min_report_t_min_and_the_folds_at_the_bound(placement, t
     """Underconfident predictions whose optimum (T ~ 0.18) lies below t_min: every fold reports t_min exactly and
     counts as at the bound; with the default bounds, none does. t_min = 0.3 puts the optimum within a factor 2 of
     the bound (a range doubled by a slip would hold it), t_min = 0.6 puts the bound's 1/T below 2."""
-    rng = np.random.default_rng(7)
-    n, c = 1200, 5
-    y = rng.integers(0, c, n)
-    z = rng.normal(size=(n, c))
-    z[np.arange(n), y] += 2.0
+    z, y = peaked_logits(7, 1.0, 2.0, 0.0, 1200, 5)
     mp = softmax64(0.35 * z)[None]
     free = cross_validated_calibration(mp, y, n_repeats=2, placement=placement)
     assert free.n_hit_bound == 0 and all(0.15 < t < 0.3 for t in free.temperatures)

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from scipy import optimize, special
-from strategies import labels_for, member_stacks, probs_and_labels, softmax64
+from strategies import labels_for, member_stacks, peaked_logits, probs_and_labels, softmax64
 
 from ubench.metrics.temperature import (
     DEFAULT_EPS,
@@ -89,10 +89,7 @@ def test_an_optimum_below_t_min_is_reported_at_t_min(placement, t_min):
     """Underconfident predictions (T* ~ 0.18, found with the default bounds): with t_min above the optimum the fit
     reports t_min exactly and hit_bound, whatever t_min's 1/T (3.3 or 1.7: the side of the bound is chosen by
     1/T > 1, never by a larger threshold)."""
-    rng = np.random.default_rng(7)
-    y = rng.integers(0, 5, 400)
-    z = rng.normal(size=(400, 5))
-    z[np.arange(400), y] += 2.0
+    z, y = peaked_logits(7, 1.0, 2.0, 0.0, 400, 5)
     p = softmax64(0.35 * z)
     members = np.stack([p, softmax64(0.33 * z)])
 

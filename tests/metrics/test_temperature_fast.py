@@ -22,9 +22,9 @@ def _nll(z: np.ndarray, y: np.ndarray, t: float) -> float:
     return float(np.mean(special.logsumexp(u, axis=1) - u[np.arange(len(y)), y]))
 
 
-def _oracle(z: np.ndarray, y: np.ndarray) -> tuple[float, float]:
-    """(T, NLL at T): scipy's bounded (Brent) search on log(1/T) over BOUNDS, float64, tight tolerance."""
-    res = optimize.minimize_scalar(lambda lb: _nll(z, y, np.exp(-lb)), bounds=(-np.log(BOUNDS[1]), -np.log(BOUNDS[0])),
+def _oracle(z: np.ndarray, y: np.ndarray, bounds=BOUNDS) -> tuple[float, float]:
+    """(T, NLL at T): scipy's bounded (Brent) search on log(1/T) over ``bounds``, float64, tight tolerance."""
+    res = optimize.minimize_scalar(lambda lb: _nll(z, y, np.exp(-lb)), bounds=(-np.log(bounds[1]), -np.log(bounds[0])),
                                    method="bounded", options={"xatol": 1e-11})
     return float(np.exp(-res.x)), float(res.fun)
 

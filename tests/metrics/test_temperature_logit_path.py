@@ -15,20 +15,12 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from scipy import optimize
-from test_temperature_fast import _nll, _problem
+from test_temperature_fast import _oracle, _problem
 
 from ubench.metrics import temperature_solver as S
 from ubench.metrics.temperature import fit_temperature_from_logits
 
 N = 4 * S._WARM_START_ROWS
-
-
-def _oracle(z, y, bounds):
-    """(T, NLL at T): bounded Brent on log(1/T) over ``bounds``, float64 (test_temperature_fast's, any bounds)."""
-    res = optimize.minimize_scalar(lambda lb: _nll(z, y, np.exp(-lb)), bounds=(-np.log(bounds[1]), -np.log(bounds[0])),
-                                   method="bounded", options={"xatol": 1e-11})
-    return float(np.exp(-res.x)), float(res.fun)
 
 
 def _count_passes(monkeypatch):
